@@ -1,0 +1,3 @@
+from resispec_gguf.cli import main
+
+raise SystemExit(main())

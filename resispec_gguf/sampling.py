@@ -1,0 +1,342 @@
+"""Logits processing and draws from caller-supplied uniforms.
+
+Turns one float32 logits row into the distribution a token is sampled from, and turns
+uniforms in [0, 1) into draws.  Everything here works on plain arrays; it never touches a
+model, never draws random numbers itself (callers pass uniforms from a seeded
+``numpy.random.Generator``) and never imports llama_cpp.
+
+Transform order (identical for target and draft): temperature -> top-k -> top-p -> min-p,
+then renormalise.  Temperature 0 means greedy: the distribution is one-hot on the argmax
+(ties go to the lowest token id).  The draft may additionally cap its support to its top
+``cap`` tokens; the capped, renormalised distribution is the one its candidates are drawn
+from, so it is also the ``q`` the verifier must use.
+
+Sparse distributions are ``(ids, probs)`` pairs: ``ids`` int64 token ids, ``probs`` float64,
+both ``[n]``, sorted by probability descending (ties by id), summing to 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "probs_sparse",
+    "probs_dense",
+    "top_tokens",
+    "sample_iid",
+    "sample_without_replacement",
+    "sample_dense",
+]
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@njit(cache=True)
+def _argmax(logits):
+    # logits: [V] float32
+    best = 0
+    bv = -np.inf
+    for i in range(logits.shape[0]):
+        v = logits[i]
+        if v > bv:
+            bv = v
+            best = i
+    return best, bv
+
+
+@njit(cache=True)
+def _heap_sift_down(vals, idx, start, n):
+    # min-heap on (vals, -idx): the root is the weakest kept element
+    i = start
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            break
+        m = left
+        right = left + 1
+        if right < n and (vals[right] < vals[left] or (vals[right] == vals[left] and idx[right] > idx[left])):
+            m = right
+        if vals[m] < vals[i] or (vals[m] == vals[i] and idx[m] > idx[i]):
+            vals[m], vals[i] = vals[i], vals[m]
+            idx[m], idx[i] = idx[i], idx[m]
+            i = m
+        else:
+            break
+
+
+@njit(cache=True)
+def _top_k_ids(logits, k):
+    """Ids of the k largest finite logits (ties: lower id first), sorted descending."""
+    # logits: [V] float32 -> ids [min(k, #finite)] int64
+    n_fin = 0
+    vals = np.empty(k, np.float64)
+    idx = np.empty(k, np.int64)
+    for i in range(logits.shape[0]):
+        v = logits[i]
+        if not v > -np.inf:  # -inf and NaN are never candidates
+            continue
+        if n_fin < k:
+            # sift up
+            j = n_fin
+            vals[j] = v
+            idx[j] = i
+            n_fin += 1
+            while j > 0:
+                parent = (j - 1) // 2
+                if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
+                    vals[j], vals[parent] = vals[parent], vals[j]
+                    idx[j], idx[parent] = idx[parent], idx[j]
+                    j = parent
+                else:
+                    break
+        elif v > vals[0]:
+            vals[0] = v
+            idx[0] = i
+            _heap_sift_down(vals, idx, 0, k)
+    vals = vals[:n_fin]
+    idx = idx[:n_fin]
+    # sort descending by value, ascending id on ties
+    order = np.argsort(idx, kind="mergesort")
+    vals = vals[order]
+    idx = idx[order]
+    order = np.argsort(-vals, kind="mergesort")
+    return idx[order]
+
+
+@njit(cache=True)
+def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
+    # ids: [n] candidate ids sorted by logit descending (ties by id).  z_all: the softmax
+    # normaliser of the whole distribution the candidates come from (<= 0: the candidates are
+    # the whole distribution).
+    n = ids.shape[0]
+    m = float(logits[ids[0]])
+    w = np.empty(n, np.float64)
+    z = 0.0
+    for j in range(n):
+        w[j] = math.exp((float(logits[ids[j]]) - m) * inv_t)
+        z += w[j]
+    if z_all > 0.0:
+        z = z_all
+    keep = n
+    if top_p < 1.0:
+        target = top_p * z
+        c = 0.0
+        for j in range(n):
+            c += w[j]
+            if c >= target:
+                keep = j + 1
+                break
+    if min_p > 0.0:
+        thr = min_p * w[0]
+        k2 = 0
+        while k2 < keep and w[k2] >= thr:
+            k2 += 1
+        keep = max(k2, 1)
+    z = 0.0
+    for j in range(keep):
+        z += w[j]
+    probs = np.empty(keep, np.float64)
+    for j in range(keep):
+        probs[j] = w[j] / z
+    return ids[:keep].copy(), probs
+
+
+@njit(cache=True)
+def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap):
+    # logits: [V] float32 -> (ids [n] int64, probs [n] float64)
+    V = logits.shape[0]
+    best, bv = _argmax(logits)
+    if temperature <= 0.0 or not bv > -np.inf:
+        ids = np.empty(1, np.int64)
+        ids[0] = best
+        return ids, np.ones(1, np.float64)
+    inv_t = 1.0 / temperature
+    k = V
+    if top_k > 0 and top_k < k:
+        k = top_k
+    if cap > 0 and cap < k:
+        k = cap
+    z_all = -1.0
+    if k < V:
+        ids = _top_k_ids(logits, k)
+    else:
+        # No count limit.  Tokens whose probability is below (1 - top_p) / V can never be in
+        # the nucleus (everything at or below them weighs < 1 - top_p), nor above min_p's
+        # floor when it is higher: only the rest needs sorting.
+        bvf = float(bv)
+        z = 0.0
+        for i in range(V):
+            v = logits[i]
+            if v > -np.inf:
+                z += math.exp((float(v) - bvf) * inv_t)
+        floor_w = 0.0
+        if top_p < 1.0:
+            floor_w = (1.0 - top_p) / V * z
+        if min_p > floor_w:
+            floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
+        z_all = z
+        cand = np.empty(V, np.int64)
+        cv = np.empty(V, np.float64)
+        n = 0
+        for i in range(V):
+            v = logits[i]
+            if v > -np.inf:
+                wi = math.exp((float(v) - bvf) * inv_t)
+                if wi >= floor_w:
+                    cand[n] = i
+                    cv[n] = float(v)
+                    n += 1
+        cand = cand[:n]
+        cv = cv[:n]
+        order = np.argsort(-cv, kind="mergesort")  # stable: ties keep ascending id
+        ids = cand[order]
+    return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
+
+
+@njit(cache=True)
+def _probs_dense_full(logits, temperature):
+    # Plain softmax at a temperature: [V] float32 -> [V] float64
+    V = logits.shape[0]
+    best, bv = _argmax(logits)
+    out = np.zeros(V, np.float64)
+    if temperature <= 0.0 or not bv > -np.inf:
+        out[best] = 1.0
+        return out
+    inv_t = 1.0 / temperature
+    bvf = float(bv)
+    z = 0.0
+    for i in range(V):
+        v = logits[i]
+        if v > -np.inf:
+            e = math.exp((float(v) - bvf) * inv_t)
+            out[i] = e
+            z += e
+    inv_z = 1.0 / z
+    for i in range(V):
+        out[i] *= inv_z
+    return out
+
+
+@njit(cache=True)
+def _sample_cdf(ids, probs, u):
+    # Inverse CDF of a sparse distribution; u in [0, 1).
+    t = u * probs.sum()
+    c = 0.0
+    last = -1
+    for j in range(probs.shape[0]):
+        if probs[j] > 0.0:
+            c += probs[j]
+            last = j
+            if c > t:
+                return ids[j]
+    return ids[last]
+
+
+@njit(cache=True)
+def _sample_iid(ids, probs, u):
+    # u: [K] uniforms -> [K] draws
+    out = np.empty(u.shape[0], np.int64)
+    for k in range(u.shape[0]):
+        out[k] = _sample_cdf(ids, probs, u[k])
+    return out
+
+
+@njit(cache=True)
+def _sample_without_replacement(ids, probs, u):
+    # Sequential draws, each from the distribution without the earlier draws, renormalised.
+    n = probs.shape[0]
+    k_max = min(u.shape[0], n)
+    rest = probs.copy()
+    out = np.empty(k_max, np.int64)
+    k = 0
+    while k < k_max:
+        tot = rest.sum()
+        if not tot > 0.0:
+            break
+        t = u[k] * tot
+        c = 0.0
+        pick = -1
+        for j in range(n):
+            if rest[j] > 0.0:
+                c += rest[j]
+                pick = j
+                if c > t:
+                    break
+        out[k] = ids[pick]
+        rest[pick] = 0.0
+        k += 1
+    return out[:k]
+
+
+@njit(cache=True)
+def _sample_dense(p, u):
+    t = u * p.sum()
+    c = 0.0
+    last = 0
+    for i in range(p.shape[0]):
+        if p[i] > 0.0:
+            c += p[i]
+            last = i
+            if c > t:
+                return i
+    return last
+
+
+# --------------------------------------------------------------------------- wrappers
+
+
+def _check_logits(logits: np.ndarray) -> np.ndarray:
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    if logits.ndim != 1 or logits.shape[0] == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
+    if np.isnan(logits).any() or np.isposinf(logits).any():
+        raise ValueError("logits contain NaN or +inf")
+    return logits
+
+
+def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
+    """Sampling distribution of one logits row as ``(ids, probs)`` (see module docstring).
+
+    ``top_k``/``cap`` of 0 mean no limit.  Requires a 1-D logits row with at least one finite
+    entry; returns at least one token.
+    """
+    logits = _check_logits(logits)
+    return _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), int(cap))
+
+
+def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+    """Sampling distribution of one logits row as a dense float64 ``[V]`` array."""
+    logits = _check_logits(logits)
+    if temperature > 0 and top_k <= 0 and top_p >= 1.0 and min_p <= 0.0:
+        return _probs_dense_full(logits, float(temperature))
+    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0)
+    out = np.zeros(logits.shape[0], np.float64)
+    out[ids] = probs
+    return out
+
+
+def top_tokens(logits, k: int) -> np.ndarray:
+    """The ``k`` highest-logit token ids, best first (greedy candidates)."""
+    logits = _check_logits(logits)
+    return _top_k_ids(logits, int(k))
+
+
+def sample_iid(ids, probs, u) -> np.ndarray:
+    """``len(u)`` iid inverse-CDF draws from the sparse distribution ``(ids, probs)``."""
+    return _sample_iid(np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64))
+
+
+def sample_without_replacement(ids, probs, u) -> np.ndarray:
+    """Sequential draws without replacement (at most the support size), one uniform each."""
+    return _sample_without_replacement(
+        np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64)
+    )
+
+
+def sample_dense(p, u: float) -> int:
+    """One inverse-CDF draw from a dense distribution ``p`` ``[V]``."""
+    return int(_sample_dense(np.asarray(p, np.float64), float(u)))

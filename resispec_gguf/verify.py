@@ -1,0 +1,433 @@
+"""Exact multi-candidate verification at one tree node (see shared/docs/verification.md).
+
+Terms, used the same way everywhere in the project:
+
+* ``p`` — the target's next-token distribution after the sampling transforms, dense ``[V]``.
+* ``q`` — the distribution the node's candidates were actually drawn from (draft, after its
+  transforms and support cap).  ``r(x) = p(x) / q(x)`` on ``supp q``.
+* *draws* — the K candidates in draw order; *stage* i verifies draw i; *accepted* — the draw
+  that stage took; *fallback* — the sample from the residual when no stage accepts.
+
+For the iid methods (``chain``, ``specinfer``, ``resispec``) every stage rule has the form
+``a_i(x) = clip((r(x) - lo_i) / P_i, 0, 1)`` where ``P_i`` is the probability of reaching
+stage i, and the fallback is ``norm(max(0, p - c q))``.  With ``M(t) = sum_x min(p(x), t q(x))``:
+
+* specinfer: ``lo_i = S_{i-1}`` with ``S_i = P_1 + ... + P_i`` and ``P_{i+1} = 1 - M(S_i)``;
+  ``c = S_K`` (chain is the case K = 1);
+* resispec: ``lo_i = F_{i+1}`` with ``F_i = P_i + ... + P_K``, ``F_{K+1} = 0``, solved by
+  shooting on ``F_1`` (bisection); ``c = F_1``.
+
+Stage i thus takes the slice ``[lo_i q, (lo_i + P_i) q]`` of each token's target mass: specinfer
+fills slices bottom-up (greedy), resispec top-down (later stages keep the low slices, which is
+where repeated draws land).  ``M`` is evaluated in O(log n) from the support sorted by ``r``
+with prefix sums of ``q`` and ``p``.
+
+``rrs`` draws without replacement and keeps an explicit residual on ``supp q``.
+
+This module is pure NumPy/Numba: no model, no randomness of its own (uniforms come in), no
+llama_cpp.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "METHODS",
+    "verify_node",
+    "verify_node_sparse",
+    "verify_greedy",
+    "schedule",
+    "expected_acceptance",
+    "optimal_acceptance",
+    "expected_distinct",
+]
+
+METHODS = ("chain", "specinfer", "rrs", "resispec")
+_CODE = {m: i for i, m in enumerate(METHODS)}
+_CHAIN, _SPECINFER, _RRS, _RESISPEC = 0, 1, 2, 3
+_BISECTIONS = 64
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@njit(cache=True)
+def _sorted_support(p, qids, qp):
+    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p
+    n = qids.shape[0]
+    r = np.empty(n, np.float64)
+    pv = np.empty(n, np.float64)
+    for j in range(n):
+        pv[j] = p[qids[j]]
+        r[j] = pv[j] / qp[j]
+    order = np.argsort(r)
+    rs = r[order]
+    qc = np.zeros(n + 1, np.float64)
+    pc = np.zeros(n + 1, np.float64)
+    for j in range(n):
+        qc[j + 1] = qc[j] + qp[order[j]]
+        pc[j + 1] = pc[j] + pv[order[j]]
+    return rs, qc, pc
+
+
+@njit(cache=True)
+def _mass_min(rs, qc, pc, t):
+    """M(t) = sum over supp q of min(p, t q); two prefix sums and one binary search."""
+    j = np.searchsorted(rs, t, side="right")
+    return pc[j] + t * (qc[-1] - qc[j])
+
+
+@njit(cache=True)
+def _shoot(rs, qc, pc, f1, k, lo, reach):
+    # Run the ResiSpec recursion forward from F_1 = f1; fills lo[i] = F_{i+1}, reach[i] = P_i.
+    f = f1
+    pr = 1.0
+    for i in range(k):
+        fn = f - pr
+        lo[i] = fn
+        reach[i] = pr
+        pr = pr - (_mass_min(rs, qc, pc, f) - _mass_min(rs, qc, pc, fn))
+        if pr < 0.0:
+            pr = 0.0
+        f = fn
+    return f  # F_{K+1}
+
+
+@njit(cache=True)
+def _schedule(method, rs, qc, pc, k):
+    """Stage thresholds lo [K], reach probabilities P [K] and the fallback constant c."""
+    lo = np.zeros(k, np.float64)
+    reach = np.zeros(k, np.float64)
+    if method == _RESISPEC:
+        a = 1.0
+        b = float(k)
+        for _ in range(_BISECTIONS):
+            mid = 0.5 * (a + b)
+            if mid <= a or mid >= b:
+                break
+            if _shoot(rs, qc, pc, mid, k, lo, reach) > 0.0:
+                b = mid
+            else:
+                a = mid
+        _shoot(rs, qc, pc, b, k, lo, reach)
+        return lo, reach, b
+    # specinfer (chain = K 1): slices bottom-up
+    s = 0.0
+    pr = 1.0
+    for i in range(k):
+        lo[i] = s
+        reach[i] = pr
+        s += pr
+        pr = 1.0 - _mass_min(rs, qc, pc, s)
+        if pr < 0.0:
+            pr = 0.0
+    return lo, reach, s
+
+
+@njit(cache=True)
+def _q_of(qids, qp, x):
+    for j in range(qids.shape[0]):
+        if qids[j] == x:
+            return qp[j]
+    return 0.0
+
+
+@njit(cache=True)
+def _sample_residual(p, sids, sres, u):
+    """Inverse-CDF draw from the dense vector equal to p outside sids and sres on sids.
+
+    sids: [n] ascending token ids; sres: [n] their residual mass.  Two passes over V.
+    """
+    V = p.shape[0]
+    n = sids.shape[0]
+    tot = p.sum()
+    for j in range(n):
+        tot += sres[j] - p[sids[j]]
+    if not tot > 0.0:
+        return -1
+    t = u * tot
+    c = 0.0
+    last = -1
+    j = 0
+    for i in range(V):
+        if j < n and sids[j] == i:
+            v = sres[j]
+            j += 1
+        else:
+            v = p[i]
+        if v > 0.0:
+            c += v
+            last = i
+            if c > t:
+                return i
+    return last
+
+
+@njit(cache=True)
+def _fallback_iid(p, qids, qp, c, u):
+    order = np.argsort(qids)
+    n = qids.shape[0]
+    sids = np.empty(n, np.int64)
+    sres = np.empty(n, np.float64)
+    for j in range(n):
+        x = qids[order[j]]
+        sids[j] = x
+        v = p[x] - c * qp[order[j]]
+        sres[j] = v if v > 0.0 else 0.0
+    tok = _sample_residual(p, sids, sres, u)
+    if tok < 0:  # the residual is empty: reached only through round-off
+        tok = _sample_residual(p, sids[:0], sres[:0], u)
+    return tok
+
+
+@njit(cache=True)
+def _verify_iid(method, p, qids, qp, draws, u):
+    k = draws.shape[0]
+    rs, qc, pc = _sorted_support(p, qids, qp)
+    lo, reach, c = _schedule(method, rs, qc, pc, k)
+    for i in range(k):
+        x = draws[i]
+        qx = _q_of(qids, qp, x)
+        excess = p[x] / qx - lo[i]
+        if reach[i] > 0.0:
+            a = excess / reach[i]
+        else:  # stage unreachable in exact arithmetic
+            a = 1.0 if excess > 0.0 else 0.0
+        if u[i] < a:
+            return x, i
+    return _fallback_iid(p, qids, qp, c, u[k]), -1
+
+
+@njit(cache=True)
+def _verify_rrs(p, qids, qp, draws, u):
+    k = draws.shape[0]
+    n = qids.shape[0]
+    order = np.argsort(qids)
+    sids = qids[order].copy()
+    qs = qp[order].copy()
+    ps = np.empty(n, np.float64)
+    p_total = p.sum()
+    p_in = 0.0
+    for j in range(n):
+        ps[j] = p[sids[j]]
+        p_in += ps[j]
+    p_out = p_total - p_in  # mass of p outside supp q, scaled by `scale` below
+    scale = 1.0
+    for i in range(k):
+        x = draws[i]
+        jx = np.searchsorted(sids, x)
+        a = ps[jx] / qs[jx]
+        if u[i] < a:
+            return x, i
+        # rejected: p_{i+1} = norm(max(0, p_i - q_i)), q_{i+1} = q_i without x, renormalised
+        z = scale * p_out
+        for j in range(n):
+            v = ps[j] - qs[j]
+            ps[j] = v if v > 0.0 else 0.0
+            z += ps[j]
+        if not z > 0.0:  # p_i == q_i: acceptance was certain; round-off only
+            break
+        for j in range(n):
+            ps[j] /= z
+        scale /= z
+        qs[jx] = 0.0
+        qsum = qs.sum()
+        if qsum > 0.0:
+            for j in range(n):
+                qs[j] /= qsum
+    # fallback from p_{K+1}: p * scale outside supp q, ps on it
+    ps_unscaled = ps / scale
+    tok = _sample_residual(p, sids, ps_unscaled, u[k])
+    if tok < 0:
+        tok = _sample_residual(p, sids[:0], ps_unscaled[:0], u[k])
+    return tok, -1
+
+
+@njit(cache=True)
+def _verify(method, p, qids, qp, draws, u):
+    if method == _RRS:
+        return _verify_rrs(p, qids, qp, draws, u)
+    return _verify_iid(method, p, qids, qp, draws, u)
+
+
+@njit(cache=True)
+def _optimal(rs, qc, pc, k):
+    best = 1.0
+    for j in range(rs.shape[0] + 1):
+        v = pc[j] + 1.0 - qc[j] ** k
+        if v < best:
+            best = v
+    return best
+
+
+# --------------------------------------------------------------------------- wrappers
+
+
+def _method_code(method: str) -> int:
+    try:
+        return _CODE[method]
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}") from None
+
+
+def _check_dist(name: str, a, size: int | None = None) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    if a.ndim != 1 or a.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {a.shape}")
+    if size is not None and a.shape[0] != size:
+        raise ValueError(f"{name} has {a.shape[0]} entries, expected {size}")
+    if not np.isfinite(a).all() or (a < 0).any():
+        raise ValueError(f"{name} must be finite and non-negative")
+    s = a.sum()
+    if abs(s - 1.0) > 1e-6:
+        raise ValueError(f"{name} must sum to 1 (sums to {s:.9g})")
+    return a
+
+
+def _check_sparse(p, qids, qprobs):
+    qids = np.ascontiguousarray(qids, dtype=np.int64)
+    qprobs = _check_dist("q", qprobs)
+    if qids.shape != qprobs.shape:
+        raise ValueError(f"q ids {qids.shape} and probabilities {qprobs.shape} differ in shape")
+    if (qids < 0).any() or (qids >= p.shape[0]).any():
+        raise ValueError("q ids out of the vocabulary range")
+    keep = qprobs > 0
+    if not keep.all():
+        qids, qprobs = qids[keep], qprobs[keep]
+    if np.unique(qids).shape[0] != qids.shape[0]:
+        raise ValueError("q ids must be distinct")
+    return qids, qprobs
+
+
+def _check_draws(code: int, qids, qprobs, draws, u):
+    draws = np.ascontiguousarray(draws, dtype=np.int64)
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    if draws.ndim != 1 or draws.shape[0] == 0:
+        raise ValueError("draws must be a non-empty 1-D array of token ids")
+    if u.shape != (draws.shape[0] + 1,):
+        raise ValueError(f"u must have len(draws) + 1 = {draws.shape[0] + 1} entries, got {u.shape}")
+    if (u < 0).any() or (u >= 1).any():
+        raise ValueError("u must lie in [0, 1)")
+    if code == _CHAIN and draws.shape[0] != 1:
+        raise ValueError("chain verifies exactly one draw")
+    if not np.isin(draws, qids).all():
+        raise ValueError("every draw must have q > 0")
+    if code == _RRS and np.unique(draws).shape[0] != draws.shape[0]:
+        raise ValueError("rrs draws are without replacement and must be distinct")
+    return draws, u
+
+
+def verify_node(method: str, p, q, draws, u) -> tuple[int, int]:
+    """Verify one node's candidates; returns ``(token, accepted_index)``.
+
+    ``p``, ``q``: ``[V]`` probability vectors.  ``draws``: ``[K]`` candidates in draw order
+    (iid from q; without replacement for ``rrs``; K = 1 for ``chain``).  ``u``: ``[K+1]``
+    uniforms in [0, 1): ``u[i]`` decides stage i, ``u[K]`` drives the fallback sample.
+    ``accepted_index`` is the index of the accepted draw, or -1 when the token is the
+    fallback sample.  Deterministic in its inputs; emits a token distributed exactly as p
+    when the draws and uniforms have the stated laws.
+    """
+    code = _method_code(method)
+    p = _check_dist("p", p)
+    q = _check_dist("q", q, p.shape[0])
+    qids = np.flatnonzero(q)
+    return _verify_checked(code, p, qids, q[qids], draws, u)
+
+
+def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
+    """``verify_node`` with q given sparsely as ``(qids [n], qprobs [n])``."""
+    code = _method_code(method)
+    p = _check_dist("p", p)
+    qids, qprobs = _check_sparse(p, qids, qprobs)
+    return _verify_checked(code, p, qids, qprobs, draws, u)
+
+
+def _verify_checked(code, p, qids, qprobs, draws, u):
+    draws, u = _check_draws(code, qids, qprobs, draws, u)
+    tok, idx = _verify(code, p, qids, qprobs, draws, u)
+    return int(tok), int(idx)
+
+
+def verify_greedy(target_argmax: int, draws) -> tuple[int, int]:
+    """Temperature 0: accept the candidate equal to the target's argmax, else emit it."""
+    hits = np.flatnonzero(np.asarray(draws) == target_argmax)
+    return int(target_argmax), int(hits[0]) if hits.size else -1
+
+
+def _support(p, q):
+    p = _check_dist("p", p)
+    q = _check_dist("q", q, p.shape[0])
+    qids = np.flatnonzero(q)
+    return p, qids, q[qids]
+
+
+def schedule(method: str, p, q, k: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """The iid stage schedule ``(lo [K], P [K], c)`` (see the module docstring)."""
+    code = _method_code(method)
+    if code == _RRS:
+        raise ValueError("rrs has no iid schedule")
+    if code == _CHAIN and k != 1:
+        raise ValueError("chain has K = 1")
+    p, qids, qp = _support(p, q)
+    rs, qc, pc = _sorted_support(p, qids, qp)
+    return _schedule(code, rs, qc, pc, int(k))
+
+
+def expected_acceptance(method: str, p, q, k: int) -> float:
+    """Exact probability that some of k candidates is accepted (1 - P(fallback))."""
+    code = _method_code(method)
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    if code == _CHAIN and k != 1:
+        raise ValueError("chain has K = 1")
+    p, qids, qp = _support(p, q)
+    if code == _RRS:
+        return _rrs_acceptance(p, qids, qp, int(k))
+    rs, qc, pc = _sorted_support(p, qids, qp)
+    _, _, c = _schedule(code, rs, qc, pc, int(k))
+    return float(_mass_min(rs, qc, pc, c))
+
+
+def _rrs_acceptance(p, qids, qp, k, max_support=10):
+    """Exact recursion over ordered draws without replacement (small supports only)."""
+    n = qids.shape[0]
+    if n > max_support:
+        raise ValueError(f"exact rrs acceptance enumerates draw orders; supp q has {n} > {max_support} tokens")
+    qs = np.zeros_like(p)
+    qs[qids] = qp
+    return float(_rrs_stage(p, qs, k))
+
+
+def _rrs_stage(ps, qs, k):
+    # Probability that a stage reached with residual ps and draw law qs, or a later one, accepts.
+    if k == 0:
+        return 0.0
+    res = np.maximum(0.0, ps - qs)
+    z = res.sum()
+    acc = 0.0
+    for x in np.flatnonzero(qs > 0):
+        a = min(1.0, ps[x] / qs[x])
+        acc += qs[x] * a
+        rest = qs.copy()
+        rest[x] = 0.0
+        if a < 1.0 and z > 0 and rest.sum() > 0:
+            acc += qs[x] * (1.0 - a) * _rrs_stage(res / z, rest / rest.sum(), k - 1)
+    return acc
+
+
+def optimal_acceptance(p, q, k: int) -> float:
+    """Set-level optimum ``alpha* = min_H p(H) + 1 - q(H)^k`` for k iid draws (one sort)."""
+    p, qids, qp = _support(p, q)
+    rs, qc, pc = _sorted_support(p, qids, qp)
+    return float(_optimal(rs, qc, pc, int(k)))
+
+
+def expected_distinct(q, k: int) -> float:
+    """Expected number of distinct tokens among k iid draws from q (the child nodes)."""
+    q = np.asarray(q, np.float64)
+    q = q[q > 0]
+    return float(np.sum(1.0 - (1.0 - q) ** k))
