@@ -72,6 +72,8 @@ def _heap_sift_down(vals, idx, start, n):
 def _top_k_ids(logits, k):
     """Ids of the k largest finite logits (ties: lower id first), sorted descending."""
     # logits: [V] float32 -> ids [min(k, #finite)] int64
+    if k <= 0:  # the heap below needs a root
+        return np.empty(0, np.int64)
     n_fin = 0
     vals = np.empty(k, np.float64)
     idx = np.empty(k, np.int64)
@@ -108,16 +110,32 @@ def _top_k_ids(logits, k):
 
 
 @njit(cache=True)
+def _weight_sum(logits, ids, m, inv_t):
+    # Softmax normaliser relative to the max logit m: over ids, or over every finite entry
+    # when ids is empty.
+    z = 0.0
+    if ids.shape[0] > 0:
+        for j in range(ids.shape[0]):
+            z += math.exp((np.float64(logits[ids[j]]) - m) * inv_t)
+        return z
+    for i in range(logits.shape[0]):
+        v = logits[i]
+        if v > -np.inf:
+            z += math.exp((np.float64(v) - m) * inv_t)
+    return z
+
+
+@njit(cache=True)
 def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
     # ids: [n] candidate ids sorted by logit descending (ties by id).  z_all: the softmax
     # normaliser of the whole distribution the candidates come from (<= 0: the candidates are
     # the whole distribution).
     n = ids.shape[0]
-    m = float(logits[ids[0]])
+    m = np.float64(logits[ids[0]])
     w = np.empty(n, np.float64)
     z = 0.0
     for j in range(n):
-        w[j] = math.exp((float(logits[ids[j]]) - m) * inv_t)
+        w[j] = math.exp((np.float64(logits[ids[j]]) - m) * inv_t)
         z += w[j]
     if z_all > 0.0:
         z = z_all
@@ -158,21 +176,33 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap):
     k = V
     if top_k > 0 and top_k < k:
         k = top_k
-    if cap > 0 and cap < k:
-        k = cap
+    kc = k
+    if cap > 0 and cap < kc:
+        kc = cap
     z_all = -1.0
-    if k < V:
-        ids = _top_k_ids(logits, k)
+    if kc < V:
+        if kc < k and top_p < 1.0:
+            # The cap comes after top-p: the nucleus is measured on the uncapped (top-k)
+            # distribution, so top-p needs that distribution's normaliser.
+            if k < V:
+                ids = _top_k_ids(logits, k)
+                z_all = _weight_sum(logits, ids, np.float64(bv), inv_t)
+                ids = ids[:kc]
+            else:
+                ids = _top_k_ids(logits, kc)
+                z_all = _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
+        else:
+            ids = _top_k_ids(logits, kc)
     else:
         # No count limit.  Tokens whose probability is below (1 - top_p) / V can never be in
         # the nucleus (everything at or below them weighs < 1 - top_p), nor above min_p's
         # floor when it is higher: only the rest needs sorting.
-        bvf = float(bv)
+        bvf = np.float64(bv)
         z = 0.0
         for i in range(V):
             v = logits[i]
             if v > -np.inf:
-                z += math.exp((float(v) - bvf) * inv_t)
+                z += math.exp((np.float64(v) - bvf) * inv_t)
         floor_w = 0.0
         if top_p < 1.0:
             floor_w = (1.0 - top_p) / V * z
@@ -185,10 +215,10 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap):
         for i in range(V):
             v = logits[i]
             if v > -np.inf:
-                wi = math.exp((float(v) - bvf) * inv_t)
+                wi = math.exp((np.float64(v) - bvf) * inv_t)
                 if wi >= floor_w:
                     cand[n] = i
-                    cv[n] = float(v)
+                    cv[n] = np.float64(v)
                     n += 1
         cand = cand[:n]
         cv = cv[:n]
@@ -207,12 +237,12 @@ def _probs_dense_full(logits, temperature):
         out[best] = 1.0
         return out
     inv_t = 1.0 / temperature
-    bvf = float(bv)
+    bvf = np.float64(bv)
     z = 0.0
     for i in range(V):
         v = logits[i]
         if v > -np.inf:
-            e = math.exp((float(v) - bvf) * inv_t)
+            e = math.exp((np.float64(v) - bvf) * inv_t)
             out[i] = e
             z += e
     inv_z = 1.0 / z
@@ -289,12 +319,17 @@ def _sample_dense(p, u):
 # --------------------------------------------------------------------------- wrappers
 
 
-def _check_logits(logits: np.ndarray) -> np.ndarray:
-    logits = np.ascontiguousarray(logits, dtype=np.float32)
+def _check_logits(logits: np.ndarray, need_finite: bool = True) -> np.ndarray:
+    logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
     if logits.ndim != 1 or logits.shape[0] == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
-    if np.isnan(logits).any() or np.isposinf(logits).any():
-        raise ValueError("logits contain NaN or +inf")
+    logits = np.ascontiguousarray(logits)
+    # max propagates NaN, so one pass screens NaN, +inf and an all -inf row
+    if not np.isfinite(logits.max()):
+        if np.isnan(logits).any() or np.isposinf(logits).any():
+            raise ValueError("logits contain NaN or +inf")
+        if need_finite:
+            raise ValueError("logits have no finite entry")
     return logits
 
 
@@ -320,9 +355,16 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
 
 
 def top_tokens(logits, k: int) -> np.ndarray:
-    """The ``k`` highest-logit token ids, best first (greedy candidates)."""
-    logits = _check_logits(logits)
-    return _top_k_ids(logits, int(k))
+    """The ``k`` highest-logit token ids, best first (greedy candidates).
+
+    Ties go to the lower id; -inf entries are never returned, so fewer than ``k`` ids come
+    back when fewer entries are finite.
+    """
+    logits = _check_logits(logits, need_finite=False)
+    k = int(k)
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    return _top_k_ids(logits, k)
 
 
 def sample_iid(ids, probs, u) -> np.ndarray:

@@ -39,6 +39,7 @@ __all__ = [
     "METHODS",
     "verify_node",
     "verify_node_sparse",
+    "verify_prepared",
     "verify_greedy",
     "schedule",
     "expected_acceptance",
@@ -349,6 +350,17 @@ def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int
 def _verify_checked(code, p, qids, qprobs, draws, u):
     draws, u = _check_draws(code, qids, qprobs, draws, u)
     tok, idx = _verify(code, p, qids, qprobs, draws, u)
+    return int(tok), int(idx)
+
+
+def verify_prepared(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
+    """``verify_node_sparse`` without input validation, for the engine's hot loop.
+
+    Requires what the engine guarantees by construction: p from ``sampling.probs_dense``,
+    ``(qids, qprobs)`` from ``sampling.probs_sparse`` and draws/uniforms of the right law and
+    lengths.  Anything else must go through ``verify_node``.
+    """
+    tok, idx = _verify(_CODE[method], p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 

@@ -1,0 +1,460 @@
+"""The llama.cpp backend: the one module that imports ``llama_cpp``.
+
+``LlamaModel`` owns one GGUF model and one multi-sequence context and offers what the engine
+needs, in NumPy terms:
+
+* tokenize / token pieces / end-of-generation tokens / chat template / vocabulary facts;
+* ``decode(tokens, parents, want_logits)``: one ``llama_decode`` of a *forest* of new nodes
+  hanging off the committed sequence or off nodes decoded earlier in the same step;
+* ``commit(path)``: keep one root-to-node path of uncommitted nodes, drop every other;
+* ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
+
+KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
+sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
+same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
+cache, or sequence 0) is copied to ``s``.  llama.cpp masks attention by a token's first
+sequence id, so each node sees exactly the committed prefix and its own ancestors.  This needs
+``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
+
+Nothing ctypes leaves this module: results are Python ints/bytes and NumPy arrays owned by
+the caller.  Errors a user can cause raise ``UserError`` / ``ContextFullError``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+import llama_cpp as _ll
+
+from .errors import ContextFullError, UserError
+
+__all__ = ["LlamaModel", "VocabInfo", "set_verbose", "llama_cpp_version", "supports_gpu_offload"]
+
+_GGUF_MAGIC = b"GGUF"
+_verbose = False
+
+
+@_ll.llama_log_callback
+def _log_callback(level, text, user_data):  # pragma: no cover - called from C
+    if _verbose:
+        try:
+            os.write(2, text)
+        except OSError:
+            pass
+
+
+_ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+_ll.llama_backend_init()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Let llama.cpp's own logging through to stderr (silenced by default)."""
+    global _verbose
+    _verbose = bool(verbose)
+
+
+def llama_cpp_version() -> str:
+    return _ll.__version__
+
+
+def supports_gpu_offload() -> bool:
+    return bool(_ll.llama_supports_gpu_offload())
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the draft/target compatibility check compares (see ``vocab.check_compatible``)."""
+
+    vocab_type: int
+    n_vocab: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+    texts: tuple  # token text (bytes) per id
+
+
+def _check_gguf_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise UserError(f"model path is a directory, not a GGUF file: {path}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(24)
+    except OSError as e:
+        raise UserError(f"cannot read model file {path}: {e.strerror}") from None
+    if len(head) < 4 or head[:4] != _GGUF_MAGIC:
+        raise UserError(f"not a GGUF file (bad magic): {path}")
+    if len(head) < 24:
+        raise UserError(f"truncated GGUF file: {path}")
+    version = struct.unpack("<I", head[4:8])[0]
+    if version not in (2, 3):
+        raise UserError(f"unsupported GGUF version {version}: {path}")
+
+
+class LogitsRows:
+    """Logits of one decode, copied row by row on demand (float32 ``[V]`` each).
+
+    Valid until the model's next decode; reading later raises instead of returning garbage.
+    Copying only the rows the verifier walks saves copying the whole ``[n, V]`` block.
+    """
+
+    def __init__(self, model, generation, batch_index):
+        self._model = model
+        self._generation = generation
+        self._index = batch_index  # [n_out] batch positions of the rows
+
+    def __len__(self):
+        return len(self._index)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self._model._row(self._generation, int(self._index[i]))
+
+    def all(self) -> np.ndarray:
+        return np.stack([self[i] for i in range(len(self))])  # [n_out, V]
+
+
+class LlamaModel:
+    """One GGUF model with a multi-sequence context (see the module docstring)."""
+
+    def __init__(
+        self,
+        path,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_seq_max: int = 64,
+        seed: int = 0,
+    ):
+        path = os.fspath(path)
+        _check_gguf_file(path)
+        self.path = path
+        self._model = None
+        self._ctx = None
+        mparams = _ll.llama_model_default_params()
+        mparams.n_gpu_layers = int(n_gpu_layers)
+        model = _ll.llama_model_load_from_file(path.encode(), mparams)
+        if not model:
+            raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {path}")
+        self._model = model
+        self._vocab = _ll.llama_model_get_vocab(model)
+        self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))
+        n_ctx_train = int(_ll.llama_model_n_ctx_train(model))
+        if n_ctx <= 0:
+            n_ctx = n_ctx_train
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        cparams = _ll.llama_context_default_params()
+        cparams.n_ctx = int(n_ctx)
+        cparams.n_batch = int(n_batch)
+        cparams.n_ubatch = int(n_batch)
+        cparams.n_seq_max = int(n_seq_max)
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        ctx = _ll.llama_init_from_model(model, cparams)
+        if not ctx:
+            self.close()
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+        self._ctx = ctx
+        self._mem = _ll.llama_get_memory(ctx)
+        self.n_ctx = int(_ll.llama_n_ctx(ctx))
+        self.n_batch = int(n_batch)
+        self.n_seq_max = int(n_seq_max)
+        self.n_threads = threads
+        self.n_gpu_layers = int(n_gpu_layers)
+
+        # Batch buffers owned by NumPy; the llama_batch struct only points into them.
+        n, s = self.n_batch, self.n_seq_max
+        self._tok = np.zeros(n, np.int32)
+        self._pos = np.zeros(n, np.int32)
+        self._nseq = np.zeros(n, np.int32)
+        self._seq = np.zeros((n, s), np.int32)
+        self._out = np.zeros(n, np.int8)
+        self._seq_ptrs = (self._seq.ctypes.data + np.arange(n, dtype=np.uint64) * self._seq.strides[0]).astype(np.uint64)
+        batch = _ll.llama_batch()
+        batch.token = self._tok.ctypes.data_as(ctypes.POINTER(_ll.llama_token))
+        batch.embd = ctypes.POINTER(ctypes.c_float)()
+        batch.pos = self._pos.ctypes.data_as(ctypes.POINTER(_ll.llama_pos))
+        batch.n_seq_id = self._nseq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = self._seq_ptrs.ctypes.data_as(ctypes.POINTER(ctypes.POINTER(_ll.llama_seq_id)))
+        batch.logits = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self._batch = batch
+
+        self.cached: list[int] = []  # tokens committed to sequence 0, in order
+        self._nodes_seq: list[int] = []  # uncommitted nodes of this step: sequence id
+        self._nodes_parent: list[int] = []
+        self._nodes_pos: list[int] = []
+        self._nodes_tok: list[int] = []
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._generation = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            _ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            _ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ vocabulary
+
+    @property
+    def bos(self) -> int:
+        return int(_ll.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos(self) -> int:
+        return int(_ll.llama_vocab_eos(self._vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(_ll.llama_vocab_get_add_bos(self._vocab))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
+
+    def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        cap = len(data) + 16
+        buf = (_ll.llama_token * cap)()
+        n = _ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (_ll.llama_token * cap)()
+            n = _ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_piece(self, token: int, special: bool = False) -> bytes:
+        """Bytes this token contributes to the text (possibly part of a UTF-8 character)."""
+        n = _ll.llama_token_to_piece(self._vocab, int(token), self._piece_buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = _ll.llama_token_to_piece(self._vocab, int(token), buf, -n, 0, special)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def token_text(self, token: int) -> bytes:
+        return _ll.llama_vocab_get_text(self._vocab, int(token)) or b""
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = _ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            _ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        return self.meta("tokenizer.chat_template")
+
+    def vocab_info(self) -> VocabInfo:
+        v = self._vocab
+        return VocabInfo(
+            vocab_type=int(_ll.llama_vocab_type(v)),
+            n_vocab=self.n_vocab,
+            bos=self.bos,
+            eos=self.eos,
+            add_bos=self.add_bos,
+            add_eos=bool(_ll.llama_vocab_get_add_eos(v)),
+            texts=tuple(_ll.llama_vocab_get_text(v, i) or b"" for i in range(self.n_vocab)),
+        )
+
+    # ------------------------------------------------------------------ decoding
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cached)
+
+    def _decode_batch(self, n: int) -> None:
+        self._batch.n_tokens = n
+        self._generation += 1
+        rc = _ll.llama_decode(self._ctx, self._batch)
+        if rc == 1:
+            raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}")
+
+    def _logits(self, n_out: int) -> np.ndarray:
+        ptr = _ll.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()  # [n_out, V]
+
+    def _row(self, generation: int, i: int) -> np.ndarray:
+        if generation != self._generation:
+            raise RuntimeError("logits rows are only readable until the next decode")
+        ptr = _ll.llama_get_logits_ith(self._ctx, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()  # [V]
+
+    def sync_prefix(self, tokens: list[int]) -> int:
+        """Make sequence 0 hold ``tokens[:-1]`` plus nothing else; returns tokens reused.
+
+        The last token is left out on purpose: it is the next step's root, decoded together
+        with the first tree so that its logits come from that call.
+        """
+        self.drop_uncommitted()
+        _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)  # anything an interrupt left behind
+        want = list(tokens[:-1])
+        if len(tokens) > self.n_ctx:
+            raise ContextFullError(f"the prompt ({len(tokens)} tokens) does not fit the context ({self.n_ctx} tokens)")
+        common = 0
+        for a, b in zip(self.cached, want):
+            if a != b:
+                break
+            common += 1
+        if common < len(self.cached):
+            _ll.llama_memory_seq_rm(self._mem, 0, common, -1)
+            del self.cached[common:]
+        rest = want[common:]
+        for start in range(0, len(rest), self.n_batch):
+            chunk = rest[start : start + self.n_batch]
+            n = len(chunk)
+            self._tok[:n] = chunk
+            self._pos[:n] = np.arange(self.n_past, self.n_past + n)
+            self._nseq[:n] = 1
+            self._seq[:n, 0] = 0
+            self._out[:n] = 0
+            try:
+                self._decode_batch(n)
+            except ContextFullError:
+                _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                raise
+            self.cached.extend(chunk)
+        return common
+
+    def decode(self, tokens, parents, want_logits=None) -> "LogitsRows":
+        """Decode new uncommitted nodes in one ``llama_decode``; returns their logits.
+
+        Returns lazily copied rows (see ``LogitsRows``).  ``tokens``: ``[n]`` token ids.  ``parents``: ``[n]`` for each node the index of its
+        parent among this step's nodes (earlier calls first, then this call's, in order), or
+        -1 for a node that follows the committed sequence directly.  Parents must come
+        before their children.  ``want_logits``: ``[n]`` bools (default all); rows are indexed
+        by position among the nodes that want logits.  Node indices continue across calls until
+        ``commit`` or ``drop_uncommitted``.
+        """
+        tokens = np.asarray(tokens, np.int64)
+        parents = np.asarray(parents, np.int64)
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("nothing to decode")
+        if n > self.n_batch:
+            raise ValueError(f"{n} nodes exceed the batch size {self.n_batch}")
+        base = len(self._nodes_seq)
+        if base + n + 1 > self.n_seq_max:
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {self.n_seq_max - 1}")
+        depth_end = 0
+        for j in range(n):
+            par = int(parents[j])
+            if not (-1 <= par < base + j):
+                raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
+            pos = self.n_past if par < 0 else self._nodes_pos[par] + 1
+            self._nodes_parent.append(par)
+            self._nodes_pos.append(pos)
+            self._nodes_seq.append(base + j + 1)
+            self._nodes_tok.append(int(tokens[j]))
+            depth_end = max(depth_end, pos + 1)
+        if depth_end > self.n_ctx or self.n_past + base + n > self.n_ctx:
+            self._forget_nodes(base)
+            raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
+        # seq lists: own id first, then every new descendant's id
+        seqs = [[base + j + 1] for j in range(n)]
+        for j in range(n):
+            a = int(parents[j])
+            sid = base + j + 1
+            while a >= base:
+                seqs[a - base].append(sid)
+                a = self._nodes_parent[a]
+            anchor_seq = 0 if a < 0 else self._nodes_seq[a]
+            _ll.llama_memory_seq_cp(self._mem, anchor_seq, sid, -1, -1)
+        width = max(len(s) for s in seqs)
+        seq_mat = np.zeros((n, width), np.int32)
+        for j, s in enumerate(seqs):
+            seq_mat[j, : len(s)] = s
+        self._tok[:n] = tokens
+        self._pos[:n] = self._nodes_pos[base:]
+        self._nseq[:n] = [len(s) for s in seqs]
+        self._seq[:n, :width] = seq_mat
+        out = np.ones(n, bool) if want_logits is None else np.asarray(want_logits, bool)
+        self._out[:n] = out
+        try:
+            self._decode_batch(n)
+        except Exception:
+            self._forget_nodes(base)
+            raise
+        return LogitsRows(self, self._generation, np.flatnonzero(out))
+
+    def _forget_nodes(self, keep: int) -> None:
+        for sid in self._nodes_seq[keep:]:
+            _ll.llama_memory_seq_rm(self._mem, sid, -1, -1)
+        for lst in (self._nodes_seq, self._nodes_parent, self._nodes_pos, self._nodes_tok):
+            del lst[keep:]
+
+    def commit(self, path) -> None:
+        """Append the uncommitted nodes ``path`` (a chain from a -1-parent node) to sequence
+        0 and drop every other uncommitted node."""
+        path = [int(i) for i in path]
+        prev = -1
+        for i in path:
+            if self._nodes_parent[i] != prev:
+                raise ValueError(f"commit path is not a chain from the committed sequence: {path}")
+            prev = i
+        if path:
+            last = path[-1]
+            _ll.llama_memory_seq_cp(self._mem, self._nodes_seq[last], 0, self.n_past, self.n_past + len(path))
+            self.cached.extend(self._nodes_tok[i] for i in path)
+        self.drop_uncommitted()
+
+    def drop_uncommitted(self) -> None:
+        if self._nodes_seq:
+            _ll.llama_memory_seq_keep(self._mem, 0)
+            for lst in (self._nodes_seq, self._nodes_parent, self._nodes_pos, self._nodes_tok):
+                lst.clear()
+
+    def truncate(self, n: int) -> None:
+        """Keep only the first ``n`` committed tokens."""
+        self.drop_uncommitted()
+        if n < self.n_past:
+            _ll.llama_memory_seq_rm(self._mem, 0, n, -1)
+            del self.cached[n:]
+
+    def reset(self) -> None:
+        self.drop_uncommitted()
+        _ll.llama_memory_clear(self._mem, True)
+        self.cached.clear()
+
+    def logits_of_sequence(self, tokens) -> np.ndarray:
+        """Logits after each token of ``tokens`` from a clean cache (test/analysis helper).
+
+        Clears the cache first; afterwards the cache holds ``tokens``.  Returns ``[n, V]``.
+        """
+        self.reset()
+        rows = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = list(tokens[start : start + self.n_batch])
+            n = len(chunk)
+            self._tok[:n] = chunk
+            self._pos[:n] = np.arange(self.n_past, self.n_past + n)
+            self._nseq[:n] = 1
+            self._seq[:n, 0] = 0
+            self._out[:n] = 1
+            self._decode_batch(n)
+            rows.append(self._logits(n))
+            self.cached.extend(chunk)
+        return np.concatenate(rows) if rows else np.zeros((0, self.n_vocab), np.float32)

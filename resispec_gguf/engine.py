@@ -1,0 +1,475 @@
+"""The speculative decoding engine: draft a tree, verify it in one target pass, commit.
+
+One step (``_Generation._spec_step``):
+
+1. **Draft** — grow a ``DraftTree`` from the root (the last emitted token) level by level,
+   one batched draft decode per level.  Each expanded node draws K candidates from the
+   draft's processed distribution q (iid; without replacement for rrs; the top-K tokens when
+   greedy); distinct draws become children, kept best-first within the node budget.
+2. **Verify** — one target decode of the root plus every node.  Walk from the root: at each
+   expanded node the verifier picks a draw or a fallback token; descend while the accepted
+   draw has a node; at a node the draft never expanded, sample a bonus token from p.
+3. **Commit** — keep the walked path in both caches, drop the rest.  The last emitted token
+   becomes the next root.
+
+``method="none"`` is plain target decoding through the same sampling code.  The engine never
+prints; it returns tokens, text and a ``Stats`` object.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from . import sampling
+from .config import MAX_TREE_NODES, DraftParams, SamplingParams
+from .errors import ContextFullError, UserError
+from .textstream import TextAssembler
+from .tree import DraftTree, choose
+from .verify import verify_greedy, verify_prepared
+
+__all__ = ["Engine", "Result", "Stats"]
+
+
+@dataclass
+class Stats:
+    """What a generation cost and how well the draft did.
+
+    ``accepted_by_depth[d]`` counts draws accepted at depth d+1 of the tree and
+    ``reached_by_depth[d]`` the verifications done there, so their ratio is the acceptance
+    rate per depth.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    """
+
+    method: str = "none"
+    prompt_tokens: int = 0
+    prompt_time: float = 0.0
+    tokens: int = 0
+    steps: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    tree_nodes: int = 0
+    accepted_by_depth: list[int] = field(default_factory=list)
+    reached_by_depth: list[int] = field(default_factory=list)
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    total_time: float = 0.0
+
+    @property
+    def overhead_time(self) -> float:
+        return max(0.0, self.total_time - self.draft_time - self.target_time)
+
+    @property
+    def tau(self) -> float:
+        """Tokens per target call."""
+        return self.tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.total_time if self.total_time > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        reached = sum(self.reached_by_depth)
+        return sum(self.accepted_by_depth) / reached if reached else 0.0
+
+    @property
+    def nodes_per_step(self) -> float:
+        return self.tree_nodes / self.steps if self.steps else 0.0
+
+    def _count(self, depth: int, accepted: bool) -> None:
+        while len(self.reached_by_depth) < depth:
+            self.reached_by_depth.append(0)
+            self.accepted_by_depth.append(0)
+        self.reached_by_depth[depth - 1] += 1
+        self.accepted_by_depth[depth - 1] += int(accepted)
+
+    def merge(self, other: "Stats") -> None:
+        for name in ("prompt_tokens", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
+                     "tree_nodes", "draft_time", "target_time", "total_time"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
+            self._count(d + 1, False)
+            self.reached_by_depth[d] += r - 1
+            self.accepted_by_depth[d] += a
+        self.method = other.method
+
+    def as_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "prompt_tokens": self.prompt_tokens,
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "tau": self.tau,
+            "tokens_per_s": self.tokens_per_s,
+            "acceptance_rate": self.acceptance_rate,
+            "accepted_by_depth": list(self.accepted_by_depth),
+            "reached_by_depth": list(self.reached_by_depth),
+            "nodes_per_step": self.nodes_per_step,
+            "draft_time_s": self.draft_time,
+            "target_time_s": self.target_time,
+            "overhead_time_s": self.overhead_time,
+            "total_time_s": self.total_time,
+            "prompt_time_s": self.prompt_time,
+        }
+
+
+@dataclass
+class Result:
+    tokens: list[int]
+    text: str
+    finish_reason: str  # "stop" (stop string), "eos", "length"
+    stats: Stats
+    seed: int
+
+
+class _Generation:
+    """One request: owns its RNG, text assembly and stats; drives the models step by step."""
+
+    def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams):
+        self.e = engine
+        self.sp = sp
+        self.dp = dp
+        self.seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+        self.rng = np.random.default_rng(self.seed)
+        self.stats = Stats(method=dp.method)
+        self.prompt = list(prompt_tokens)
+        self.out: list[int] = []
+        self.text = TextAssembler(sp.stop)
+        self.finish_reason: str | None = None
+        self.draft_pending: list[int] = []
+
+    # ------------------------------------------------------------------ distributions
+
+    def _p(self, logits) -> np.ndarray:
+        sp = self.sp
+        return sampling.probs_dense(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+
+    def _q(self, logits):
+        sp = self.sp
+        if len(logits) > self.e.n_vocab:
+            logits = logits[: self.e.n_vocab]
+        return sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p, self.dp.draft_support)
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> Iterator[str]:
+        e = self.e
+        t0 = time.perf_counter()
+        if len(self.prompt) + 1 > e.target.n_ctx:
+            raise ContextFullError(
+                f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
+            )
+        e.target.sync_prefix(self.prompt)
+        speculative = self.dp.method != "none"
+        if speculative:
+            e.draft.sync_prefix(self.prompt)
+            self.draft_pending = [self.prompt[-1]]
+        self.stats.prompt_tokens = len(self.prompt)
+        self.stats.prompt_time = time.perf_counter() - t0
+        t_start = time.perf_counter()
+        try:
+            while self.finish_reason is None:
+                if e.target.n_past + 2 > e.target.n_ctx:
+                    self.finish_reason = "length"
+                    break
+                emitted = self._spec_step() if speculative else self._plain_step()
+                self.stats.steps += 1
+                yield from self._emit(emitted)
+            tail = self.text.flush()
+            if tail:
+                yield tail
+        finally:
+            self.stats.total_time += time.perf_counter() - t_start
+            self.stats.tokens = len(self.out)
+
+    def _emit(self, tokens: list[int]) -> Iterator[str]:
+        e = self.e
+        for tok in tokens:
+            self.out.append(tok)
+            if e.target.is_eog(tok):
+                self.out.pop()
+                self.finish_reason = "eos"
+                return
+            piece = self.text.push(e.target.token_piece(tok))
+            if piece:
+                yield piece
+            if self.text.stopped:
+                self.finish_reason = "stop"
+                return
+            if len(self.out) >= self.sp.max_tokens:
+                self.finish_reason = "length"
+                return
+
+    def _root(self) -> int:
+        return self.out[-1] if self.out else self.prompt[-1]
+
+    # ------------------------------------------------------------------ plain decoding
+
+    def _plain_step(self) -> list[int]:
+        e = self.e
+        t = time.perf_counter()
+        rows = e.target.decode([self._root()], [-1])
+        logits = rows[0]
+        self.stats.target_time += time.perf_counter() - t
+        self.stats.target_calls += 1
+        tok = sampling.sample_dense(self._p(logits), self.rng.random()) if not self.sp.greedy else int(np.argmax(logits))
+        e.target.commit([0])
+        return [tok]
+
+    # ------------------------------------------------------------------ speculative step
+
+    def _spec_step(self) -> list[int]:
+        tree, draft_index = self._grow_tree()
+        emitted, path = self._verify_tree(tree)
+        self._commit(tree, draft_index, emitted, path)
+        return emitted
+
+    def _grow_tree(self) -> tuple[DraftTree, dict[int, int]]:
+        """Draft phase.  Returns the tree and, per expanded tree node, its draft node index."""
+        e, dp, st = self.e, self.dp, self.stats
+        k = dp.k
+        room_ctx = e.target.n_ctx - e.target.n_past - 1  # cells left for tree nodes
+        max_nodes = min(MAX_TREE_NODES, room_ctx, e.draft.n_ctx - e.draft.n_past - len(self.draft_pending))
+        budget = dp.budget if dp.policy == "budget" else max_nodes
+        budget = min(budget, max_nodes)
+        tree = DraftTree.with_root(self._root())
+        draft_index: dict[int, int] = {}
+        if budget <= 0:
+            return tree, draft_index
+        # level 0: the pending chain, whose last token is the root
+        pending = self.draft_pending
+        frontier = [0]
+        tokens, parents = list(pending), [-1] + list(range(len(pending) - 1))
+        next_draft = 0
+        for level in range(dp.depth):
+            if level > 0:
+                tokens = [tree.tokens[n] for n in frontier]
+                parents = [draft_index[tree.parent[n]] for n in frontier]
+            t = time.perf_counter()
+            rows = e.draft.decode(tokens, parents, self._want_last(len(tokens), level))
+            logit_rows = [rows[i] for i in range(len(rows))]
+            st.draft_time += time.perf_counter() - t
+            st.draft_calls += 1
+            if level == 0:
+                next_draft = len(tokens)
+                draft_index[0] = next_draft - 1
+            else:
+                for n in frontier:
+                    draft_index[n] = next_draft
+                    next_draft += 1
+            cands = []
+            for n, logits in zip(frontier, logit_rows):
+                cands += self._draw(tree, n, logits, k)
+            chosen = choose(cands, budget - (len(tree) - 1), dp.policy == "budget")
+            new = tree.add_children(chosen)
+            if not new or len(tree) - 1 >= budget or level + 1 >= dp.depth:
+                break
+            frontier = new
+        return tree, draft_index
+
+    @staticmethod
+    def _want_last(n: int, level: int):
+        if level > 0:
+            return None
+        want = np.zeros(n, bool)
+        want[-1] = True
+        return want
+
+    def _draw(self, tree: DraftTree, node: int, logits, k: int):
+        rng, method = self.rng, self.dp.method
+        if self.sp.greedy:
+            ids, probs = sampling.probs_sparse(logits[: self.e.n_vocab], 1.0, 0, 1.0, 0.0, k)
+            tree.set_draws(node, ids, None)
+            weight = dict(zip(ids.tolist(), probs.tolist()))
+            return tree.candidates(node, lambda t, m: weight[t])
+        ids, probs = self._q(logits)
+        if method == "rrs":
+            draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+            weight = dict(zip(ids.tolist(), probs.tolist()))
+            tree.set_draws(node, draws, (ids, probs))
+            return tree.candidates(node, lambda t, m: weight[t])
+        draws = sampling.sample_iid(ids, probs, rng.random(k))
+        tree.set_draws(node, draws, (ids, probs))
+        return tree.candidates(node, lambda t, m: m / k)
+
+    def _verify_tree(self, tree: DraftTree) -> tuple[list[int], list[int]]:
+        """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
+        (root first); the last emitted token is never a node on that path."""
+        e, st = self.e, self.stats
+        t = time.perf_counter()
+        rows = e.target.decode(tree.tokens, tree.parent)
+        st.target_time += time.perf_counter() - t
+        st.target_calls += 1
+        st.tree_nodes += len(tree) - 1
+        node, emitted, path = 0, [], [0]
+        while True:
+            logits = rows[node]
+            draws = tree.draws[node]
+            if draws is None:  # a leaf: bonus token from p
+                emitted.append(self._sample_p(logits))
+                return emitted, path
+            depth = tree.depth[node] + 1
+            if self.sp.greedy:
+                tok, idx = verify_greedy(int(np.argmax(logits)), draws)
+            else:
+                qids, qprobs = tree.q[node]
+                u = self.rng.random(len(draws) + 1)
+                tok, idx = verify_prepared(self.dp.method, self._p(logits), qids, qprobs, draws, u)
+            st._count(depth, idx >= 0)
+            emitted.append(tok)
+            child = tree.children[node].get(tok) if idx >= 0 else None
+            if child is None:
+                return emitted, path
+            node = child
+            path.append(node)
+
+    def _sample_p(self, logits) -> int:
+        if self.sp.greedy:
+            return int(np.argmax(logits))
+        return sampling.sample_dense(self._p(logits), self.rng.random())
+
+    def _commit(self, tree: DraftTree, draft_index: dict[int, int], emitted: list[int], path: list[int]) -> None:
+        e = self.e
+        e.target.commit(path)
+        # draft: the pending chain plus the accepted nodes it expanded
+        chain = list(range(len(self.draft_pending)))
+        kept = [draft_index[n] for n in path[1:] if n in draft_index]
+        e.draft.commit(chain + kept)
+        # tokens the draft has not seen yet: accepted nodes it never expanded + the last token
+        self.draft_pending = emitted[len(kept):]
+
+
+class Engine:
+    """A target model, optionally a draft model, and the speculative loop between them.
+
+    Use ``Engine.load(...)``; it is a context manager that frees both models.
+    """
+
+    def __init__(self, target, draft=None, *, chat_template: str | None = None):
+        self.target = target
+        self.draft = draft
+        self.n_vocab = target.n_vocab
+        self._chat_template = chat_template
+        self.last_result: Result | None = None
+
+    @classmethod
+    def load(
+        cls,
+        target: str = "default",
+        draft: str | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        draft_gpu_layers: int | None = None,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        verbose: bool = False,
+        progress: bool = True,
+    ) -> "Engine":
+        """Load a target and a draft.  ``target``/``draft`` are paths, ``hf:`` specs or preset
+        names; a preset target with no draft brings its own draft.  ``draft=""`` loads no
+        draft (only ``method="none"`` then works)."""
+        from . import backend, models, vocab
+
+        backend.set_verbose(verbose)
+        kind, _ = models.parse_model_spec(target)
+        if draft is None:
+            draft = target if kind == "preset" else ""
+        target_path = models.resolve_model(target, role="target", progress=progress)
+        draft_path = models.resolve_model(draft, role="draft", progress=progress) if draft else None
+        ngl_d = n_gpu_layers if draft_gpu_layers is None else draft_gpu_layers
+        common = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=MAX_TREE_NODES + 2)
+        t = backend.LlamaModel(target_path, n_gpu_layers=n_gpu_layers, **common)
+        d = None
+        try:
+            if draft_path is not None:
+                d = backend.LlamaModel(draft_path, n_gpu_layers=ngl_d, **common)
+                vocab.check_compatible(t.vocab_info(), d.vocab_info())
+        except BaseException:
+            t.close()
+            if d is not None:
+                d.close()
+            raise
+        return cls(t, d, chat_template=t.chat_template())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ text
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        return self.target.tokenize(text, add_special=add_special, parse_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.target.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        from .chat_format import render
+
+        return render(
+            self._chat_template,
+            messages,
+            bos_token=self.target.token_text(self.target.bos).decode("utf-8", "replace"),
+            eos_token=self.target.token_text(self.target.eos).decode("utf-8", "replace"),
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    # ------------------------------------------------------------------ generation
+
+    def _prepare(self, prompt, sampling_params, draft_params):
+        sp = sampling_params or SamplingParams()
+        dp = draft_params or DraftParams()
+        if dp.method != "none" and self.draft is None:
+            raise UserError(f"method {dp.method!r} needs a draft model; load one or use method='none'")
+        if isinstance(prompt, str):
+            tokens = self.tokenize(prompt)
+        else:
+            tokens = [int(t) for t in prompt]
+            bad = [t for t in tokens if not 0 <= t < self.n_vocab]
+            if bad:
+                raise UserError(f"prompt token {bad[0]} is outside the vocabulary (0..{self.n_vocab - 1})")
+        if not tokens:
+            raise UserError("the prompt is empty")
+        return _Generation(self, tokens, sp, dp)
+
+    def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Iterator[str]:
+        """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
+        When the iterator ends, ``engine.last_result`` holds the full ``Result``."""
+        gen = self._prepare(prompt, sampling, draft)
+        self.last_result = None
+        try:
+            yield from gen.run()
+        finally:
+            self.last_result = Result(
+                tokens=list(gen.out),
+                text=gen.text.text,
+                finish_reason=gen.finish_reason or "stop",
+                stats=gen.stats,
+                seed=gen.seed,
+            )
+
+    def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Result:
+        """Generate a completion of ``prompt`` (a string or a list of token ids)."""
+        for _ in self.stream(prompt, sampling, draft):
+            pass
+        assert self.last_result is not None
+        return self.last_result

@@ -1,0 +1,36 @@
+"""Shared pytest fixtures: tiny GGUF models written once per test session (see tiny_gguf.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+
+import tiny_gguf  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """``(target_path, draft_path)``: tiny llama GGUFs sharing a vocabulary (acceptance ~0.7)."""
+    return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def incompatible_draft(tmp_path_factory) -> Path:
+    """A draft with the same vocab type/size/specials as ``tiny_pair`` but different token text."""
+    return tiny_gguf.write_incompatible_draft(tmp_path_factory.mktemp("incompatible"))
+
+
+@pytest.fixture(scope="session")
+def not_gguf_file(tmp_path_factory) -> Path:
+    """A ``.gguf``-named file that is not GGUF."""
+    return tiny_gguf.write_not_gguf(tmp_path_factory.mktemp("garbage"))
+
+
+@pytest.fixture(scope="session")
+def truncated_gguf(tmp_path_factory) -> Path:
+    """The first half of a real tiny GGUF model."""
+    return tiny_gguf.write_truncated_gguf(tmp_path_factory.mktemp("truncated"))

@@ -1,0 +1,354 @@
+"""Logits processing and draws compared with naive NumPy references.
+
+1. ``probs_sparse`` / ``probs_dense`` against a reference written from the module docstring
+   (temperature -> top-k -> top-p -> min-p -> renormalise, then the draft's support cap), on
+   random rows of every awkward shape: V from 1 to 5000, -inf entries, one finite entry,
+   logits of magnitude 1e4, ties.
+2. ``top_tokens`` against a lexsort.
+3. ``sample_iid`` / ``sample_dense`` against ``np.searchsorted`` on the cumulative sum;
+   ``sample_without_replacement`` against a sequential reference and, statistically, the
+   exact law of ordered pairs.
+4. Bad logits rows raise ValueError.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from resispec_gguf.sampling import (
+    probs_dense,
+    probs_sparse,
+    sample_dense,
+    sample_iid,
+    sample_without_replacement,
+    top_tokens,
+)
+
+RTOL = 1e-12
+ATOL = 1e-300  # subnormal probabilities carry fewer significant bits
+
+
+# --------------------------------------------------------------------------- references
+
+
+def ref_order(logits):
+    """Finite ids sorted by logit descending, ties by ascending id."""
+    # logits: [V] float32 -> [n_finite] int64
+    ids = np.flatnonzero(np.isfinite(logits))
+    return ids[np.lexsort((ids, -logits[ids].astype(np.float64)))]
+
+
+def ref_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
+    """The sampling distribution as (ids, probs), straight from the module docstring."""
+    logits = np.asarray(logits, np.float32)
+    if temperature <= 0:
+        return np.array([int(np.argmax(logits))]), np.ones(1)  # argmax: first maximum
+    ids = ref_order(logits)
+    x = logits[ids].astype(np.float64)
+    w = np.exp((x - x[0]) * (1.0 / temperature))
+    if top_k > 0:
+        ids, w = ids[:top_k], w[:top_k]
+    if top_p < 1.0:
+        # Smallest prefix holding top_p of the mass.  Compared unnormalised, as the kernel
+        # does, so prefixes that hit the target exactly (ties) are cut the same way.
+        hit = np.flatnonzero(np.cumsum(w) >= top_p * w.sum())
+        keep = hit[0] + 1 if hit.size else len(w)
+        ids, w = ids[:keep], w[:keep]
+    if min_p > 0.0:
+        keep = max(1, int(np.sum(w >= min_p * w[0])))
+        ids, w = ids[:keep], w[:keep]
+    if cap > 0:
+        ids, w = ids[:cap], w[:cap]
+    return ids, w / w.sum()
+
+
+def ref_dense(logits, **kw):
+    ids, p = ref_probs(logits, **kw)
+    out = np.zeros(len(logits))
+    out[ids] = p
+    return out
+
+
+def ref_without_replacement(probs, u):
+    rest = np.array(probs, np.float64)
+    out = []
+    for uk in u:
+        if not rest.sum() > 0:
+            break
+        j = ref_inverse_cdf(rest, uk)
+        out.append(j)
+        rest[j] = 0.0
+    return np.array(out, np.int64)
+
+
+def ref_inverse_cdf(probs, u):
+    """Index of the first cumulative sum above u * total (the last positive entry at worst)."""
+    c = np.cumsum(probs)
+    j = int(np.searchsorted(c, u * np.sum(probs), side="right"))
+    return min(j, int(np.flatnonzero(probs > 0)[-1]))
+
+
+# --------------------------------------------------------------------------- logits rows
+
+
+def random_logits(rng, v, kind):
+    if kind == "normal":
+        x = rng.normal(0.0, rng.choice([0.5, 3.0, 15.0]), v)
+    elif kind == "zipf":
+        x = -1.1 * np.log(np.arange(1, v + 1)) + rng.normal(0, 0.3, v)
+        rng.shuffle(x)
+    elif kind == "neginf":
+        x = rng.normal(0.0, 4.0, v)
+        x[rng.random(v) < 0.5] = -np.inf
+        if not np.isfinite(x).any():
+            x[rng.integers(v)] = rng.normal()
+    elif kind == "single":
+        x = np.full(v, -np.inf)
+        x[rng.integers(v)] = rng.normal(0, 100)
+    elif kind == "huge":
+        x = rng.uniform(-1e4, 1e4, v)
+        x[rng.integers(v)] = 1e4  # and a few within reach of the max
+        x[rng.integers(v, size=min(v, 3))] = 1e4 - rng.uniform(0, 20, min(v, 3))
+    elif kind == "huge_neg":
+        x = -1e4 + rng.normal(0, 2.0, v)
+    elif kind == "ties":
+        x = rng.integers(-3, 1, v).astype(np.float64)
+    elif kind == "flat":
+        x = np.full(v, 0.25)
+    else:
+        raise AssertionError(kind)
+    return x.astype(np.float32)
+
+
+KINDS = ("normal", "zipf", "neginf", "single", "huge", "huge_neg", "ties", "flat")
+SIZES = (1, 2, 3, 7, 64, 300, 5000)
+SETTINGS = [
+    dict(temperature=1.0),
+    dict(temperature=0.0),
+    dict(temperature=0.0, top_k=5, top_p=0.5),
+    dict(temperature=0.7),
+    dict(temperature=0.6, top_k=40, top_p=0.95),
+    dict(temperature=1.5, top_p=0.9),
+    dict(temperature=0.3, top_p=0.5, min_p=0.05),
+    dict(temperature=1.0, min_p=0.2),
+    dict(temperature=1.0, top_k=1),
+    dict(temperature=0.8, top_k=10, min_p=0.1),
+    dict(temperature=1.0, top_k=100000),
+    dict(temperature=1.0, top_p=0.25),
+    dict(temperature=1e-3, top_p=0.99),
+]
+CAPS = (0, 1, 3, 64)
+
+
+def all_rows(seed=0, reps=2):
+    rng = np.random.default_rng(seed)
+    for v, kind, rep in itertools.product(SIZES, KINDS, range(reps)):
+        yield f"{kind}-V{v}-{rep}", random_logits(rng, v, kind)
+
+
+ROWS = list(all_rows())
+
+
+# --------------------------------------------------------------------------- probs
+
+
+def check_sparse_shape(ids, probs, logits):
+    assert ids.dtype == np.int64 and probs.dtype == np.float64
+    assert ids.ndim == 1 and ids.shape == probs.shape and ids.shape[0] >= 1
+    assert not np.isnan(probs).any()
+    assert (probs >= 0).all()
+    assert abs(probs.sum() - 1.0) <= 1e-12
+    assert np.unique(ids).shape[0] == ids.shape[0]
+    assert np.isfinite(logits[ids]).all() or ids.shape[0] == 1
+    assert (np.diff(probs) <= 0).all(), "not sorted by probability descending"
+    eq = np.diff(logits[ids]) == 0
+    assert (np.diff(ids)[eq] > 0).all(), "tied logits not ordered by id"
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_probs_sparse_matches_reference(cap):
+    for (name, logits), kw in itertools.product(ROWS, SETTINGS):
+        ids, probs = probs_sparse(logits, cap=cap, **kw)
+        check_sparse_shape(ids, probs, logits)
+        rids, rprobs = ref_probs(logits, cap=cap, **kw)
+        np.testing.assert_array_equal(ids, rids, err_msg=f"{name} {kw} cap={cap}")
+        np.testing.assert_allclose(probs, rprobs, rtol=RTOL, atol=ATOL, err_msg=f"{name} {kw} cap={cap}")
+
+
+def test_probs_dense_matches_reference():
+    for (name, logits), kw in itertools.product(ROWS, SETTINGS):
+        p = probs_dense(logits, **kw)
+        assert p.dtype == np.float64 and p.shape == logits.shape
+        assert not np.isnan(p).any() and abs(p.sum() - 1.0) <= 1e-12
+        np.testing.assert_allclose(p, ref_dense(logits, **kw), rtol=RTOL, atol=ATOL, err_msg=f"{name} {kw}")
+        ids, probs = probs_sparse(logits, **kw)
+        np.testing.assert_allclose(p[ids], probs, rtol=RTOL, atol=ATOL)
+        assert np.count_nonzero(p) == np.count_nonzero(probs)
+
+
+def test_dense_softmax_equals_scipy():
+    rng = np.random.default_rng(1)
+    for t in (0.5, 1.0, 2.0):
+        x = random_logits(rng, 5000, "normal")
+        np.testing.assert_allclose(probs_dense(x, t), special.softmax(x.astype(np.float64) / t), rtol=1e-12)
+
+
+def test_greedy_ties_go_to_lowest_id():
+    x = np.array([-np.inf, 1.0, 3.0, 0.5, 3.0, 3.0], np.float32)
+    for kw in (dict(), dict(top_k=2), dict(top_p=0.1), dict(min_p=0.5)):
+        ids, probs = probs_sparse(x, temperature=0.0, cap=4, **kw)
+        assert ids.tolist() == [2] and probs.tolist() == [1.0]
+        assert probs_dense(x, 0.0, **kw).tolist() == [0, 0, 1.0, 0, 0, 0]
+
+
+def test_cap_applies_after_top_p():
+    # p = [0.4, 0.4, 0.2]: the 0.5-nucleus is {0, 1}; capping to 2 keeps it whole.
+    x = np.log(np.array([0.4, 0.4, 0.2])).astype(np.float32)
+    for top_k in (0, 3):
+        ids, probs = probs_sparse(x, top_p=0.5, top_k=top_k, cap=2)
+        assert ids.tolist() == [0, 1]
+        np.testing.assert_allclose(probs, [0.5, 0.5], rtol=1e-12)
+    # the cap renormalises what top-p / min-p leave
+    x = np.log(np.array([0.1, 0.5, 0.25, 0.15])).astype(np.float32)
+    ids, probs = probs_sparse(x, top_p=0.8, cap=2)
+    assert ids.tolist() == [1, 2]
+    np.testing.assert_allclose(probs, [2 / 3, 1 / 3], rtol=1e-6)  # float32 logits
+
+
+def test_probs_accept_lists_and_float64():
+    x = [0.0, 1.0, -np.inf, 2.0]
+    ids, probs = probs_sparse(x)
+    rids, rprobs = ref_probs(np.array(x, np.float32))
+    assert ids.tolist() == rids.tolist()
+    np.testing.assert_allclose(probs, rprobs, rtol=RTOL)
+    np.testing.assert_allclose(probs_dense(np.array(x, np.float64)), ref_dense(np.array(x, np.float32)), rtol=RTOL)
+
+
+BAD_LOGITS = [
+    ("2-D", np.zeros((2, 3), np.float32)),
+    ("empty", np.zeros(0, np.float32)),
+    ("NaN", np.array([0.0, np.nan, 1.0], np.float32)),
+    ("+inf", np.array([0.0, np.inf, 1.0], np.float32)),
+    ("NaN and -inf", np.array([-np.inf, np.nan], np.float32)),
+    ("scalar", np.float32(1.0)),
+]
+
+
+@pytest.mark.parametrize("name,x", BAD_LOGITS, ids=[b[0] for b in BAD_LOGITS])
+def test_bad_logits_raise(name, x):
+    with pytest.raises(ValueError):
+        probs_sparse(x)
+    with pytest.raises(ValueError):
+        probs_dense(x)
+    with pytest.raises(ValueError):
+        probs_sparse(x, temperature=0.0)
+    with pytest.raises(ValueError):
+        top_tokens(x, 2)
+
+
+def test_no_finite_logit_raises():
+    x = np.full(4, -np.inf, np.float32)
+    for t in (0.0, 1.0):
+        with pytest.raises(ValueError):
+            probs_sparse(x, t)
+        with pytest.raises(ValueError):
+            probs_dense(x, t)
+    assert top_tokens(x, 2).shape == (0,)
+
+
+# --------------------------------------------------------------------------- top_tokens
+
+
+def test_top_tokens_matches_lexsort():
+    for (name, logits), k in itertools.product(ROWS, (0, 1, 2, 5, 40, 6000)):
+        got = top_tokens(logits, k)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, ref_order(logits)[:k], err_msg=f"{name} k={k}")
+
+
+def test_top_tokens_rejects_negative_k():
+    with pytest.raises(ValueError):
+        top_tokens(np.zeros(3, np.float32), -1)
+
+
+# --------------------------------------------------------------------------- draws
+
+
+def random_sparse(rng, n, zeros=False):
+    probs = rng.dirichlet(np.full(n, rng.choice([0.2, 1.0, 5.0])))
+    if zeros:
+        probs[rng.random(n) < 0.3] = 0.0
+        if probs.sum() == 0:
+            probs[rng.integers(n)] = 1.0
+        probs /= probs.sum()
+    ids = rng.choice(10 * n + 5, n, replace=False).astype(np.int64)
+    return ids, probs
+
+
+def edge_uniforms(rng, m):
+    return np.concatenate([[0.0, np.nextafter(1.0, 0.0), 0.5], rng.random(m)])
+
+
+def test_sample_iid_is_inverse_cdf():
+    rng = np.random.default_rng(2)
+    for n, zeros in itertools.product((1, 2, 5, 64, 1000), (False, True)):
+        ids, probs = random_sparse(rng, n, zeros)
+        u = edge_uniforms(rng, 500)
+        got = sample_iid(ids, probs, u)
+        assert got.dtype == np.int64 and got.shape == u.shape
+        want = ids[[ref_inverse_cdf(probs, uk) for uk in u]]
+        np.testing.assert_array_equal(got, want)
+        pos = dict(zip(ids.tolist(), probs.tolist()))
+        assert all(pos[t] > 0 for t in got.tolist())
+    assert sample_iid([3], [1.0], np.zeros(0)).shape == (0,)
+
+
+def test_sample_dense_is_inverse_cdf():
+    rng = np.random.default_rng(3)
+    for v in (1, 3, 50, 5000):
+        p = rng.dirichlet(np.ones(v))
+        p[rng.random(v) < 0.3] = 0.0
+        if p.sum() == 0:
+            p[0] = 1.0
+        p /= p.sum()
+        nz = np.flatnonzero(p)
+        for uk in edge_uniforms(rng, 100):
+            tok = sample_dense(p, uk)
+            assert isinstance(tok, int) and tok == ref_inverse_cdf(p, uk)
+            # and the same token as the sparse draw over the support in id order
+            assert tok == int(sample_iid(nz, p[nz], [uk])[0])
+
+
+def test_sample_without_replacement_matches_sequential_reference():
+    rng = np.random.default_rng(4)
+    for n, zeros, k in itertools.product((1, 2, 5, 64), (False, True), (1, 3, 8, 100)):
+        ids, probs = random_sparse(rng, n, zeros)
+        for _ in range(20):
+            u = rng.random(k)
+            got = sample_without_replacement(ids, probs, u)
+            assert got.dtype == np.int64
+            assert got.shape[0] == min(k, np.count_nonzero(probs))
+            assert np.unique(got).shape[0] == got.shape[0]
+            np.testing.assert_array_equal(got, ids[ref_without_replacement(probs, u)])
+
+
+def test_sample_without_replacement_pair_law():
+    """Ordered pairs from q = [.5, .25, .15, .07, .03]: chi-square against the exact law."""
+    q = np.array([0.5, 0.25, 0.15, 0.07, 0.03])
+    ids = np.array([11, 3, 7, 0, 20])
+    n_draw = 60_000
+    rng = np.random.default_rng(5)
+    u = rng.random((n_draw, 2))
+    counts = {}
+    for row in u:
+        a, b = sample_without_replacement(ids, q, row).tolist()
+        counts[(a, b)] = counts.get((a, b), 0) + 1
+    pairs = [(i, j) for i in range(5) for j in range(5) if i != j]
+    expected = np.array([q[i] * q[j] / (1.0 - q[i]) for i, j in pairs])
+    assert abs(expected.sum() - 1.0) < 1e-12
+    observed = np.array([counts.pop((ids[i], ids[j]), 0) for i, j in pairs])
+    assert not counts, f"impossible pairs drawn: {counts}"
+    res = stats.chisquare(observed, expected * n_draw)
+    assert res.pvalue >= 1e-4, res
