@@ -132,7 +132,7 @@ class LlamaModel:
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         n_seq_max: int = 64,
-        seed: int = 0,
+        flash_attn: bool = False,
     ):
         path = os.fspath(path)
         _check_gguf_file(path)
@@ -159,6 +159,11 @@ class LlamaModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True
+        # Flash attention on the CPU rounds through F16 in a way that depends on where cells
+        # sit in the cache, so a node's logits would differ (1e-3 on F32 models) between a
+        # tree decode and a sequential one.  Off by default: a path must score the same
+        # whichever way it was decoded.
+        cparams.flash_attn_type = _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
         ctx = _ll.llama_init_from_model(model, cparams)
         if not ctx:
@@ -167,7 +172,7 @@ class LlamaModel:
         self._ctx = ctx
         self._mem = _ll.llama_get_memory(ctx)
         self.n_ctx = int(_ll.llama_n_ctx(ctx))
-        self.n_batch = int(n_batch)
+        self.n_batch = int(_ll.llama_n_batch(ctx))  # llama.cpp may clamp it to n_ctx
         self.n_seq_max = int(n_seq_max)
         self.n_threads = threads
         self.n_gpu_layers = int(n_gpu_layers)

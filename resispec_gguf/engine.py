@@ -45,6 +45,7 @@ class Stats:
 
     method: str = "none"
     prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens whose KV cache was reused from the previous call
     prompt_time: float = 0.0
     tokens: int = 0
     steps: int = 0
@@ -87,7 +88,7 @@ class Stats:
         self.accepted_by_depth[depth - 1] += int(accepted)
 
     def merge(self, other: "Stats") -> None:
-        for name in ("prompt_tokens", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
+        for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
                      "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
@@ -100,6 +101,7 @@ class Stats:
         return {
             "method": self.method,
             "prompt_tokens": self.prompt_tokens,
+            "prompt_reused": self.prompt_reused,
             "tokens": self.tokens,
             "steps": self.steps,
             "target_calls": self.target_calls,
@@ -164,7 +166,7 @@ class _Generation:
             raise ContextFullError(
                 f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
             )
-        e.target.sync_prefix(self.prompt)
+        self.stats.prompt_reused = e.target.sync_prefix(self.prompt)
         speculative = self.dp.method != "none"
         if speculative:
             e.draft.sync_prefix(self.prompt)

@@ -1,0 +1,257 @@
+"""Micro-benchmark of the per-node CPU work: logits processing and node verification.
+
+Everything is timed against one plain NumPy softmax of a full Qwen-sized logits row (float32
+in, float64 probabilities out), the cost the target side pays anyway.  The issue's targets:
+a ResiSpec node verification costs less than that softmax, and the first import with a warm
+Numba cache takes under 2 s.  Nothing is asserted; the table is printed (and optionally
+written as JSON).
+
+    python scripts/bench_kernels.py [--reps 200] [--vocab 151936] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from resispec_gguf import sampling, verify
+
+QWEN_VOCAB = 151_936
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def zipf_logits(rng, v, scale=1.6, noise=0.6):
+    """Zipf-like logits: rank r gets -scale * log r plus noise, shuffled over the vocabulary."""
+    x = 18.0 - scale * np.log(np.arange(1, v + 1)) + rng.normal(0.0, noise, v)
+    return rng.permutation(x).astype(np.float32)
+
+
+def draft_logits(rng, target, noise=1.0):
+    """A draft that mostly agrees with the target."""
+    return (target + rng.normal(0.0, noise, target.shape[0])).astype(np.float32)
+
+
+def numpy_softmax(logits):
+    # logits: [V] float32 -> [V] float64
+    x = logits.astype(np.float64)
+    e = np.exp(x - x.max())
+    e /= e.sum()
+    return e
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def median_us(fn, args_list, warmup=5):
+    """Median wall time of fn(*args) in microseconds, cycling through args_list."""
+    for i in range(warmup):
+        fn(*args_list[i % len(args_list)])
+    times = []
+    for args in args_list:
+        t0 = time.perf_counter_ns()
+        fn(*args)
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
+def import_time(code, runs=3):
+    """Median wall time of a fresh interpreter running code (after one cache-warming run)."""
+    cmd = [sys.executable, "-c", code]
+    env = dict(os.environ)
+    subprocess.run(cmd, check=True, env=env)  # populates the Numba cache if it is cold
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env=env)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+FIRST_CALLS = """
+import numpy as np
+from resispec_gguf import sampling, verify
+x = np.linspace(-3, 3, 50).astype(np.float32)
+p = sampling.probs_dense(x)
+sampling.probs_dense(x, 0.6, 40, 0.95)
+ids, q = sampling.probs_sparse(x + 0.1, cap=8)
+sampling.top_tokens(x, 4)
+d = sampling.sample_iid(ids, q, np.full(4, 0.3))
+for m in ("specinfer", "resispec"):
+    verify.verify_node_sparse(m, p, ids, q, d, np.full(5, 0.5))
+verify.verify_node_sparse("rrs", p, ids, q, sampling.sample_without_replacement(ids, q, np.full(4, 0.3)), np.full(5, 0.5))
+"""
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def run(v, reps, k, cap, seed):
+    rng = np.random.default_rng(seed)
+    n_rows = 8
+    tgt = [zipf_logits(rng, v) for _ in range(n_rows)]
+    dft = [draft_logits(rng, t) for t in tgt]
+    rows = []
+
+    def row(name, us, note=""):
+        rows.append({"name": name, "us": us, "note": note})
+
+    def cyc(lst):
+        return [lst[i % len(lst)] for i in range(reps)]
+
+    # (a) the reference unit
+    t_soft = median_us(numpy_softmax, cyc([(t,) for t in tgt]))
+    row("numpy softmax (float32 -> float64)", t_soft, "reference unit")
+
+    # (b) target side
+    row("probs_dense T=1", median_us(sampling.probs_dense, cyc([(t, 1.0) for t in tgt])))
+    row(
+        "probs_dense T=0.6 top_k=40 top_p=0.95",
+        median_us(sampling.probs_dense, cyc([(t, 0.6, 40, 0.95) for t in tgt])),
+    )
+    row(
+        "probs_dense T=0.6 top_p=0.95 (no top_k)",
+        median_us(sampling.probs_dense, cyc([(t, 0.6, 0, 0.95) for t in tgt])),
+    )
+
+    # (c) draft side
+    row(f"probs_sparse T=1 cap={cap}", median_us(sampling.probs_sparse, cyc([(d, 1.0, 0, 1.0, 0.0, cap) for d in dft])))
+    row(
+        f"probs_sparse T=0.6 top_p=0.95 cap={cap}",
+        median_us(sampling.probs_sparse, cyc([(d, 0.6, 0, 0.95, 0.0, cap) for d in dft])),
+        "cap after top-p: one extra O(V) exp pass",
+    )
+    row(
+        f"probs_sparse T=0.6 top_k=40 top_p=0.95 cap={cap}",
+        median_us(sampling.probs_sparse, cyc([(d, 0.6, 40, 0.95, 0.0, cap) for d in dft])),
+    )
+
+    # (d)-(f) node verification, T=1, full dense p (the fallback then scans all of V)
+    ps = [sampling.probs_dense(t, 1.0) for t in tgt]
+    qs = [sampling.probs_sparse(d, 1.0, 0, 1.0, 0.0, cap) for d in dft]
+
+    def iid_cases(typical):
+        cases = []
+        for i in range(reps):
+            p = ps[i % n_rows]
+            qids, qp = qs[i % n_rows]
+            if typical:
+                draws = sampling.sample_iid(qids, qp, rng.random(k))
+                u = rng.random(k + 1)
+            else:
+                # every draw is the token the target likes least relative to q, every u near 1:
+                # all stages reject and the O(V) fallback runs
+                j = int(np.argmin(p[qids] / qp))
+                draws = np.full(k, qids[j], np.int64)
+                u = np.full(k + 1, 1.0 - 1e-12)
+                u[k] = rng.random()
+            cases.append((p, qids, qp, draws, u))
+        return cases
+
+    def rrs_cases(typical):
+        cases = []
+        for i in range(reps):
+            p = ps[i % n_rows]
+            qids, qp = qs[i % n_rows]
+            draws = sampling.sample_without_replacement(qids, qp, rng.random(k))
+            u = rng.random(k + 1) if typical else np.full(k + 1, 1.0 - 1e-12)
+            if not typical:
+                u[k] = rng.random()
+            cases.append((p, qids, qp, draws, u))
+        return cases
+
+    def accept_rate(method, cases):
+        return float(np.mean([verify.verify_node_sparse(method, *c)[1] >= 0 for c in cases]))
+
+    for method in ("resispec", "specinfer", "rrs"):
+        make = rrs_cases if method == "rrs" else iid_cases
+        for typical in (True, False):
+            cases = make(typical)
+            acc = accept_rate(method, cases)
+            label = "typical" if typical else "forced fallback"
+            row(
+                f"verify_node_sparse {method} K={k} {label}",
+                median_us(lambda *a, m=method: verify.verify_node_sparse(m, *a), cases),
+                f"accept rate {acc:.2f}",
+            )
+            if hasattr(verify, "verify_prepared"):
+                row(
+                    f"verify_prepared {method} K={k} {label}",
+                    median_us(lambda *a, m=method: verify.verify_prepared(m, *a), cases),
+                    "no validation",
+                )
+
+    # (e) the ResiSpec schedule solve alone, and the other pieces of a node verification
+    sup = [(ps[i], *qs[i]) for i in range(n_rows)]
+    row("_sorted_support (|supp q| = cap)", median_us(verify._sorted_support, cyc(sup)))
+    sorted_sup = [verify._sorted_support(*s) for s in sup]
+    row(
+        f"_schedule resispec K={k}",
+        median_us(lambda rs, qc, pc: verify._schedule(verify._RESISPEC, rs, qc, pc, k), cyc(sorted_sup)),
+    )
+    row(
+        f"_schedule specinfer K={k}",
+        median_us(lambda rs, qc, pc: verify._schedule(verify._SPECINFER, rs, qc, pc, k), cyc(sorted_sup)),
+    )
+    c_vals = [float(verify._schedule(verify._RESISPEC, *s, k)[2]) for s in sorted_sup]
+    fb = [(ps[i], *qs[i], c_vals[i], 0.999) for i in range(n_rows)]
+    row("_fallback_iid (two O(V) passes)", median_us(verify._fallback_iid, cyc(fb)), "u = 0.999")
+    row("p.sum() alone (one O(V) pass)", median_us(np.sum, cyc([(p,) for p in ps])))
+    row("wrapper: _check_dist(p)", median_us(verify._check_dist, cyc([("p", p) for p in ps])))
+    row("wrapper: _check_sparse", median_us(verify._check_sparse, cyc(sup)))
+    dr = iid_cases(True)
+    row(
+        "wrapper: _check_draws",
+        median_us(lambda p, qids, qp, d, u: verify._check_draws(verify._RESISPEC, qids, qp, d, u), dr),
+    )
+    row("kernel: _verify resispec typical", median_us(lambda *a: verify._verify(verify._RESISPEC, *a), dr))
+    row("sampling: _check_logits (row)", median_us(sampling._check_logits, cyc([(t,) for t in tgt])))
+
+    for r in rows:
+        r["ratio"] = r["us"] / t_soft
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=QWEN_VOCAB)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--k", type=int, default=16, help="iid draws per node")
+    ap.add_argument("--cap", type=int, default=64, help="draft support cap")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-import", action="store_true", help="skip the start-up measurements")
+    ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+
+    rows = run(args.vocab, args.reps, args.k, args.cap, args.seed)
+    startup = {}
+    if not args.no_import:
+        startup["import (warm cache)"] = import_time("import resispec_gguf.verify, resispec_gguf.sampling")
+        startup["import + first call of every kernel (warm cache)"] = import_time(FIRST_CALLS)
+
+    print(f"V = {args.vocab}, K = {args.k}, cap = {args.cap}, median of {args.reps} calls")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}")
+    w = max(len(r["name"]) for r in rows)
+    print(f"{'':{w}}  {'us':>9}  {'x softmax':>9}")
+    for r in rows:
+        print(f"{r['name']:{w}}  {r['us']:9.1f}  {r['ratio']:9.3f}  {r['note']}")
+    for name, s in startup.items():
+        print(f"{name}: {s:.2f} s (median of 3)")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"vocab": args.vocab, "k": args.k, "cap": args.cap, "reps": args.reps,
+                       "rows": rows, "startup_s": startup}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

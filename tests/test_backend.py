@@ -1,0 +1,173 @@
+"""The llama.cpp backend on tiny GGUF models: tree decoding, KV commit, vocab checks, bad files."""
+
+import numpy as np
+import pytest
+
+from resispec_gguf import vocab
+from resispec_gguf.backend import LlamaModel, VocabInfo
+from resispec_gguf.engine import Engine
+from resispec_gguf.errors import ContextFullError, UserError
+from resispec_gguf.textstream import TextAssembler
+
+
+@pytest.fixture(scope="module")
+def models(tiny_pair):
+    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16)
+    ref = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=4)
+    yield m, ref
+    m.close()
+    ref.close()
+
+
+def same_logits(a, b):
+    """Equal up to float32 round-off: batched and single-row matmuls sum in different orders
+    (seen: 1.4e-5 on logits of magnitude ~7), so the bound is 1e-5 relative to the row scale."""
+    return np.abs(a - b).max() <= 1e-5 * max(1.0, float(np.abs(b).max()))
+
+
+def _path_tokens(tokens, parents, i):
+    out = []
+    while i >= 0:
+        out.append(tokens[i])
+        i = parents[i]
+    return out[::-1]
+
+
+def test_tree_decode_equals_sequential_decode(models):
+    m, ref = models
+    prompt = m.tokenize("The tree: ")
+    m.sync_prefix(prompt + [0])  # prefix = prompt; the tree hangs after it
+    # root r; r->a->c->d (depth 3), r->b (depth 1), a->e (depth 2), b->f->g (depth 3)
+    tokens = [50, 60, 70, 80, 90, 100, 110, 120]
+    parents = [-1, 0, 0, 1, 3, 1, 2, 6]
+    rows = m.decode(tokens, parents)
+    assert len(rows) == len(tokens)
+    for i in range(len(tokens)):
+        expect = ref.logits_of_sequence(prompt + _path_tokens(tokens, parents, i))[-1]
+        assert same_logits(rows[i], expect), i
+    # keep r, a, c and drop the rest; the next decode continues that path
+    m.commit([0, 1, 3])
+    assert m.cached == prompt + [50, 60, 80]
+    rows = m.decode([42, 43], [-1, 0])
+    expect = ref.logits_of_sequence(prompt + [50, 60, 80, 42, 43])
+    assert same_logits(rows[0], expect[-2])
+    assert same_logits(rows[1], expect[-1])
+    m.drop_uncommitted()
+
+
+def test_level_by_level_decode_and_commit(models):
+    """Nodes decoded in separate calls (the draft's levels) see their ancestors only."""
+    m, ref = models
+    prompt = m.tokenize("Levels")
+    m.sync_prefix(prompt + [0])
+    m.decode([7, 8], [-1, 0])  # chain: pending token 7, root 8
+    m.decode([30, 31], [1, 1])  # level 1: two children of the root (nodes 2, 3)
+    rows = m.decode([40, 41], [2, 3])  # level 2: one child each (nodes 4, 5)
+    for row, path in zip([rows[0], rows[1]], [[7, 8, 30, 40], [7, 8, 31, 41]]):
+        expect = ref.logits_of_sequence(prompt + path)[-1]
+        assert same_logits(row, expect)
+    m.commit([0, 1, 3, 5])
+    assert m.cached[-4:] == [7, 8, 31, 41]
+    rows = m.decode([9], [-1])
+    expect = ref.logits_of_sequence(prompt + [7, 8, 31, 41, 9])[-1]
+    assert same_logits(rows[0], expect)
+    m.drop_uncommitted()
+
+
+def test_prefix_reuse_and_stale_rows(models):
+    m, _ = models
+    a = m.tokenize("shared prefix, then one ending")
+    b = m.tokenize("shared prefix, then another")
+    m.sync_prefix(a)
+    reused = m.sync_prefix(b)
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert reused == common
+    assert m.cached == b[:-1]
+    rows = m.decode([b[-1]], [-1])
+    m.decode([5], [-1])
+    with pytest.raises(RuntimeError, match="next decode"):
+        rows[0]
+    m.drop_uncommitted()
+
+
+def test_commit_rejects_non_chain(models):
+    m, _ = models
+    m.sync_prefix(m.tokenize("x y"))
+    m.decode([5, 6, 7], [-1, 0, 0])
+    with pytest.raises(ValueError, match="chain"):
+        m.commit([0, 2, 1])
+    m.drop_uncommitted()
+
+
+def test_context_full(tiny_pair):
+    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16)
+    assert m.n_ctx == 256
+    with pytest.raises(ContextFullError):
+        m.sync_prefix([5] * 300)
+    m.sync_prefix([5] * 250)
+    with pytest.raises(ContextFullError):
+        m.decode(list(range(10, 18)), [-1] + list(range(7)))
+    rows = m.decode([10, 11], [-1, 0])  # still usable, and the tree fits
+    assert len(rows) == 2
+    m.close()
+
+
+def test_tokenize_roundtrip_and_incremental_utf8(models):
+    m, _ = models
+    text = "héllo wörld 🙂 — 日本"
+    toks = m.tokenize(text, add_special=False)
+    pieces = [m.token_piece(t) for t in toks]
+    assert b"".join(pieces).decode() == text
+    asm = TextAssembler()
+    out = [asm.push(p) for p in pieces]
+    assert all("\ufffd" not in s for s in out)
+    assert "".join(out) + asm.flush() == text
+
+
+def test_text_assembler_stop_strings():
+    asm = TextAssembler(("STOP", "\n\n"))
+    out = "".join(asm.push(c.encode()) for c in "abc ST")
+    assert out == "abc " and not asm.stopped  # "ST" is held back: it may begin STOP
+    out += asm.push(b"OP and more")
+    assert asm.stopped and out == "abc "
+    asm = TextAssembler(("STOP",))
+    out = "".join(asm.push(c.encode()) for c in "a STa")
+    assert out + asm.flush() == "a STa"
+
+
+def _info(**kw):
+    base = dict(vocab_type=2, n_vocab=10, bos=1, eos=2, add_bos=False, add_eos=False, texts=tuple(b"t%d" % i for i in range(10)))
+    base.update(kw)
+    return VocabInfo(**base)
+
+
+def test_vocab_check_rules():
+    assert vocab.first_mismatch(_info(), _info()) is None
+    assert "types differ" in vocab.first_mismatch(_info(), _info(vocab_type=1))
+    assert "BOS" in vocab.first_mismatch(_info(add_bos=True), _info(add_bos=True, bos=3))
+    assert vocab.first_mismatch(_info(bos=5), _info(bos=6)) is None  # BOS unused
+    texts = list(_info().texts)
+    texts[7] = b"other"
+    assert "token 7" in vocab.first_mismatch(_info(), _info(texts=tuple(texts)))
+    texts[7], texts[3] = b"t7", b"other"
+    assert vocab.first_mismatch(_info(), _info(texts=tuple(texts))) is None  # ids < 5 unchecked
+    big = _info(n_vocab=200, texts=tuple(b"t%d" % i for i in range(200)))
+    assert "sizes differ" in vocab.first_mismatch(_info(), big)
+
+
+def test_incompatible_pair_refused(tiny_pair, incompatible_draft):
+    with pytest.raises(UserError, match=r"incompatible.*token 5"):
+        Engine.load(str(tiny_pair[0]), str(incompatible_draft), n_ctx=128, progress=False)
+
+
+def test_bad_files(tmp_path, not_gguf_file, truncated_gguf):
+    with pytest.raises(UserError, match="not found"):
+        LlamaModel(tmp_path / "missing.gguf")
+    with pytest.raises(UserError, match="not a GGUF"):
+        LlamaModel(not_gguf_file)
+    with pytest.raises(UserError, match="truncated|corrupt"):
+        LlamaModel(truncated_gguf)
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    with pytest.raises(UserError, match="not a GGUF"):
+        LlamaModel(empty)
