@@ -34,3 +34,10 @@ def not_gguf_file(tmp_path_factory) -> Path:
 def truncated_gguf(tmp_path_factory) -> Path:
     """The first half of a real tiny GGUF model."""
     return tiny_gguf.write_truncated_gguf(tmp_path_factory.mktemp("truncated"))
+
+
+@pytest.fixture(scope="session")
+def noisy_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A pair whose draft is much noisier (acceptance ~0.4): fallbacks are frequent, which
+    gives the engine's exactness tests power against a wrong residual."""
+    return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("noisy"), seed=1, noise=0.6)

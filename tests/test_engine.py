@@ -1,0 +1,208 @@
+"""The speculative engine end to end on the tiny GGUF pair.
+
+Exactness through the real engine is tested with the randomised probability integral
+transform: for every generated token t at a position whose exact target distribution is p
+(computed by a separate target model on the generated prefix), ``v = F(t-) + U p(t)`` is
+uniform on [0, 1) exactly when t ~ p.  Over thousands of seeded runs and the first three
+positions, the v's are binned and chi-square tested; the first token is also tested directly.
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import tiny_gguf
+from resispec_gguf import sampling
+from resispec_gguf.backend import LlamaModel
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.engine import Engine
+from resispec_gguf.errors import ContextFullError
+
+METHODS = ("none", "chain", "specinfer", "rrs", "resispec")
+EOG = (tiny_gguf.EOS_ID, tiny_gguf.IM_END_ID)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_pair):
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def noisy_engine(noisy_pair):
+    with Engine.load(str(noisy_pair[0]), str(noisy_pair[1]), n_ctx=512, progress=False) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def reference(noisy_pair):
+    m = LlamaModel(noisy_pair[0], n_ctx=512, n_seq_max=2)
+    yield m
+    m.close()
+
+
+def _pit(p, tok, u):
+    """Randomised PIT with all end-of-generation tokens merged into one cell placed first."""
+    eog = p[list(EOG)].sum()
+    if tok is None:
+        return u * eog
+    rest = p.copy()
+    rest[list(EOG)] = 0.0
+    return eog + rest[:tok].sum() + u * rest[tok]
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=3),
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.0, max_tokens=3),
+    ],
+    ids=["T1", "T0.7-topk-topp"],
+)
+@pytest.mark.parametrize("method", METHODS)
+def test_first_three_tokens_follow_the_target(noisy_engine, reference, method, sp):
+    engine = noisy_engine
+    prompt = engine.tokenize("Once upon a time")
+    dp = DraftParams(method=method, draws=3, depth=3, budget=8)
+    runs = 2500
+    rng = np.random.default_rng(99)
+    pits, first = [], []
+    cache: dict[tuple, np.ndarray] = {}
+    n0 = len(prompt)
+    for seed in range(runs):
+        res = engine.generate(prompt, sp.replace(seed=seed), dp)
+        toks = list(res.tokens)
+        assert len(toks) == 3 or res.finish_reason == "eos"
+        seq = toks + ([None] if res.finish_reason == "eos" else [])
+        key = tuple(toks[:2])
+        if key not in cache:  # rows n0-1 .. : the target's logits for positions 0, 1, 2
+            cache[key] = reference.logits_of_sequence(prompt + list(key))[n0 - 1 :]
+        for i, tok in enumerate(seq[:3]):
+            p = sampling.probs_dense(cache[key][i], sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+            assert tok is None or p[tok] > 0, "emitted a token outside the target's support"
+            pits.append(_pit(p, tok, rng.random()))
+        first.append(seq[0])
+    counts, _ = np.histogram(pits, bins=20, range=(0, 1))
+    assert stats.chisquare(counts).pvalue >= 1e-4
+    # the first token directly
+    p0 = sampling.probs_dense(reference.logits_of_sequence(prompt)[-1], sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+    cells = np.array([-1 if t is None else t for t in first])
+    eog_p = p0[list(EOG)].sum()
+    big = [t for t in np.argsort(-p0) if p0[t] * runs >= 5 and t not in EOG]
+    obs = [np.sum(cells == t) for t in big]
+    exp = [p0[t] * runs for t in big]
+    rest_obs, rest_exp = runs - sum(obs), runs - sum(exp)
+    if rest_exp >= 5:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    else:  # the big cells hold (almost) all the mass: fold the rest into the last one
+        obs[-1] += rest_obs
+        exp[-1] += rest_exp
+    if len(obs) == 1:  # one token holds all the mass
+        assert obs[0] == runs
+    else:
+        assert stats.chisquare(obs, exp).pvalue >= 1e-4, (method, eog_p)
+
+
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_greedy_identity(engine, method):
+    for text in ["Hello", "The quick brown fox", "日本語のテキスト"]:
+        sp = SamplingParams(temperature=0.0, max_tokens=60)
+        ref = engine.generate(text, sp, DraftParams(method="none"))
+        for dp in (DraftParams(method=method), DraftParams(method=method, policy="static", depth=3, draws=2)):
+            res = engine.generate(text, sp, dp)
+            assert res.tokens == ref.tokens, (method, dp.policy, text)
+            assert res.text == ref.text
+
+
+def test_kv_cache_consistent_after_many_steps(engine, reference):
+    res = engine.generate("Cache check:", SamplingParams(temperature=1.0, max_tokens=80, seed=3), DraftParams())
+    full = engine.tokenize("Cache check:") + res.tokens
+    seq = list(engine.target.cached)
+    # the cache holds the output (and, when max_tokens cut a step short, a little beyond)
+    n = min(len(seq), len(full))
+    assert seq[:n] == full[:n] and len(seq) >= len(full) - 1
+    rows = engine.target.decode([42], [-1])
+    expect = reference.logits_of_sequence(seq + [42])[-1]
+    assert np.abs(rows[0] - expect).max() <= 1e-5 * max(1.0, np.abs(expect).max())
+    engine.target.drop_uncommitted()
+    draft_seq = engine.draft.cached
+    m = min(len(draft_seq), len(seq))
+    assert draft_seq[:m] == seq[:m]
+
+
+def test_same_seed_same_output_and_stream_matches(engine):
+    sp = SamplingParams(temperature=1.0, max_tokens=50, seed=11)
+    a = engine.generate("Seeds", sp, DraftParams())
+    b = engine.generate("Seeds", sp, DraftParams())
+    assert a.tokens == b.tokens
+    pieces = list(engine.stream("Seeds", sp, DraftParams()))
+    assert "".join(pieces) == a.text == engine.last_result.text
+    assert engine.last_result.tokens == a.tokens
+
+
+def test_max_tokens_mid_step_truncates_exactly(engine):
+    ref = engine.generate("Truncate", SamplingParams(temperature=0.0, max_tokens=40), DraftParams(method="none"))
+    for n in (1, 2, 5, 7, 13):
+        res = engine.generate("Truncate", SamplingParams(temperature=0.0, max_tokens=n), DraftParams(depth=6, budget=20))
+        assert res.tokens == ref.tokens[:n] and res.finish_reason == "length"
+
+
+def test_eos_inside_accepted_run_stops_there(engine, monkeypatch):
+    sp = SamplingParams(temperature=0.0, max_tokens=40)
+    ref = engine.generate("End of generation", sp, DraftParams(method="none"))
+    stop_tok = ref.tokens[6]
+    cut = ref.tokens.index(stop_tok)
+    orig = engine.target.is_eog
+    monkeypatch.setattr(engine.target, "is_eog", lambda t: t == stop_tok or orig(t))
+    res = engine.generate("End of generation", sp, DraftParams(depth=6, budget=20))
+    assert res.tokens == ref.tokens[:cut]
+    assert res.finish_reason == "eos"
+    assert res.stats.steps < cut + 1  # it did speculate
+
+
+def test_stop_string(engine):
+    ref = engine.generate("Stop here", SamplingParams(temperature=0.0, max_tokens=40), DraftParams(method="none"))
+    stop = ref.text[10:13]
+    assert stop and stop in ref.text
+    res = engine.generate("Stop here", SamplingParams(temperature=0.0, max_tokens=40, stop=(stop,)), DraftParams())
+    assert res.finish_reason == "stop"
+    assert res.text == ref.text[: ref.text.index(stop)]
+
+
+def test_context_full(tiny_pair):
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, progress=False) as e:
+        with pytest.raises(ContextFullError):
+            e.generate([5] * 300, SamplingParams(max_tokens=5), DraftParams())
+        res = e.generate([5] * 240, SamplingParams(temperature=1.0, max_tokens=100, seed=1), DraftParams())
+        assert res.finish_reason == "length" and 0 < len(res.tokens) <= 16
+        assert e.target.n_past <= 256
+
+
+def test_multi_turn_reuses_prefix(engine):
+    first = engine.generate("Turn one.", SamplingParams(temperature=0.0, max_tokens=20), DraftParams())
+    prompt2 = engine.tokenize("Turn one.") + first.tokens + engine.tokenize(" Turn two.", add_special=False)
+    second = engine.generate(prompt2, SamplingParams(temperature=0.0, max_tokens=5), DraftParams())
+    assert second.stats.prompt_reused >= len(engine.tokenize("Turn one.")) + len(first.tokens) - 2
+
+
+def test_stats_are_coherent(engine):
+    res = engine.generate("Stats", SamplingParams(temperature=1.0, max_tokens=64, seed=2), DraftParams())
+    st = res.stats
+    assert st.tokens == len(res.tokens)
+    assert st.target_calls == st.steps
+    assert st.tau == pytest.approx(st.tokens / st.steps)
+    assert 1.0 <= st.tau <= DraftParams().depth + 1
+    assert 0.0 < st.acceptance_rate <= 1.0
+    assert all(a <= r for a, r in zip(st.accepted_by_depth, st.reached_by_depth))
+    assert st.draft_time > 0 and st.target_time > 0
+    assert st.total_time >= st.draft_time + st.target_time
+    d = st.as_dict()
+    assert d["tau"] == st.tau and d["overhead_time_s"] >= 0
+
+
+def test_method_without_draft_is_refused(tiny_pair):
+    with Engine.load(str(tiny_pair[0]), "", n_ctx=128, progress=False) as e:
+        assert e.generate("x", SamplingParams(max_tokens=3, seed=0), DraftParams(method="none")).tokens
+        with pytest.raises(Exception, match="needs a draft"):
+            e.generate("x", SamplingParams(max_tokens=3), DraftParams(method="resispec"))
