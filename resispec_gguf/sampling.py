@@ -164,8 +164,9 @@ def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
 
 
 @njit(cache=True)
-def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap):
-    # logits: [V] float32 -> (ids [n] int64, probs [n] float64)
+def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row):
+    # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
+    # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
     V = logits.shape[0]
     best, bv = _argmax(logits)
     if temperature <= 0.0 or not bv > -np.inf:
@@ -190,7 +191,7 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap):
                 ids = ids[:kc]
             else:
                 ids = _top_k_ids(logits, kc)
-                z_all = _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
+                z_all = z_row if z_row > 0.0 else _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
         else:
             ids = _top_k_ids(logits, kc)
     else:
@@ -333,6 +334,15 @@ def _check_logits(logits: np.ndarray, need_finite: bool = True) -> np.ndarray:
     return logits
 
 
+def _row_normaliser(logits, temperature):
+    """``sum exp((l - max l) / T)`` over the row with NumPy's SIMD exp (Numba's is scalar)."""
+    x = logits.astype(np.float64)
+    x -= x.max()
+    x *= 1.0 / temperature
+    np.exp(x, out=x)
+    return float(x.sum())
+
+
 def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     """Sampling distribution of one logits row as ``(ids, probs)`` (see module docstring).
 
@@ -340,7 +350,13 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     entry; returns at least one token.
     """
     logits = _check_logits(logits)
-    return _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), int(cap))
+    temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
+    V = logits.shape[0]
+    z_row = -1.0
+    if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
+        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
+        z_row = _row_normaliser(logits, temperature)
+    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row)
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
@@ -348,7 +364,7 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     logits = _check_logits(logits)
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and min_p <= 0.0:
         return _probs_dense_full(logits, float(temperature))
-    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0)
+    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0, -1.0)
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out

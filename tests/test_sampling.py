@@ -352,3 +352,15 @@ def test_sample_without_replacement_pair_law():
     assert not counts, f"impossible pairs drawn: {counts}"
     res = stats.chisquare(observed, expected * n_draw)
     assert res.pvalue >= 1e-4, res
+
+
+def test_kernel_computes_row_normaliser_itself():
+    """The private kernel, given no precomputed normaliser, cuts the nucleus the same way."""
+    from resispec_gguf.sampling import _probs_sparse
+
+    for name, logits in ROWS:
+        for kw in (dict(temperature=0.7, top_p=0.9), dict(temperature=1.0, top_p=0.25, min_p=0.05)):
+            ids, probs = probs_sparse(logits, cap=3, **kw)
+            kids, kprobs = _probs_sparse(logits, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0)
+            np.testing.assert_array_equal(kids, ids, err_msg=name)
+            np.testing.assert_allclose(kprobs, probs, rtol=RTOL, atol=ATOL, err_msg=name)
