@@ -1,0 +1,714 @@
+"""An OpenAI-compatible HTTP API for one loaded ``Engine`` (Starlette app, served by uvicorn).
+
+Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
+``POST /v1/chat/completions`` and ``POST /v1/completions`` (both streaming as server-sent events
+and non-streaming).  Besides the OpenAI fields (``temperature``, ``top_p``, ``max_tokens``,
+``max_completion_tokens``, ``stop``, ``seed``, ``n`` = 1, ``stream_options.include_usage``) a
+request may set ``top_k`` and ``min_p`` and override the draft parameters with ``method``,
+``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
+``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
+ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
+features that cannot be honoured (``n`` > 1, logprobs, echo, tools, JSON mode) are refused.
+
+Concurrency: the engine is not thread-safe, so every engine call (chat rendering, tokenizing,
+generating) runs on one dedicated worker thread, one request at a time, in arrival order.  At
+most ``max_queue`` requests wait behind the running one; more get 503 with ``Retry-After``.  A
+client that disconnects (while queued, while waiting for a response, or mid-stream) cancels its
+request: the worker checks a flag between text pieces and closes the engine's generator.
+
+Errors never kill the server: bad input gets a 4xx and anything unexpected a logged 500, both
+as ``{"error": {"message", "type", "param", "code"}}``.
+
+What this module may not do: import llama_cpp or touch the backend; it uses only the engine's
+public API (``stream``, ``last_result``, ``render_chat``, ``tokenize``, ``target.bos``,
+``target.token_text``, ``draft``) and the settings dataclasses, which do all range validation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hmac
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .chat_format import check_messages
+from .config import DraftParams, SamplingParams
+from .errors import ContextFullError, UserError
+
+__all__ = ["create_app", "serve"]
+
+log = logging.getLogger("resispec_gguf.server")
+
+MAX_BODY_BYTES = 16 << 20
+MAX_TOKENS_LIMIT = 1_000_000
+MAX_STOP_STRINGS = 16
+_INT32 = 2**31 - 1
+_SEED_LIMIT = 2**64 - 1
+
+
+# ---------------------------------------------------------------------------------- errors
+
+
+class _ApiError(Exception):
+    """Becomes an OpenAI-shaped JSON error response."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.headers = headers
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def _bad(message: str, param: str | None = None, code: str | None = None) -> _ApiError:
+    return _ApiError(400, message, param=param, code=code)
+
+
+def _internal(exc: BaseException) -> _ApiError:
+    return _ApiError(500, f"internal server error ({type(exc).__name__}: {exc})", code="internal_error")
+
+
+def _cancelled() -> _ApiError:
+    return _ApiError(503, "the request was cancelled (the server is shutting down)", code="cancelled",
+                     headers={"Retry-After": "1"})
+
+
+def _user_error(exc: UserError, prompt_param: str) -> _ApiError:
+    if isinstance(exc, ContextFullError):
+        return _bad(str(exc), prompt_param, "context_length_exceeded")
+    return _bad(str(exc))
+
+
+# ---------------------------------------------------------------------------------- request fields
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _bad(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _number(body: dict, name: str) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(f"{name} must be a number, got {json.dumps(v)[:80]}", name, "invalid_type")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise _bad(f"{name} must be a finite number", name, "invalid_value")
+    return f
+
+
+def _integer(body: dict, name: str, lo: int, hi: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(f"{name} must be an integer, got {json.dumps(v)[:80]}", name, "invalid_type")
+    if not lo <= v <= hi:
+        raise _bad(f"{name} must be in [{lo}, {hi}], got {v}", name, "invalid_value")
+    return v
+
+
+def _boolean(body: dict, name: str) -> bool | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise _bad(f"{name} must be a boolean, got {json.dumps(v)[:80]}", name, "invalid_type")
+    return v
+
+
+def _string(body: dict, name: str) -> str | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _bad(f"{name} must be a string, got {json.dumps(v)[:80]}", name, "invalid_type")
+    return v
+
+
+def _stop(body: dict) -> tuple[str, ...] | None:
+    v = body.get("stop")
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise _bad("stop must be a string or a list of strings", "stop", "invalid_type")
+    if len(v) > MAX_STOP_STRINGS:
+        raise _bad(f"stop may hold at most {MAX_STOP_STRINGS} strings", "stop", "invalid_value")
+    return tuple(v)
+
+
+def _refuse_unsupported(body: dict, chat: bool) -> None:
+    n = _integer(body, "n", 0, _INT32)
+    if n is not None and n != 1:
+        raise _bad("only n=1 is supported", "n", "unsupported_value")
+    if chat:
+        if body.get("logprobs") or body.get("top_logprobs"):
+            raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
+        if body.get("tools") or body.get("functions"):
+            raise _bad("tools and functions are not supported", "tools", "unsupported_value")
+        rf = body.get("response_format")
+        if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
+            raise _bad("only the text response_format is supported", "response_format", "unsupported_value")
+    else:
+        if body.get("logprobs") is not None and body.get("logprobs") is not False:
+            raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
+        if body.get("echo"):
+            raise _bad("echo is not supported", "echo", "unsupported_value")
+        if body.get("suffix"):
+            raise _bad("suffix is not supported", "suffix", "unsupported_value")
+        best_of = body.get("best_of")
+        if best_of is not None and best_of != 1:
+            raise _bad("only best_of=1 is supported", "best_of", "unsupported_value")
+
+
+def _settings_error(e: ValueError, given: dict) -> _ApiError:
+    msg = str(e)
+    first = msg.split(" ", 1)[0]
+    param = first if first in given else None
+    if param is None and msg.startswith("rrs"):
+        param = "draws"
+    return _bad(msg, param, "invalid_value")
+
+
+@dataclass
+class _Request:
+    kind: str  # "chat" | "completion"
+    prompt: Any  # chat: checked messages; completion: a string or a list of token ids
+    sampling: SamplingParams
+    draft: DraftParams
+    stream: bool
+    include_usage: bool
+
+    @property
+    def prompt_param(self) -> str:
+        return "messages" if self.kind == "chat" else "prompt"
+
+
+def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams) -> _Request:
+    chat = kind == "chat"
+    _refuse_unsupported(body, chat)
+    if chat:
+        if "messages" not in body:
+            raise _bad("messages is required", "messages", "missing_field")
+        try:
+            prompt = check_messages(body["messages"])
+        except UserError as e:
+            raise _bad(str(e), "messages", "invalid_value") from None
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, list):
+            if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                raise _bad("prompt must be a string, a list with one string, or a list of token ids",
+                           "prompt", "invalid_type")
+        elif not isinstance(prompt, str):
+            if prompt is None:
+                raise _bad("prompt is required", "prompt", "missing_field")
+            raise _bad("prompt must be a string, a list with one string, or a list of token ids",
+                       "prompt", "invalid_type")
+
+    sampling: dict[str, Any] = {
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "min_p": _number(body, "min_p"),
+        "top_k": _integer(body, "top_k", 0, _INT32),
+        "seed": _integer(body, "seed", 0, _SEED_LIMIT),
+        "stop": _stop(body),
+    }
+    max_tokens = _integer(body, "max_tokens", 1, MAX_TOKENS_LIMIT)
+    if chat:
+        mct = _integer(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT)
+        if mct is not None:
+            max_tokens = mct
+    sampling["max_tokens"] = max_tokens
+    draft: dict[str, Any] = {
+        "method": _string(body, "method"),
+        "draws": _integer(body, "draws", 1, _INT32),
+        "depth": _integer(body, "depth", 1, _INT32),
+        "budget": _integer(body, "budget", 1, _INT32),
+    }
+    sampling = {k: v for k, v in sampling.items() if v is not None}
+    draft = {k: v for k, v in draft.items() if v is not None}
+    try:
+        sp = sp0.replace(**sampling)
+    except ValueError as e:
+        raise _settings_error(e, sampling) from None
+    try:
+        dp = dp0.replace(**draft)
+    except ValueError as e:
+        raise _settings_error(e, draft) from None
+
+    stream = bool(_boolean(body, "stream"))
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise _bad("stream_options must be an object", "stream_options", "invalid_type")
+    include_usage = bool(_boolean(opts or {}, "include_usage"))
+    return _Request(kind, prompt, sp, dp, stream, include_usage)
+
+
+# ---------------------------------------------------------------------------------- the worker
+
+
+class _Job:
+    """One request's generation, run on the engine thread; events go back to the event loop.
+
+    Events: ("piece", str) when streaming, then exactly one of ("done", Result),
+    ("user_error", UserError), ("error", Exception) or ("cancelled", None | Result).
+    """
+
+    def __init__(self, engine, req: _Request, loop: asyncio.AbstractEventLoop):
+        self.engine = engine
+        self.req = req
+        self.loop = loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _put(self, kind: str, value) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self._cancel.set()
+
+    def _prompt(self):
+        e, req = self.engine, self.req
+        if req.kind == "chat":
+            try:
+                text = e.render_chat(req.prompt)
+            except UserError:
+                raise
+            except Exception as exc:  # a template tripping over the request's data is bad input
+                raise UserError(f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
+        elif isinstance(req.prompt, str):
+            text = req.prompt
+        else:
+            return list(req.prompt)
+        bos = e.target.bos
+        bos_text = e.target.token_text(bos).decode("utf-8", "replace") if bos is not None and bos >= 0 else ""
+        add_special = not (bos_text and text.startswith(bos_text))
+        return e.tokenize(text, add_special=add_special)
+
+    def run(self) -> None:
+        if self.cancelled:
+            self._put("cancelled", None)
+            return
+        try:
+            prompt = self._prompt()
+            pieces = self.engine.stream(prompt, self.req.sampling, self.req.draft)
+            try:
+                for piece in pieces:
+                    if self.req.stream:
+                        self._put("piece", piece)
+                    if self.cancelled:
+                        break
+            finally:
+                pieces.close()
+            self._put("cancelled" if self.cancelled else "done", self.engine.last_result)
+        except UserError as exc:
+            self._put("user_error", exc)
+        except Exception as exc:
+            log.exception("generation failed")
+            self._put("error", exc)
+
+
+class _Worker:
+    """The one thread that calls the engine, with a FIFO of admitted jobs."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._current: _Job | None = None
+        self._running = False  # a worker thread exists and will look at the queue again
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    @property
+    def inflight(self) -> int:
+        """Admitted requests not finished yet (the running one plus the waiting ones)."""
+        with self._cv:
+            return len(self._jobs) + (self._current is not None)
+
+    def submit(self, job: _Job, limit: int) -> bool:
+        """Queue ``job`` unless ``limit`` requests are already in flight."""
+        with self._cv:
+            if len(self._jobs) + (self._current is not None) >= limit:
+                return False
+            self._closing = False
+            self._jobs.append(job)
+            if not self._running:
+                self._running = True
+                self._thread = threading.Thread(target=self._loop, name="resispec-engine", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+            return True
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs and not self._closing:
+                    self._cv.wait()
+                if not self._jobs:
+                    self._running = False
+                    return
+                job = self._current = self._jobs.popleft()
+            try:
+                job.run()
+            except BaseException:  # pragma: no cover - run() catches everything it expects
+                log.exception("engine worker job crashed")
+            finally:
+                with self._cv:
+                    self._current = None
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Cancel every job and wait for the thread to leave the engine (so it can be closed)."""
+        with self._cv:
+            self._closing = True
+            for job in list(self._jobs) + ([self._current] if self._current else []):
+                job.cancel()
+            thread = self._thread
+            self._cv.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+# ---------------------------------------------------------------------------------- responses
+
+
+def _finish_reason(engine_reason: str) -> str:
+    return "length" if engine_reason == "length" else "stop"
+
+
+def _stats(result) -> dict:
+    """``Stats.as_dict()`` with non-finite numbers as null (JSON has no NaN)."""
+    out = {}
+    for k, v in result.stats.as_dict().items():
+        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+    return out
+
+
+def _usage(result) -> dict:
+    prompt = int(result.stats.prompt_tokens)
+    completion = len(result.tokens)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _sse(obj) -> bytes:
+    if isinstance(obj, str):
+        return f"data: {obj}\n\n".encode()
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _SSEResponse(StreamingResponse):
+    """A streaming response that cancels its job however the response ends."""
+
+    def __init__(self, content, job: _Job):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._job.cancel()
+
+
+async def _wait_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class _Server:
+    def __init__(self, engine, model_name: str, draft_params: DraftParams, sampling_defaults: SamplingParams,
+                 api_key: str | None, max_queue: int):
+        self.engine = engine
+        self.model_name = model_name
+        self.draft_params = draft_params
+        self.sampling_defaults = sampling_defaults
+        self.api_key = api_key
+        self.max_queue = max_queue
+        self.worker = _Worker()
+        self.created = int(time.time())
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _check_auth(self, request: Request) -> None:
+        if not self.api_key:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+            raise _ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                            code="invalid_api_key")
+
+    def endpoint(self, fn: Callable, auth: bool = True) -> Callable:
+        async def handler(request: Request) -> Response:
+            try:
+                if auth:
+                    self._check_auth(request)
+                return await fn(request)
+            except _ApiError as e:
+                return e.response()
+            except ClientDisconnect:  # gone while sending the body; nobody reads an answer
+                return Response(status_code=499)
+            except Exception as e:
+                log.exception("unexpected error in %s %s", request.method, request.url.path)
+                return _internal(e).response()
+
+        return handler
+
+    @staticmethod
+    async def _read_body(request: Request) -> dict:
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise _ApiError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _ApiError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+            chunks.append(chunk)
+        return _parse_json(b"".join(chunks))
+
+    async def _next_event(self, job: _Job, request: Request):
+        """The job's next event, or None when the client went away first."""
+        get = asyncio.ensure_future(job.events.get())
+        watch = asyncio.ensure_future(_wait_disconnect(request.receive))
+        try:
+            await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (get, watch):
+                if not task.done():
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watch
+        if get.done() and not get.cancelled():
+            return get.result()
+        return None
+
+    def _raise_for(self, event, req: _Request) -> None:
+        kind, value = event
+        if kind == "user_error":
+            raise _user_error(value, req.prompt_param)
+        if kind == "error":
+            raise _internal(value)
+        if kind == "cancelled":
+            raise _cancelled()
+
+    # ------------------------------------------------------------------ routes
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    def _model_card(self) -> dict:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf"}
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        if request.path_params["model"] != self.model_name:
+            raise _ApiError(404, f"the model {request.path_params['model']!r} does not exist; this server serves "
+                                 f"{self.model_name!r}", param="model", code="model_not_found")
+        return JSONResponse(self._model_card())
+
+    async def chat(self, request: Request) -> Response:
+        return await self._complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "completion")
+
+    async def _complete(self, request: Request, kind: str) -> Response:
+        body = await self._read_body(request)
+        req = _parse_request(body, kind, self.sampling_defaults, self.draft_params)
+        job = _Job(self.engine, req, asyncio.get_running_loop())
+        if not self.worker.submit(job, self.max_queue + 1):
+            raise _ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
+                            code="queue_full", headers={"Retry-After": "1"})
+        handed_over = False
+        try:
+            event = await self._next_event(job, request)
+            if event is None:  # the client left; nobody reads this
+                return Response(status_code=499)
+            self._raise_for(event, req)
+            meta = {
+                "id": ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24],
+                "created": int(time.time()),
+                "model": self.model_name,
+            }
+            if not req.stream:
+                return JSONResponse(self._full_response(req, meta, event[1]))
+            response = _SSEResponse(self._events(job, req, meta, event), job)
+            handed_over = True
+            return response
+        finally:
+            if not handed_over:
+                job.cancel()
+
+    def _full_response(self, req: _Request, meta: dict, result) -> dict:
+        reason = _finish_reason(result.finish_reason)
+        if req.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": result.text},
+                      "logprobs": None, "finish_reason": reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": reason}
+            obj = "text_completion"
+        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": meta["model"],
+                "choices": [choice], "usage": _usage(result), "speculative": _stats(result)}
+
+    async def _events(self, job: _Job, req: _Request, meta: dict, event):
+        chat = req.kind == "chat"
+        base = {"id": meta["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": meta["created"], "model": meta["model"]}
+
+        def chunk(content: str | None, finish: str | None, *, role: bool = False) -> dict:
+            if chat:
+                delta = {} if content is None else {"content": content}
+                if role:
+                    delta = {"role": "assistant", **delta}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
+            out = {**base, "choices": [choice]}
+            if req.include_usage:
+                out["usage"] = None
+            return out
+
+        try:
+            if chat:
+                yield _sse(chunk("", None, role=True))
+            while True:
+                kind, value = event
+                if kind == "piece":
+                    yield _sse(chunk(value, None))
+                elif kind == "done":
+                    last = chunk(None, _finish_reason(value.finish_reason))
+                    if req.include_usage:
+                        yield _sse(last)
+                        last = {**base, "choices": [], "usage": _usage(value)}
+                    last["speculative"] = _stats(value)
+                    yield _sse(last)
+                    yield _sse("[DONE]")
+                    return
+                else:
+                    err = (_user_error(value, req.prompt_param) if kind == "user_error"
+                           else _internal(value) if kind == "error" else _cancelled())
+                    yield _sse(err.body())
+                    yield _sse("[DONE]")
+                    return
+                event = await job.events.get()
+        finally:
+            job.cancel()
+
+
+# ---------------------------------------------------------------------------------- public API
+
+
+def create_app(
+    engine,
+    *,
+    model_name: str,
+    draft_params: DraftParams | None = None,
+    sampling_defaults: SamplingParams | None = None,
+    api_key: str | None = None,
+    max_queue: int = 8,
+) -> Starlette:
+    """The Starlette app serving ``engine`` under ``model_name``.
+
+    ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
+    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
+    wait behind the running one before the server answers 503.  Serve one engine with one app.
+    ``app.state.resispec`` is the server object (its ``worker.inflight`` counts admitted
+    requests).  On shutdown the app cancels its requests and waits until the engine is idle.
+    """
+    draft_params = draft_params if draft_params is not None else DraftParams()
+    sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
+    if not isinstance(max_queue, int) or max_queue < 0:
+        raise ValueError(f"max_queue must be an integer >= 0, got {max_queue!r}")
+    if draft_params.method != "none" and getattr(engine, "draft", True) is None:
+        raise UserError(f"method {draft_params.method!r} needs a draft model; load one or use method 'none'")
+    srv = _Server(engine, model_name, draft_params, sampling_defaults, api_key, max_queue)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return _ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", code=code,
+                         headers=exc.headers).response()
+
+    routes = [
+        Route("/health", srv.endpoint(srv.health, auth=False), methods=["GET"]),
+        Route("/v1/models", srv.endpoint(srv.models), methods=["GET"]),
+        Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
+        Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
+        Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    app.state.resispec = srv
+    return app
+
+
+def serve(engine, host: str = "127.0.0.1", port: int = 8000, **kw) -> None:
+    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``.  When this
+    returns no request uses the engine any more, so the caller may close it."""
+    import uvicorn
+
+    app = create_app(engine, **kw)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        app.state.resispec.worker.shutdown()

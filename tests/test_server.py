@@ -1,0 +1,438 @@
+"""The OpenAI-compatible server, end to end: real uvicorn servers on loopback ports, driven by
+the official ``openai`` client and by raw ``httpx`` requests.
+
+Three servers per module: the tiny model pair (``server``), the same pair behind an API key
+(``auth_server``), and a "slow" engine (the tiny pair's tokenizer and chat template with a fake
+generator that yields one piece every few milliseconds and records cancellation) to test the
+queue, client disconnects and unexpected errors deterministically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
+from resispec_gguf.engine import Engine, Result, Stats  # noqa: E402
+from resispec_gguf.server import create_app  # noqa: E402
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+
+
+@contextlib.contextmanager
+def _serve(app):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per keep-alive request
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _load(pair) -> Engine:
+    target, draft = pair
+    return Engine.load(str(target), str(draft), n_ctx=512, progress=False)
+
+
+class SlowEngine:
+    """A real engine's tokenizer and chat template around a fake, slow generator."""
+
+    def __init__(self, real: Engine, delay: float = 0.01):
+        self.real = real
+        self.target = real.target
+        self.draft = real.draft
+        self.delay = delay
+        self.last_result = None
+        self.closed_early = threading.Event()
+        self.active = 0
+        self.max_active = 0
+        self.fail = False
+
+    def render_chat(self, messages):
+        return self.real.render_chat(messages)
+
+    def tokenize(self, text, *, add_special=True):
+        return self.real.tokenize(text, add_special=add_special)
+
+    def stream(self, prompt, sampling=None, draft=None):
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        n, reason = 0, "stop"
+        try:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("boom")
+            for _ in range(sampling.max_tokens):
+                time.sleep(self.delay)
+                n += 1
+                yield "x"
+            reason = "length"
+        except GeneratorExit:
+            self.closed_early.set()
+            raise
+        finally:
+            self.active -= 1
+            stats = Stats(method=draft.method, prompt_tokens=len(prompt), tokens=n)
+            self.last_result = Result(tokens=[5] * n, text="x" * n, finish_reason=reason, stats=stats, seed=0)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_pair):
+    loaded = [_load(tiny_pair) for _ in range(3)]
+    yield loaded
+    for e in loaded:
+        e.close()
+
+
+@pytest.fixture(scope="module")
+def server(engines):
+    app = create_app(engines[0], model_name="tiny", draft_params=DraftParams(),
+                     sampling_defaults=SamplingParams(max_tokens=48))
+    with _serve(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def auth_server(engines):
+    app = create_app(engines[1], model_name="tiny", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=8), api_key="sekret")
+    with _serve(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def slow(engines):
+    engine = SlowEngine(engines[2])
+    app = create_app(engine, model_name="slow", draft_params=DraftParams(),
+                     sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
+    with _serve(app) as url:
+        yield url, app, engine
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server}/v1", api_key="x", max_retries=0, timeout=30) as c:
+        yield c
+
+
+def _stream_text(stream):
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks
+
+
+def _error(r, status, param=None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if status < 500:
+        assert err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param, err
+    return err
+
+
+# ---------------------------------------------------------------------------------- happy paths
+
+
+def test_health_and_models(server, client):
+    assert httpx.get(f"{server}/health").json() == {"status": "ok"}
+    r = httpx.get(f"{server}/v1/models").json()
+    assert r["object"] == "list" and [m["id"] for m in r["data"]] == ["tiny"]
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    assert client.models.retrieve("tiny").id == "tiny"
+    _error(httpx.get(f"{server}/v1/models/other"), 404, "model")
+
+
+def test_chat_stream_matches_non_stream(client, engines):
+    kw = dict(model="anything", messages=MESSAGES, temperature=0, seed=3, max_tokens=40)
+    full = client.chat.completions.create(**kw)
+    choice = full.choices[0]
+    assert full.object == "chat.completion" and choice.message.role == "assistant"
+    assert choice.finish_reason in ("stop", "length")
+    spec = full.model_extra["speculative"]
+    assert spec["method"] == "resispec" and spec["target_calls"] >= 1
+    # usage: the rendered ChatML prompt has no BOS text, so the server adds BOS when tokenizing
+    rendered = engines[1].render_chat(MESSAGES)
+    assert full.usage.prompt_tokens == len(engines[1].tokenize(rendered)) == spec["prompt_tokens"]
+    assert full.usage.completion_tokens == spec["tokens"] >= 1
+    assert full.usage.total_tokens == full.usage.prompt_tokens + full.usage.completion_tokens
+    assert (choice.finish_reason == "length") == (full.usage.completion_tokens == 40)
+
+    text, chunks = _stream_text(client.chat.completions.create(**kw, stream=True,
+                                                               stream_options={"include_usage": True}))
+    assert text == choice.message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [choice.finish_reason]
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.model_dump() == full.usage.model_dump()
+    assert last.model_extra["speculative"]["tokens"] == spec["tokens"]
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_stream_without_usage_puts_stats_on_finish_chunk(client):
+    text, chunks = _stream_text(client.chat.completions.create(
+        model="tiny", messages=MESSAGES, temperature=0, max_tokens=10, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert "speculative" in chunks[-1].model_extra
+    assert all(c.usage is None for c in chunks)
+
+
+def test_completions_both_ways(client):
+    kw = dict(model="tiny", prompt="Once upon a time", temperature=0, max_tokens=30)
+    full = client.completions.create(**kw)
+    assert full.object == "text_completion"
+    text = full.choices[0].text
+    assert full.usage.prompt_tokens == full.model_extra["speculative"]["prompt_tokens"] > 1
+    assert full.usage.completion_tokens == full.model_extra["speculative"]["tokens"]
+    chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].model_extra["speculative"]["tokens"] == full.usage.completion_tokens
+    # a list holding one string is the same prompt
+    assert client.completions.create(**{**kw, "prompt": ["Once upon a time"]}).choices[0].text == text
+
+
+def test_stop_strings(client):
+    kw = dict(model="tiny", prompt="Once upon a time", temperature=0, max_tokens=30)
+    text = client.completions.create(**kw).choices[0].text
+    assert len(text) >= 4
+    stop = text[len(text) // 2: len(text) // 2 + 2]
+    cut = text[: text.index(stop)]
+    for stops in (stop, [stop, "never matches"]):
+        r = client.completions.create(**kw, stop=stops)
+        assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+        chunks = list(client.completions.create(**kw, stop=stops, stream=True))
+        assert "".join(c.choices[0].text for c in chunks) == cut
+        assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_seed_determinism_and_draft_overrides(client):
+    kw = dict(model="tiny", messages=MESSAGES, temperature=1.0, seed=1234, max_tokens=30)
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.usage.completion_tokens == b.usage.completion_tokens
+    text, _ = _stream_text(client.chat.completions.create(**kw, stream=True))
+    assert text == a.choices[0].message.content
+    c = client.chat.completions.create(**kw, top_p=0.9, extra_body={
+        "top_k": 20, "min_p": 0.01, "method": "chain", "depth": 2, "budget": 4, "draws": 2})
+    spec = c.model_extra["speculative"]
+    assert spec["method"] == "chain" and len(spec["reached_by_depth"]) <= 2
+    d = client.completions.create(model="tiny", prompt="abc", max_tokens=5, seed=5, extra_body={"method": "none"})
+    assert d.model_extra["speculative"]["method"] == "none" and d.model_extra["speculative"]["draft_calls"] == 0
+    assert d.usage.completion_tokens <= 5
+
+
+# ---------------------------------------------------------------------------------- bad requests
+
+BAD = [
+    ("chat", {"messages": MESSAGES, "temperature": "hot"}, "temperature"),
+    ("chat", {"messages": MESSAGES, "temperature": 500}, "temperature"),
+    ("chat", {"messages": MESSAGES, "temperature": True}, "temperature"),
+    ("chat", {"messages": MESSAGES, "max_tokens": -5}, "max_tokens"),
+    ("chat", {"messages": MESSAGES, "max_tokens": 0}, "max_tokens"),
+    ("chat", {"messages": MESSAGES, "max_tokens": 10**7}, "max_tokens"),
+    ("chat", {"messages": MESSAGES, "max_tokens": 10**40}, "max_tokens"),
+    ("chat", {"messages": MESSAGES, "max_tokens": "5"}, "max_tokens"),
+    ("chat", {"messages": MESSAGES, "max_completion_tokens": 2.5}, "max_completion_tokens"),
+    ("chat", {"messages": MESSAGES, "top_p": 0}, "top_p"),
+    ("chat", {"messages": MESSAGES, "top_k": -1}, "top_k"),
+    ("chat", {"messages": MESSAGES, "top_k": 10**30}, "top_k"),
+    ("chat", {"messages": MESSAGES, "min_p": 1.5}, "min_p"),
+    ("chat", {"messages": MESSAGES, "seed": -1}, "seed"),
+    ("chat", {"messages": MESSAGES, "seed": "x"}, "seed"),
+    ("chat", {"messages": MESSAGES, "stop": 5}, "stop"),
+    ("chat", {"messages": MESSAGES, "stop": [""]}, "stop"),
+    ("chat", {"messages": MESSAGES, "n": 2}, "n"),
+    ("chat", {"messages": MESSAGES, "stream": "yes"}, "stream"),
+    ("chat", {"messages": MESSAGES, "stream_options": "x", "stream": True}, "stream_options"),
+    ("chat", {"messages": MESSAGES, "method": "magic"}, "method"),
+    ("chat", {"messages": MESSAGES, "method": 3}, "method"),
+    ("chat", {"messages": MESSAGES, "draws": 0}, "draws"),
+    ("chat", {"messages": MESSAGES, "depth": 100}, "depth"),
+    ("chat", {"messages": MESSAGES, "logprobs": True}, "logprobs"),
+    ("chat", {"model": "tiny"}, "messages"),
+    ("chat", {"messages": "hi"}, "messages"),
+    ("chat", {"messages": []}, "messages"),
+    ("chat", {"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+    ("chat", {"messages": [{"content": "x"}]}, "messages"),
+    ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages"),
+    ("chat", {"messages": ["hi"]}, "messages"),
+    ("completions", {}, "prompt"),
+    ("completions", {"prompt": 5}, "prompt"),
+    ("completions", {"prompt": [[1, 2]]}, "prompt"),
+    ("completions", {"prompt": []}, "prompt"),
+    ("completions", {"prompt": "a", "n": 3}, "n"),
+    ("completions", {"prompt": "a", "echo": True}, "echo"),
+    ("completions", {"prompt": "a", "max_tokens": -5}, "max_tokens"),
+    ("completions", {"prompt": [100000]}, None),  # token id outside the vocabulary: the engine's UserError
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_fields_are_400(server, stream):
+    with httpx.Client(base_url=server, timeout=30) as http:
+        for route, body, param in BAD:
+            body = {"stream": stream, **body}
+            r = http.post(f"/v1/{'chat/completions' if route == 'chat' else 'completions'}", json=body)
+            _error(r, 400, param)
+        assert http.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]", b'"text"', b"null", b"\xff\xfe\x00",
+                                 b'{"prompt": "a", "temperature": NaN}', b"[" * 100_000])
+def test_malformed_bodies_are_400(server, raw):
+    for route in ("chat/completions", "completions"):
+        _error(httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}), 400)
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_unknown_routes_and_methods(server):
+    assert _error(httpx.get(f"{server}/v1/nothing"), 404)["code"] == "not_found"
+    assert _error(httpx.get(f"{server}/v1/chat/completions"), 405)["code"] == "method_not_allowed"
+
+
+def test_prompt_longer_than_context_is_400(client, server):
+    long = "a b " * 400  # about 1600 tokens, the context holds 512
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": long}], stream=stream)
+        assert e.value.code == "context_length_exceeded"
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model="tiny", prompt=long, stream=stream)
+        assert e.value.code == "context_length_exceeded"
+    err = _error(httpx.post(f"{server}/v1/completions", json={"prompt": long}), 400, "prompt")
+    assert "context" in err["message"]
+    assert client.completions.create(model="tiny", prompt="ok", max_tokens=2).choices
+
+
+# ---------------------------------------------------------------------------------- API key
+
+
+def test_api_key_required_on_v1(auth_server):
+    assert httpx.get(f"{auth_server}/health").status_code == 200
+    assert _error(httpx.get(f"{auth_server}/v1/models"), 401)["code"] == "invalid_api_key"
+    _error(httpx.get(f"{auth_server}/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
+    _error(httpx.post(f"{auth_server}/v1/completions", json={"prompt": "a"}), 401)
+    ok = httpx.get(f"{auth_server}/v1/models", headers={"Authorization": "Bearer sekret"})
+    assert ok.status_code == 200 and ok.json()["data"][0]["id"] == "tiny"
+    with openai.OpenAI(base_url=f"{auth_server}/v1", api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(openai.AuthenticationError):
+            bad.models.list()
+    with openai.OpenAI(base_url=f"{auth_server}/v1", api_key="sekret", max_retries=0) as good:
+        r = good.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, seed=0)
+        assert r.model_extra["speculative"]["method"] == "none"
+
+
+# ---------------------------------------------------------------------------------- concurrency
+
+
+def _wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _read_until_content(lines):
+    """Consume SSE lines up to the first content chunk; keep ``lines`` referenced to keep the
+    stream open (a garbage-collected line iterator closes httpx's connection)."""
+    for line in lines:
+        if line.startswith("data: ") and '"content":"x"' in line:
+            return line
+    raise AssertionError("the stream ended without content")
+
+
+def test_client_disconnect_mid_stream_cancels_generation(slow):
+    url, app, engine = slow
+    engine.closed_early.clear()
+    body = {"messages": MESSAGES, "stream": True, "max_tokens": 100_000}  # ~17 minutes unless cancelled
+    with httpx.Client(base_url=url, timeout=10) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            lines = r.iter_lines()
+            _read_until_content(lines)
+            time.sleep(0.1)
+            assert not engine.closed_early.is_set()  # still generating while the client is there
+        assert engine.closed_early.wait(5), "the generation was not cancelled"
+        _wait_for(lambda: app.state.resispec.worker.inflight == 0)
+        t = time.monotonic()
+        r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "xxx"
+        assert time.monotonic() - t < 3
+
+
+def test_client_disconnect_while_waiting_non_streaming(slow):
+    url, app, engine = slow
+    engine.closed_early.clear()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/completions", json={"prompt": "a", "max_tokens": 100_000}, timeout=0.5)
+    assert engine.closed_early.wait(5)
+    _wait_for(lambda: app.state.resispec.worker.inflight == 0)
+
+
+def test_queue_full_is_503_and_queue_drains(slow):
+    url, app, engine = slow
+    worker = app.state.resispec.worker
+    engine.max_active = 0
+    results = {}
+
+    def queued():
+        results["b"] = httpx.post(f"{url}/v1/completions", json={"prompt": "b", "max_tokens": 5}, timeout=20)
+
+    with httpx.Client(base_url=url, timeout=20) as http:
+        with http.stream("POST", "/v1/chat/completions",
+                         json={"messages": MESSAGES, "stream": True, "max_tokens": 100_000}) as a:
+            lines = a.iter_lines()
+            _read_until_content(lines)  # A runs
+            waiter = threading.Thread(target=queued)
+            waiter.start()
+            _wait_for(lambda: worker.inflight == 2)  # B waits behind A (max_queue=1)
+            for route, body in (("completions", {"prompt": "c"}), ("chat/completions", {"messages": MESSAGES})):
+                c = http.post(f"/v1/{route}", json=body)
+                assert c.headers["retry-after"] == "1"
+                assert _error(c, 503)["code"] == "queue_full"
+            assert "b" not in results
+        waiter.join(10)  # closing A lets B run
+    assert results["b"].status_code == 200 and results["b"].json()["choices"][0]["text"] == "xxxxx"
+    assert engine.max_active == 1  # one generation at a time
+    _wait_for(lambda: worker.inflight == 0)
+
+
+def test_unexpected_error_is_500_and_server_survives(slow):
+    url, app, engine = slow
+    for stream in (False, True):
+        engine.fail = True
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "stream": stream}, timeout=10)
+        err = _error(r, 500)
+        assert err["type"] == "server_error" and "boom" in err["message"]
+        ok = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "max_tokens": 2}, timeout=10)
+        assert ok.status_code == 200 and json.loads(ok.text)["choices"][0]["text"] == "xx"
