@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SPEC_METHODS = ("chain", "specinfer", "rrs", "resispec")
-METHODS = ("none",) + SPEC_METHODS
+METHODS = ("none",) + SPEC_METHODS + ("auto",)
 TREE_POLICIES = ("budget", "static")
 
 # The widest tree a step may build (target rows per verification call).  It also sizes the
@@ -65,14 +65,15 @@ class SamplingParams:
 class DraftParams:
     """How the draft tree is built and verified.
 
-    ``method``: none (plain target decoding), chain, specinfer, rrs or resispec.  ``draws``: K candidates drawn at each expanded node
+    ``method``: none (plain target decoding), chain, specinfer, rrs, resispec, or auto (the
+    engine's cost model picks a tree shape or plain decoding per step, see ``autotune``).  ``draws``: K candidates drawn at each expanded node
     (chain uses 1).  ``depth``: maximum tree depth.  ``budget``: maximum tree nodes per step
     (the ``budget`` policy).  ``draft_support``: the draft distribution's support cap.
     ``policy``: ``budget`` (best-first by estimated reach) or ``static`` (every distinct child
     expanded to ``depth``).
     """
 
-    method: str = "resispec"
+    method: str = "auto"
     draws: int = 4
     depth: int = 5
     budget: int = 12

@@ -18,6 +18,7 @@ prints; it returns tokens, text and a ``Stats`` object.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -135,7 +136,9 @@ class _Generation:
     def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams):
         self.e = engine
         self.sp = sp
-        self.dp = dp
+        self.requested = dp
+        self.dp = dp  # the configuration of the current step (auto changes it per step)
+        self.tuner = engine._tuner(dp) if dp.method == "auto" else None
         self.seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         self.rng = np.random.default_rng(self.seed)
         self.stats = Stats(method=dp.method)
@@ -179,7 +182,14 @@ class _Generation:
                 if e.target.n_past + 2 > e.target.n_ctx:
                     self.finish_reason = "length"
                     break
-                emitted = self._spec_step() if speculative else self._plain_step()
+                if self.tuner is not None:
+                    self.dp = self.tuner.choose()
+                if self.dp.method == "none":
+                    emitted = self._plain_step()
+                    if speculative:
+                        self.draft_pending += emitted
+                else:
+                    emitted = self._spec_step()
                 self.stats.steps += 1
                 yield from self._emit(emitted)
             tail = self.text.flush()
@@ -226,9 +236,16 @@ class _Generation:
     # ------------------------------------------------------------------ speculative step
 
     def _spec_step(self) -> list[int]:
+        if len(self.draft_pending) > 32:  # after a stretch of plain steps: catch the draft up
+            seq = self.prompt + self.out
+            self.e.draft.sync_prefix(seq)
+            self.draft_pending = [seq[-1]]
+        accepted, reached = sum(self.stats.accepted_by_depth), sum(self.stats.reached_by_depth)
         tree, draft_index = self._grow_tree()
         emitted, path = self._verify_tree(tree)
         self._commit(tree, draft_index, emitted, path)
+        if self.tuner is not None:
+            self.tuner.observe(sum(self.stats.accepted_by_depth) - accepted, sum(self.stats.reached_by_depth) - reached)
         return emitted
 
     def _grow_tree(self) -> tuple[DraftTree, dict[int, int]]:
@@ -358,6 +375,8 @@ class Engine:
         self.n_vocab = target.n_vocab
         self._chat_template = chat_template
         self.last_result: Result | None = None
+        self._auto = None  # (target, draft) cost curves, measured on the first auto request
+        self.n_threads = target.n_threads
 
     @classmethod
     def load(
@@ -412,6 +431,43 @@ class Engine:
     def __exit__(self, *exc):
         self.close()
 
+    # ------------------------------------------------------------------ auto
+
+    def _tuner(self, dp: DraftParams):
+        """A fresh AutoTuner per request on the engine's cost curves (measured once per model
+        file and settings, cached on disk).  Fresh, so that its choices — and with them the
+        output — depend only on the request, its seed and this machine."""
+        from . import autotune
+
+        if self._auto is None:
+            if self.draft is None:
+                self._auto = (autotune.CostCurve((1,), (1.0,)), autotune.CostCurve((1,), (1e9,)))
+            else:
+                self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft))
+        return autotune.AutoTuner(*self._auto, base=dp.replace(method="resispec"))
+
+    def _cost_curve(self, model):
+        from . import autotune, models
+
+        cache = os.environ.get("RESISPEC_COSTS") or str(models.cache_dir() / "costs.json")
+        key = autotune.curve_cache_key(model.path, threads=model.n_threads, ngl=model.n_gpu_layers, n_ctx=model.n_ctx)
+        curve = autotune.load_cached_curve(cache, key)
+        if curve is None:
+
+            if model.n_past + max(autotune.ROW_COUNTS) + 1 > model.n_ctx:
+                model.reset()
+
+            def rows(n):
+                model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
+                model.drop_uncommitted()
+
+            curve = autotune.measure_curve(rows)
+            try:
+                autotune.store_cached_curve(cache, key, curve)
+            except OSError:
+                pass
+        return curve
+
     # ------------------------------------------------------------------ text
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
@@ -424,22 +480,39 @@ class Engine:
     def chat_template(self) -> str | None:
         return self._chat_template
 
+    def _special_text(self, token: int) -> str:
+        if token is None or not 0 <= token < self.n_vocab:
+            return ""
+        return self.target.token_text(token).decode("utf-8", "replace")
+
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         from .chat_format import render
 
         return render(
             self._chat_template,
             messages,
-            bos_token=self.target.token_text(self.target.bos).decode("utf-8", "replace"),
-            eos_token=self.target.token_text(self.target.eos).decode("utf-8", "replace"),
+            bos_token=self._special_text(self.target.bos),
+            eos_token=self._special_text(self.target.eos),
             add_generation_prompt=add_generation_prompt,
         )
+
+    def text_tokens(self, text: str) -> list[int]:
+        """Tokenize a prompt, adding BOS (when the model wants it) unless the text already
+        starts with it, as a rendered chat template often does."""
+        bos = self._special_text(self.target.bos)
+        return self.tokenize(text, add_special=not (bos and text.startswith(bos)))
+
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """The prompt for a chat: the template rendered with a generation prompt, tokenized."""
+        return self.text_tokens(self.render_chat(messages))
 
     # ------------------------------------------------------------------ generation
 
     def _prepare(self, prompt, sampling_params, draft_params):
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
+        if dp.method == "auto" and self.draft is None:
+            dp = dp.replace(method="none")
         if dp.method != "none" and self.draft is None:
             raise UserError(f"method {dp.method!r} needs a draft model; load one or use method='none'")
         if isinstance(prompt, str):

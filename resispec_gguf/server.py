@@ -35,7 +35,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,6 +44,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import api
 from .chat_format import check_messages
 from .config import DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
@@ -325,14 +325,10 @@ class _Job:
                 raise
             except Exception as exc:  # a template tripping over the request's data is bad input
                 raise UserError(f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
-        elif isinstance(req.prompt, str):
-            text = req.prompt
-        else:
-            return list(req.prompt)
-        bos = e.target.bos
-        bos_text = e.target.token_text(bos).decode("utf-8", "replace") if bos is not None and bos >= 0 else ""
-        add_special = not (bos_text and text.startswith(bos_text))
-        return e.tokenize(text, add_special=add_special)
+            return e.text_tokens(text)
+        if isinstance(req.prompt, str):
+            return e.text_tokens(req.prompt)
+        return list(req.prompt)
 
     def run(self) -> None:
         if self.cancelled:
@@ -418,24 +414,6 @@ class _Worker:
 
 
 # ---------------------------------------------------------------------------------- responses
-
-
-def _finish_reason(engine_reason: str) -> str:
-    return "length" if engine_reason == "length" else "stop"
-
-
-def _stats(result) -> dict:
-    """``Stats.as_dict()`` with non-finite numbers as null (JSON has no NaN)."""
-    out = {}
-    for k, v in result.stats.as_dict().items():
-        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-    return out
-
-
-def _usage(result) -> dict:
-    prompt = int(result.stats.prompt_tokens)
-    completion = len(result.tokens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _sse(obj) -> bytes:
@@ -579,13 +557,9 @@ class _Server:
             if event is None:  # the client left; nobody reads this
                 return Response(status_code=499)
             self._raise_for(event, req)
-            meta = {
-                "id": ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24],
-                "created": int(time.time()),
-                "model": self.model_name,
-            }
+            meta = api.new_meta(self.model_name, chat=kind == "chat")
             if not req.stream:
-                return JSONResponse(self._full_response(req, meta, event[1]))
+                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1]))
             response = _SSEResponse(self._events(job, req, meta, event), job)
             handed_over = True
             return response
@@ -593,32 +567,11 @@ class _Server:
             if not handed_over:
                 job.cancel()
 
-    def _full_response(self, req: _Request, meta: dict, result) -> dict:
-        reason = _finish_reason(result.finish_reason)
-        if req.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": result.text},
-                      "logprobs": None, "finish_reason": reason}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": reason}
-            obj = "text_completion"
-        return {"id": meta["id"], "object": obj, "created": meta["created"], "model": meta["model"],
-                "choices": [choice], "usage": _usage(result), "speculative": _stats(result)}
-
     async def _events(self, job: _Job, req: _Request, meta: dict, event):
         chat = req.kind == "chat"
-        base = {"id": meta["id"], "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": meta["created"], "model": meta["model"]}
 
         def chunk(content: str | None, finish: str | None, *, role: bool = False) -> dict:
-            if chat:
-                delta = {} if content is None else {"content": content}
-                if role:
-                    delta = {"role": "assistant", **delta}
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
-            out = {**base, "choices": [choice]}
+            out = api.chunk_object(chat, meta, content, finish, role=role)
             if req.include_usage:
                 out["usage"] = None
             return out
@@ -631,11 +584,11 @@ class _Server:
                 if kind == "piece":
                     yield _sse(chunk(value, None))
                 elif kind == "done":
-                    last = chunk(None, _finish_reason(value.finish_reason))
+                    last = chunk(None, api.finish_reason(value.finish_reason))
                     if req.include_usage:
                         yield _sse(last)
-                        last = {**base, "choices": [], "usage": _usage(value)}
-                    last["speculative"] = _stats(value)
+                        last = {**api.chunk_object(chat, meta, None, None), "choices": [], "usage": api.usage(value)}
+                    last["speculative"] = api.stats_dict(value)
                     yield _sse(last)
                     yield _sse("[DONE]")
                     return

@@ -30,7 +30,6 @@ llama_cpp.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 from numba import njit

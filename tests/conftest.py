@@ -12,6 +12,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a pack
 import tiny_gguf  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_cost_cache(tmp_path_factory):
+    """Keep the auto mode's measured cost curves of throwaway test models out of the user's cache."""
+    import os
+
+    path = tmp_path_factory.mktemp("costs") / "costs.json"
+    old = os.environ.get("RESISPEC_COSTS")
+    os.environ["RESISPEC_COSTS"] = str(path)
+    yield
+    if old is None:
+        os.environ.pop("RESISPEC_COSTS", None)
+    else:
+        os.environ["RESISPEC_COSTS"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
     """``(target_path, draft_path)``: tiny llama GGUFs sharing a vocabulary (acceptance ~0.7)."""

