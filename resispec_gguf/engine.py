@@ -29,7 +29,7 @@ from . import sampling
 from .config import MAX_TREE_NODES, DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
 from .textstream import TextAssembler
-from .tree import DraftTree, choose
+from .tree import DraftTree
 from .verify import verify_greedy, verify_prepared
 
 __all__ = ["Engine", "Result", "Stats"]
@@ -249,22 +249,33 @@ class _Generation:
         return emitted
 
     def _grow_tree(self) -> tuple[DraftTree, dict[int, int]]:
-        """Draft phase.  Returns the tree and, per expanded tree node, its draft node index."""
+        """Draft phase.  Returns the tree and, per expanded tree node, its draft node index.
+
+        Level by level, one draft decode each: every expanded node draws its K candidates
+        and each distinct draw becomes a child scored ``score(parent) * q(token)`` (the
+        draft's estimate of the chance the path is accepted).  ``static`` expands every child
+        up to ``depth``; ``budget`` expands the best ``beam`` children per level and finally
+        keeps the ``budget`` best-scored nodes (EAGLE-2-style reranking: scores shrink along
+        a path, so the kept nodes form a subtree).
+        """
         e, dp, st = self.e, self.dp, self.stats
         k = dp.k
         room_ctx = e.target.n_ctx - e.target.n_past - 1  # cells left for tree nodes
-        max_nodes = min(MAX_TREE_NODES, room_ctx, e.draft.n_ctx - e.draft.n_past - len(self.draft_pending))
-        budget = dp.budget if dp.policy == "budget" else max_nodes
-        budget = min(budget, max_nodes)
+        max_nodes = min(MAX_TREE_NODES, room_ctx)
+        # draft nodes this step: the pending chain plus every expanded node
+        draft_room = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(self.draft_pending)
+        static = dp.policy == "static"
+        budget = max_nodes if static else min(dp.budget, max_nodes)
+        beam = max_nodes if static else max(2, -(-dp.budget // dp.depth))
         tree = DraftTree.with_root(self._root())
         draft_index: dict[int, int] = {}
-        if budget <= 0:
+        if budget <= 0 or draft_room < 0:
             return tree, draft_index
         # level 0: the pending chain, whose last token is the root
         pending = self.draft_pending
         frontier = [0]
         tokens, parents = list(pending), [-1] + list(range(len(pending) - 1))
-        next_draft = 0
+        decoded = 0  # draft nodes decoded so far this step
         for level in range(dp.depth):
             if level > 0:
                 tokens = [tree.tokens[n] for n in frontier]
@@ -274,21 +285,21 @@ class _Generation:
             logit_rows = [rows[i] for i in range(len(rows))]
             st.draft_time += time.perf_counter() - t
             st.draft_calls += 1
-            if level == 0:
-                next_draft = len(tokens)
-                draft_index[0] = next_draft - 1
-            else:
-                for n in frontier:
-                    draft_index[n] = next_draft
-                    next_draft += 1
-            cands = []
+            first = decoded + len(tokens) - len(frontier)  # level 0: the root ends the chain
+            for j, n in enumerate(frontier):
+                draft_index[n] = first + j
+            decoded += len(tokens)
+            new = []
             for n, logits in zip(frontier, logit_rows):
-                cands += self._draw(tree, n, logits, k)
-            chosen = choose(cands, budget - (len(tree) - 1), dp.policy == "budget")
-            new = tree.add_children(chosen)
-            if not new or len(tree) - 1 >= budget or level + 1 >= dp.depth:
+                new += self._draw(tree, n, logits, k)
+            draft_room -= len(frontier) if level > 0 else 0
+            width = min(beam, draft_room)
+            if not new or level + 1 >= dp.depth or width <= 0 or (static and len(tree) - 1 >= budget):
                 break
-            frontier = new
+            frontier = sorted(new, key=lambda i: -tree.score[i])[:width]
+        if len(tree) - 1 > budget:
+            tree, old_to_new = tree.keep_best(budget)
+            draft_index = {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
         return tree, draft_index
 
     @staticmethod
@@ -299,22 +310,20 @@ class _Generation:
         want[-1] = True
         return want
 
-    def _draw(self, tree: DraftTree, node: int, logits, k: int):
-        rng, method = self.rng, self.dp.method
-        if self.sp.greedy:
+    def _draw(self, tree: DraftTree, node: int, logits, k: int) -> list[int]:
+        """Draw the node's K candidates; returns the new child nodes."""
+        rng = self.rng
+        if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits[: self.e.n_vocab], 1.0, 0, 1.0, 0.0, k)
             tree.set_draws(node, ids, None)
-            weight = dict(zip(ids.tolist(), probs.tolist()))
-            return tree.candidates(node, lambda t, m: weight[t])
+            return tree.add_children(node, dict(zip(ids.tolist(), probs.tolist())))
         ids, probs = self._q(logits)
-        if method == "rrs":
+        if self.dp.method == "rrs":
             draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
-            weight = dict(zip(ids.tolist(), probs.tolist()))
-            tree.set_draws(node, draws, (ids, probs))
-            return tree.candidates(node, lambda t, m: weight[t])
-        draws = sampling.sample_iid(ids, probs, rng.random(k))
+        else:
+            draws = sampling.sample_iid(ids, probs, rng.random(k))
         tree.set_draws(node, draws, (ids, probs))
-        return tree.candidates(node, lambda t, m: m / k)
+        return tree.add_children(node, dict(zip(ids.tolist(), probs.tolist())))
 
     def _verify_tree(self, tree: DraftTree) -> tuple[list[int], list[int]]:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path

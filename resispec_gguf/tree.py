@@ -52,24 +52,28 @@ class DraftTree:
         self.draws[node] = draws
         self.q[node] = q
 
-    def candidates(self, node: int, weights) -> list[tuple[float, int, int]]:
-        """(score, parent, token) for each distinct draw of an expanded node, in first-draw
-        order.  ``weights(token, multiplicity)`` is the chance the token is accepted there."""
-        seen: dict[int, int] = {}
-        for t in self.draws[node].tolist():
-            seen[t] = seen.get(t, 0) + 1
-        return [(self.score[node] * weights(t, m), node, t) for t, m in seen.items()]
+    def add_children(self, node: int, weight: dict) -> list[int]:
+        """One child per distinct draw of an expanded node, in first-draw order, scored
+        ``score(node) * weight[token]``; returns the new node indices."""
+        new = []
+        for t in dict.fromkeys(self.draws[node].tolist()):
+            new.append(self._add(t, node, self.score[node] * weight[t]))
+        return new
 
-    def add_children(self, chosen: list[tuple[float, int, int]]) -> list[int]:
-        return [self._add(t, par, s) for s, par, t in chosen]
-
-
-def choose(cands: list[tuple[float, int, int]], room: int, best_first: bool) -> list[tuple[float, int, int]]:
-    """Keep at most ``room`` candidates: the highest scores (budget policy, ties by draw
-    order) or simply the first ones (static policy, which only caps the tree size)."""
-    if room <= 0:
-        return []
-    if not best_first:
-        return cands[:room]
-    order = sorted(range(len(cands)), key=lambda i: (-cands[i][0], i))[:room]
-    return [cands[i] for i in sorted(order)]
+    def keep_best(self, n: int) -> tuple["DraftTree", dict[int, int]]:
+        """The root plus the ``n`` best-scored nodes (ties: shallower, then earlier), as a new
+        tree with the same root; returns it and the old -> new index map.  Scores never grow
+        along a path, so the kept set contains every kept node's ancestors."""
+        order = sorted(range(1, len(self)), key=lambda i: (-self.score[i], self.depth[i], i))
+        keep = sorted([0] + order[:n])
+        out = DraftTree()
+        old_to_new: dict[int, int] = {}
+        for i in keep:
+            par = self.parent[i]
+            if par >= 0 and par not in old_to_new:
+                continue  # unreachable when scores are monotone; kept for safety
+            j = out._add(self.tokens[i], old_to_new.get(par, -1), self.score[i])
+            out.draws[j] = self.draws[i]
+            out.q[j] = self.q[i]
+            old_to_new[i] = j
+        return out, old_to_new

@@ -136,34 +136,67 @@ def _q_of(qids, qp, x):
     return 0.0
 
 
+_BLOCK = 2048
+
+
+@njit(cache=True, fastmath=True)
+def _block_sums(p, block):
+    """Sums of p over consecutive blocks; reassociation lets the compiler vectorise."""
+    nb = (p.shape[0] + block - 1) // block
+    out = np.zeros(nb, np.float64)
+    for b in range(nb):
+        s = 0.0
+        for i in range(b * block, min((b + 1) * block, p.shape[0])):
+            s += p[i]
+        out[b] = s
+    return out
+
+
 @njit(cache=True)
 def _sample_residual(p, sids, sres, u):
     """Inverse-CDF draw from the dense vector equal to p outside sids and sres on sids.
 
-    sids: [n] ascending token ids; sres: [n] their residual mass.  Two passes over V.
+    sids: [n] ascending token ids; sres: [n] their residual mass.  One vectorised pass of
+    block sums picks the block, a scalar walk inside it picks the token; returns -1 when the
+    vector is all zero.
     """
     V = p.shape[0]
     n = sids.shape[0]
-    tot = p.sum()
+    sums = _block_sums(p, _BLOCK)
     for j in range(n):
-        tot += sres[j] - p[sids[j]]
+        sums[sids[j] // _BLOCK] += sres[j] - p[sids[j]]
+    tot = 0.0
+    for b in range(sums.shape[0]):
+        if sums[b] > 0.0:
+            tot += sums[b]
     if not tot > 0.0:
         return -1
     t = u * tot
     c = 0.0
     last = -1
     j = 0
-    for i in range(V):
-        if j < n and sids[j] == i:
-            v = sres[j]
+    for b in range(sums.shape[0]):
+        if not sums[b] > 0.0:
+            continue
+        if c + sums[b] <= t and b < sums.shape[0] - 1:
+            c += sums[b]
+            continue
+        while j < n and sids[j] < b * _BLOCK:
             j += 1
-        else:
-            v = p[i]
-        if v > 0.0:
-            c += v
-            last = i
-            if c > t:
-                return i
+        for i in range(b * _BLOCK, min((b + 1) * _BLOCK, V)):
+            if j < n and sids[j] == i:
+                v = sres[j]
+                j += 1
+            else:
+                v = p[i]
+            if v > 0.0:
+                c += v
+                last = i
+                if c > t:
+                    return i
+        # round-off left t just past this block's exact sum: take its last token
+        if last >= 0:
+            return last
     return last
 
 
@@ -210,7 +243,7 @@ def _verify_rrs(p, qids, qp, draws, u):
     sids = qids[order].copy()
     qs = qp[order].copy()
     ps = np.empty(n, np.float64)
-    p_total = p.sum()
+    p_total = _block_sums(p, _BLOCK).sum()
     p_in = 0.0
     for j in range(n):
         ps[j] = p[sids[j]]
@@ -280,9 +313,9 @@ def _check_dist(name: str, a, size: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} must be a non-empty 1-D array, got shape {a.shape}")
     if size is not None and a.shape[0] != size:
         raise ValueError(f"{name} has {a.shape[0]} entries, expected {size}")
-    if not np.isfinite(a).all() or (a < 0).any():
+    s = a.sum()  # not finite iff some entry is not
+    if not np.isfinite(s) or a.min() < 0:
         raise ValueError(f"{name} must be finite and non-negative")
-    s = a.sum()
     if abs(s - 1.0) > 1e-6:
         raise ValueError(f"{name} must sum to 1 (sums to {s:.9g})")
     return a
@@ -303,7 +336,7 @@ def _check_sparse(p, qids, qprobs):
     return qids, qprobs
 
 
-def _check_draws(code: int, qids, qprobs, draws, u):
+def _check_draws(code: int, in_support, draws, u):
     draws = np.ascontiguousarray(draws, dtype=np.int64)
     u = np.ascontiguousarray(u, dtype=np.float64)
     if draws.ndim != 1 or draws.shape[0] == 0:
@@ -314,7 +347,7 @@ def _check_draws(code: int, qids, qprobs, draws, u):
         raise ValueError("u must lie in [0, 1)")
     if code == _CHAIN and draws.shape[0] != 1:
         raise ValueError("chain verifies exactly one draw")
-    if not np.isin(draws, qids).all():
+    if (draws < 0).any() or not in_support(draws).all():
         raise ValueError("every draw must have q > 0")
     if code == _RRS and np.unique(draws).shape[0] != draws.shape[0]:
         raise ValueError("rrs draws are without replacement and must be distinct")
@@ -335,6 +368,7 @@ def verify_node(method: str, p, q, draws, u) -> tuple[int, int]:
     p = _check_dist("p", p)
     q = _check_dist("q", q, p.shape[0])
     qids = np.flatnonzero(q)
+    draws, u = _check_draws(code, lambda d: (d < q.shape[0]) & (q[np.minimum(d, q.shape[0] - 1)] > 0), draws, u)
     return _verify_checked(code, p, qids, q[qids], draws, u)
 
 
@@ -343,11 +377,11 @@ def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int
     code = _method_code(method)
     p = _check_dist("p", p)
     qids, qprobs = _check_sparse(p, qids, qprobs)
+    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u)
     return _verify_checked(code, p, qids, qprobs, draws, u)
 
 
 def _verify_checked(code, p, qids, qprobs, draws, u):
-    draws, u = _check_draws(code, qids, qprobs, draws, u)
     tok, idx = _verify(code, p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
