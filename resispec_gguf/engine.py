@@ -81,10 +81,13 @@ class Stats:
     def nodes_per_step(self) -> float:
         return self.tree_nodes / self.steps if self.steps else 0.0
 
-    def _count(self, depth: int, accepted: bool) -> None:
+    def _grow(self, depth: int) -> None:
         while len(self.reached_by_depth) < depth:
             self.reached_by_depth.append(0)
             self.accepted_by_depth.append(0)
+
+    def _count(self, depth: int, accepted: bool) -> None:
+        self._grow(depth)
         self.reached_by_depth[depth - 1] += 1
         self.accepted_by_depth[depth - 1] += int(accepted)
 
@@ -92,10 +95,10 @@ class Stats:
         for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
                      "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self._grow(len(other.reached_by_depth))
         for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
-            self._count(d + 1, False)
-            self.reached_by_depth[d] += r - 1
             self.accepted_by_depth[d] += a
+            self.reached_by_depth[d] += r
         self.method = other.method
 
     def as_dict(self) -> dict:

@@ -184,7 +184,8 @@ def test_context_full(tiny_pair):
         with pytest.raises(ContextFullError):
             e.generate([5] * 300, SamplingParams(max_tokens=5), DraftParams())
         res = e.generate([5] * 240, SamplingParams(temperature=1.0, max_tokens=100, seed=1), DraftParams())
-        assert res.finish_reason == "length" and 0 < len(res.tokens) <= 16
+        # the cache holds at most n_ctx tokens; the last emitted token is never in it
+        assert res.finish_reason == "length" and 0 < len(res.tokens) <= 256 - 240 + 1
         assert e.target.n_past <= 256
 
 
