@@ -319,6 +319,14 @@ def _note(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _load_note() -> str:
+    """The 1-minute load average, so that runs disturbed by other jobs show up in the log."""
+    try:
+        return f", load {os.getloadavg()[0]:.2f}"
+    except (AttributeError, OSError):
+        return ""
+
+
 def _ours_record(stats) -> dict:
     return {
         "tokens_per_s": stats.tokens_per_s,
@@ -392,7 +400,7 @@ def run(a) -> int:
                 done += 1
                 _note(f"[{done}/{total}] T={temp} prompt {i} ({prompts[i].get('kind', '')}): "
                       + ", ".join(f"{k} {v[-1]['tokens_per_s']:.2f}" for k, v in per.items())
-                      + f" tok/s ({time.perf_counter() - t0:.0f} s)")
+                      + f" tok/s ({time.perf_counter() - t0:.0f} s{_load_note()})")
             none_tps = [r["tokens_per_s"] for r in per["ours none"]]
             bench_tps = [r["tokens_per_s"] for r in per[bench_name]]
             rows = {name: summarise(rs, none_tps, bench_tps) for name, rs in per.items()}

@@ -1,0 +1,34 @@
+"""Checks on the real default pair; skipped unless both files are already in the cache."""
+
+import pytest
+
+from resispec_gguf import models
+from resispec_gguf.config import DraftParams, SamplingParams
+
+
+def _cached_pair():
+    preset = models.PRESETS["default"]
+    paths = [models.cached_model_path(m, verify=False) for m in (preset.target, preset.draft)]
+    return paths if all(paths) else None
+
+
+PAIR = _cached_pair()
+pytestmark = [pytest.mark.realmodel, pytest.mark.skipif(PAIR is None, reason="default pair not cached")]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(PAIR[0]), str(PAIR[1]), n_ctx=2048, progress=False) as e:
+        yield e
+
+
+@pytest.mark.parametrize("method", ["chain", "specinfer", "rrs", "resispec"])
+def test_greedy_identity_on_the_real_pair(engine, method):
+    prompt = engine.chat_tokens([{"role": "user", "content": "Write a Python function that reverses a linked list."}])
+    sp = SamplingParams(temperature=0.0, max_tokens=48)
+    ref = engine.generate(prompt, sp, DraftParams(method="none"))
+    res = engine.generate(prompt, sp, DraftParams(method=method, draws=3, depth=4, budget=8))
+    assert res.tokens == ref.tokens
+    assert res.stats.tau > 1.5  # the draft really helps on code
