@@ -375,6 +375,21 @@ class _Generation:
         self.draft_pending = emitted[len(kept):]
 
 
+def _warm_up_kernels() -> None:
+    """Load every compiled kernel once (from Numba's on-disk cache) at start-up, so the first
+    reply does not pay for it."""
+    logits = np.array([0.0, 1.0, 2.0, -np.inf], np.float32)
+    p = sampling.probs_dense(logits, 1.0)
+    sampling.probs_dense(logits, 0.7, 2, 0.9, 0.05)
+    ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, 2)
+    sampling.sample_dense(p, 0.5)
+    u = np.full(3, 0.5)
+    for method in ("chain", "specinfer", "rrs", "resispec"):
+        n = 1 if method == "chain" else 2
+        draws = (sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid)(ids, probs, u[:n])
+        verify_prepared(method, p, ids, probs, draws, u[: len(draws) + 1])
+
+
 class Engine:
     """A target model, optionally a draft model, and the speculative loop between them.
 
@@ -428,6 +443,7 @@ class Engine:
             if d is not None:
                 d.close()
             raise
+        _warm_up_kernels()
         return cls(t, d, chat_template=t.chat_template())
 
     # ------------------------------------------------------------------ lifecycle
