@@ -116,9 +116,6 @@ class LogitsRows:
     def __getitem__(self, i: int) -> np.ndarray:
         return self._model._row(self._generation, int(self._index[i]))
 
-    def all(self) -> np.ndarray:
-        return np.stack([self[i] for i in range(len(self))])  # [n_out, V]
-
 
 class LlamaModel:
     """One GGUF model with a multi-sequence context (see the module docstring)."""

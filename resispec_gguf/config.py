@@ -99,12 +99,3 @@ class DraftParams:
 
     def replace(self, **changes) -> "DraftParams":
         return dataclasses.replace(self, **changes)
-
-
-def field_specs(cls) -> list[tuple[str, type, object, str]]:
-    """(name, type, default, help) per field, for building CLI flags and ``/set``."""
-    out = []
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        out.append((f.name, f.type, default, ""))
-    return out
