@@ -35,6 +35,10 @@ def new_meta(model: str, chat: bool) -> dict:
     return {"id": prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model}
 
 
+def _header(meta: dict, obj: str) -> dict:
+    return {"id": meta["id"], "object": obj, "created": meta["created"], "model": meta["model"]}
+
+
 def completion_object(chat: bool, meta: dict, result) -> dict:
     """A non-streaming ``chat.completion`` / ``text_completion`` with a ``speculative`` extra."""
     reason = finish_reason(result.finish_reason)
@@ -43,10 +47,7 @@ def completion_object(chat: bool, meta: dict, result) -> dict:
     else:
         choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": reason}
     return {
-        "id": meta["id"],
-        "object": "chat.completion" if chat else "text_completion",
-        "created": meta["created"],
-        "model": meta["model"],
+        **_header(meta, "chat.completion" if chat else "text_completion"),
         "choices": [choice],
         "usage": usage(result),
         "speculative": stats_dict(result),
@@ -62,13 +63,7 @@ def chunk_object(chat: bool, meta: dict, content: str | None, finish: str | None
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
-    return {
-        "id": meta["id"],
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": meta["created"],
-        "model": meta["model"],
-        "choices": [choice],
-    }
+    return {**_header(meta, "chat.completion.chunk" if chat else "text_completion"), "choices": [choice]}
 
 
 def create_chat_completion(

@@ -324,21 +324,11 @@ class LlamaModel:
         if common < len(self.cached):
             _ll.llama_memory_seq_rm(self._mem, 0, common, -1)
             del self.cached[common:]
-        rest = want[common:]
-        for start in range(0, len(rest), self.n_batch):
-            chunk = rest[start : start + self.n_batch]
-            n = len(chunk)
-            self._tok[:n] = chunk
-            self._pos[:n] = np.arange(self.n_past, self.n_past + n)
-            self._nseq[:n] = 1
-            self._seq[:n, 0] = 0
-            self._out[:n] = 0
-            try:
-                self._decode_batch(n)
-            except ContextFullError:
-                _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
-                raise
-            self.cached.extend(chunk)
+        try:
+            self._append_seq0(want[common:], logits=False)
+        except ContextFullError:
+            _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+            raise
         return common
 
     def decode(self, tokens, parents, want_logits=None) -> "LogitsRows":
@@ -447,16 +437,23 @@ class LlamaModel:
         Clears the cache first; afterwards the cache holds ``tokens``.  Returns ``[n, V]``.
         """
         self.reset()
+        rows = self._append_seq0(list(tokens), logits=True)
+        return np.concatenate(rows) if rows else np.zeros((0, self.n_vocab), np.float32)
+
+    def _append_seq0(self, tokens: list[int], logits: bool) -> list[np.ndarray]:
+        """Decode ``tokens`` onto the committed sequence in batch-sized chunks; returns the
+        logits blocks ``[n, V]`` when ``logits``."""
         rows = []
         for start in range(0, len(tokens), self.n_batch):
-            chunk = list(tokens[start : start + self.n_batch])
+            chunk = tokens[start : start + self.n_batch]
             n = len(chunk)
             self._tok[:n] = chunk
             self._pos[:n] = np.arange(self.n_past, self.n_past + n)
             self._nseq[:n] = 1
             self._seq[:n, 0] = 0
-            self._out[:n] = 1
+            self._out[:n] = int(logits)
             self._decode_batch(n)
-            rows.append(self._logits(n))
+            if logits:
+                rows.append(self._logits(n))
             self.cached.extend(chunk)
-        return np.concatenate(rows) if rows else np.zeros((0, self.n_vocab), np.float32)
+        return rows

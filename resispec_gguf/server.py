@@ -145,22 +145,21 @@ def _integer(body: dict, name: str, lo: int, hi: int) -> int | None:
     return v
 
 
-def _boolean(body: dict, name: str) -> bool | None:
+def _typed(body: dict, name: str, kind: type, label: str):
     v = body.get(name)
     if v is None:
         return None
-    if not isinstance(v, bool):
-        raise _bad(f"{name} must be a boolean, got {json.dumps(v)[:80]}", name, "invalid_type")
+    if not isinstance(v, kind):
+        raise _bad(f"{name} must be {label}, got {json.dumps(v)[:80]}", name, "invalid_type")
     return v
+
+
+def _boolean(body: dict, name: str) -> bool | None:
+    return _typed(body, name, bool, "a boolean")
 
 
 def _string(body: dict, name: str) -> str | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise _bad(f"{name} must be a string, got {json.dumps(v)[:80]}", name, "invalid_type")
-    return v
+    return _typed(body, name, str, "a string")
 
 
 def _stop(body: dict) -> tuple[str, ...] | None:
