@@ -123,7 +123,7 @@ class AutoTuner:
             for width in (1, 2, 3):
                 budget = depth * width
                 draws = 1 if width == 1 else min(4, 2 * width)
-                method = "chain" if width == 1 else self.base.method if self.base.method != "none" else "resispec"
+                method = "chain" if width == 1 else self.base.method
                 yield DraftParams(
                     method=method, draws=draws, depth=depth, budget=budget,
                     draft_support=self.base.draft_support, policy="budget",

