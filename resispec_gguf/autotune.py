@@ -66,10 +66,9 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 2) -> CostCurve:
     return CostCurve(tuple(rows), tuple(out))
 
 
-def curve_cache_key(path: str, **settings) -> str:
-    st = os.stat(path)
-    raw = json.dumps([os.path.abspath(path), st.st_size, int(st.st_mtime), sorted(settings.items())])
-    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+def curve_cache_key(identity: str) -> str:
+    """The cache key of a model's cost curve, from its ``cost_key()``."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:

@@ -23,6 +23,7 @@ the caller.  Errors a user can cause raise ``UserError`` / ``ContextFullError``.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ class LlamaModel:
         self.n_seq_max = int(n_seq_max)
         self.n_threads = threads
         self.n_gpu_layers = int(n_gpu_layers)
+        self.flash_attn = bool(flash_attn)
 
         # Batch buffers owned by NumPy; the llama_batch struct only points into them.
         n, s = self.n_batch, self.n_seq_max
@@ -214,6 +216,12 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
+
+    def cost_key(self) -> str:
+        """This file (path, size, mtime) and the settings a decode's cost depends on."""
+        st = os.stat(self.path)
+        return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
+                           self.n_gpu_layers, self.n_ctx, self.flash_attn])
 
     # ------------------------------------------------------------------ vocabulary
 

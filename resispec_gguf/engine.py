@@ -28,8 +28,9 @@ import numpy as np
 from . import sampling
 from .config import MAX_TREE_NODES, DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
+from .protocol import ModelBackend
 from .textstream import TextAssembler
-from .tree import DraftTree
+from .tree import DraftTree, GrowthLimits, grow
 from .verify import verify_greedy, verify_prepared
 
 __all__ = ["Engine", "Result", "Stats"]
@@ -139,7 +140,6 @@ class _Generation:
     def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams):
         self.e = engine
         self.sp = sp
-        self.requested = dp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
         self.tuner = engine._tuner(dp) if dp.method == "auto" else None
         self.seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
@@ -249,83 +249,65 @@ class _Generation:
             self.tuner.observe(sum(self.stats.accepted_by_depth) - accepted, sum(self.stats.reached_by_depth) - reached)
         return emitted
 
-    def _grow_tree(self) -> tuple[DraftTree, dict[int, int]]:
-        """Draft phase.  Returns the tree and, per expanded tree node, its draft node index.
+    def _grow_tree(self) -> tuple[DraftTree, dict[int, int] | None]:
+        """Draft phase: grow the tree with ``tree.grow`` (which owns the pruning rule).
 
-        Level by level, one draft decode each: every expanded node draws its K candidates
-        and each distinct draw becomes a child scored ``score(parent) * q(token)`` (the
-        draft's estimate of the chance the path is accepted).  ``static`` expands every child
-        up to ``depth``; ``budget`` expands the best ``beam`` children per level and finally
-        keeps the ``budget`` best-scored nodes (EAGLE-2-style reranking: scores shrink along
-        a path, so the kept nodes form a subtree).
+        Returns the tree and, per tree node the draft evaluated, its draft node index; None
+        when the draft has no room for this step (the tree is then the root alone).
         """
         e, dp, st = self.e, self.dp, self.stats
-        k = dp.k
-        room_ctx = e.target.n_ctx - e.target.n_past - 1  # cells left for tree nodes
-        max_nodes = min(MAX_TREE_NODES, room_ctx)
-        # draft nodes this step: the pending chain plus every expanded node
-        draft_room = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(self.draft_pending)
-        static = dp.policy == "static"
-        budget = max_nodes if static else min(dp.budget, max_nodes)
-        beam = max_nodes if static else max(2, -(-dp.budget // dp.depth))
-        tree = DraftTree.with_root(self._root())
-        draft_index: dict[int, int] = {}
-        if budget <= 0 or draft_room < 0:
-            return tree, draft_index
-        # level 0: the pending chain, whose last token is the root
         pending = self.draft_pending
-        frontier = [0]
-        tokens, parents = list(pending), [-1] + list(range(len(pending) - 1))
-        decoded = 0  # draft nodes decoded so far this step
-        for level in range(dp.depth):
-            if level > 0:
+        # target rows for non-root nodes, draft rows for expanded non-root nodes
+        max_nodes = min(MAX_TREE_NODES, e.target.n_ctx - e.target.n_past - 1)
+        max_expanded = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(pending)
+        tree = DraftTree.with_root(self._root())
+        if max_expanded < 0 or max_nodes < 0:
+            return tree, None
+        static = dp.policy == "static"
+        limits = GrowthLimits(
+            depth=dp.depth,
+            max_expanded=max_expanded,
+            max_nodes=max_nodes if static else min(dp.budget, max_nodes),
+            beam=None if static else max(2, -(-dp.budget // dp.depth)),
+        )
+        draft_index: dict[int, int] = {}
+        decoded = [0]  # draft nodes evaluated so far this step
+
+        def draft(frontier: list[int]):
+            if frontier == [0]:  # the pending chain, whose last token is the root
+                tokens, parents = pending, [-1] + list(range(len(pending) - 1))
+                want = np.zeros(len(tokens), bool)
+                want[-1] = True
+            else:
                 tokens = [tree.tokens[n] for n in frontier]
                 parents = [draft_index[tree.parent[n]] for n in frontier]
+                want = None
             t = time.perf_counter()
-            rows = e.draft.decode(tokens, parents, self._want_last(len(tokens), level))
-            logit_rows = [rows[i] for i in range(len(rows))]
+            rows = e.draft.decode(tokens, parents, want)
             st.draft_time += time.perf_counter() - t
             st.draft_calls += 1
-            first = decoded + len(tokens) - len(frontier)  # level 0: the root ends the chain
+            first = decoded[0] + len(tokens) - len(frontier)  # the root ends the pending chain
             for j, n in enumerate(frontier):
                 draft_index[n] = first + j
-            decoded += len(tokens)
-            new = []
-            for n, logits in zip(frontier, logit_rows):
-                new += self._draw(tree, n, logits, k)
-            draft_room -= len(frontier) if level > 0 else 0
-            width = min(beam, draft_room)
-            if not new or level + 1 >= dp.depth or width <= 0 or (static and len(tree) - 1 >= budget):
-                break
-            frontier = sorted(new, key=lambda i: -tree.score[i])[:width]
-        if len(tree) - 1 > budget:
-            tree, old_to_new = tree.keep_best(budget)
-            draft_index = {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
-        return tree, draft_index
+            decoded[0] += len(tokens)
+            return rows
 
-    @staticmethod
-    def _want_last(n: int, level: int):
-        if level > 0:
-            return None
-        want = np.zeros(n, bool)
-        want[-1] = True
-        return want
+        tree, old_to_new = grow(tree, limits, draft, self._draw)
+        return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
 
-    def _draw(self, tree: DraftTree, node: int, logits, k: int) -> list[int]:
-        """Draw the node's K candidates; returns the new child nodes."""
-        rng = self.rng
+    def _draw(self, node: int, logits) -> tuple:
+        """Draw one expanded node's K candidates: ``(draws, q, weight)`` for ``tree.grow``."""
+        rng, k = self.rng, self.dp.k
         logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
-            tree.set_draws(node, ids, None)
-            return tree.add_children(node, dict(zip(ids.tolist(), probs.tolist())))
+            return ids, None, dict(zip(ids.tolist(), probs.tolist()))
         ids, probs = self._q(logits)
         if self.dp.method == "rrs":
             draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
         else:
             draws = sampling.sample_iid(ids, probs, rng.random(k))
-        tree.set_draws(node, draws, (ids, probs))
-        return tree.add_children(node, dict(zip(ids.tolist(), probs.tolist())))
+        return draws, (ids, probs), dict(zip(ids.tolist(), probs.tolist()))
 
     def _verify_tree(self, tree: DraftTree) -> tuple[list[int], list[int]]:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
@@ -363,9 +345,12 @@ class _Generation:
             return int(np.argmax(logits))
         return sampling.sample_dense(self._p(logits), self.rng.random())
 
-    def _commit(self, tree: DraftTree, draft_index: dict[int, int], emitted: list[int], path: list[int]) -> None:
+    def _commit(self, tree: DraftTree, draft_index: dict[int, int] | None, emitted: list[int], path: list[int]) -> None:
         e = self.e
         e.target.commit(path)
+        if draft_index is None:  # the draft evaluated nothing this step
+            self.draft_pending += emitted
+            return
         # draft: the pending chain plus the accepted nodes it expanded
         chain = list(range(len(self.draft_pending)))
         kept = [draft_index[n] for n in path[1:] if n in draft_index]
@@ -395,13 +380,17 @@ class Engine:
     Use ``Engine.load(...)``; it is a context manager that frees both models.
     """
 
-    def __init__(self, target, draft=None, *, chat_template: str | None = None):
+    def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
+                 chat_template: str | None = None, cost_curves=None):
+        """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
+        ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; measured on the first
+        auto request (and cached on disk) when not given."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
         self._chat_template = chat_template
         self.last_result: Result | None = None
-        self._auto = None  # (target, draft) cost curves, measured on the first auto request
+        self._auto = cost_curves
         self.n_threads = target.n_threads
 
     @classmethod
@@ -474,7 +463,7 @@ class Engine:
         from . import autotune, models
 
         cache = os.environ.get("RESISPEC_COSTS") or str(models.cache_dir() / "costs.json")
-        key = autotune.curve_cache_key(model.path, threads=model.n_threads, ngl=model.n_gpu_layers, n_ctx=model.n_ctx)
+        key = autotune.curve_cache_key(model.cost_key())
         curve = autotune.load_cached_curve(cache, key)
         if curve is None:
 

@@ -12,7 +12,7 @@ then renormalise.  Temperature 0 means greedy: the distribution is one-hot on th
 from, so it is also the ``q`` the verifier must use.
 
 Sparse distributions are ``(ids, probs)`` pairs: ``ids`` int64 token ids, ``probs`` float64,
-both ``[n]``, sorted by probability descending (ties by id), summing to 1.
+both ``[n]``, sorted by probability descending (ties by id), summing to 1, every prob > 0.
 """
 
 from __future__ import annotations
@@ -160,7 +160,12 @@ def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
     probs = np.empty(keep, np.float64)
     for j in range(keep):
         probs[j] = w[j] / z
-    return ids[:keep].copy(), probs
+    # Probabilities that underflowed to 0 (a low temperature) are not support: a zero-weight
+    # id would be a candidate the verifier has to divide by.  They form a tail (sorted
+    # descending, probs[0] > 0).
+    while keep > 1 and probs[keep - 1] == 0.0:
+        keep -= 1
+    return ids[:keep].copy(), probs[:keep].copy()
 
 
 @njit(cache=True)

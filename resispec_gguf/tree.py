@@ -1,4 +1,4 @@
-"""The draft tree of one speculative step, and which drawn children it keeps.
+"""The draft tree of one speculative step, and the policy that grows it.
 
 Node 0 is the root: the last emitted token, not yet in the target's cache.  Every other node
 is a distinct token drawn at its parent.  An *expanded* node has been through the draft model:
@@ -6,14 +6,35 @@ it carries the distribution ``q`` its candidates were drawn from and the ``draws
 order (duplicates included: the verifier walks all of them).  A drawn candidate that the
 budget left without a node can still be accepted; it then ends the step.
 
-Pure Python/NumPy: no model, no randomness of its own.
+The pruning rule (what keeps every iid verifier exact)
+------------------------------------------------------
+Given that a node is expanded and verified with its draws, those draws must still be K iid
+samples from its ``q``.  So whether an expanded node stays in the tree may depend on nothing
+made from its own draws: not on its children, not on what they drew, not on how many of its
+draws were distinct.  ``grow`` guarantees it by construction:
+
+* an expanded node is never removed afterwards;
+* which nodes a level expands, and how many, is decided *before* they draw, from what is
+  known then (scores and counts of the levels above, the room left);
+* only never-expanded leaves are dropped at the end to fit the node budget, best-scored
+  first.  Dropping a leaf changes whether an accepted candidate has a node to descend into,
+  never the law of the candidate itself.
+
+Choosing *which* children to expand best-first by score (EAGLE-2) is safe for the same
+reason: the choice is made before those children draw.
+
+Pure Python/NumPy: no model, no randomness of its own.  ``grow`` reaches the models only
+through the two callbacks it is given.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
+
+__all__ = ["DraftTree", "GrowthLimits", "grow"]
 
 
 @dataclass
@@ -60,20 +81,82 @@ class DraftTree:
             new.append(self._add(t, node, self.score[node] * weight[t]))
         return new
 
-    def keep_best(self, n: int) -> tuple["DraftTree", dict[int, int]]:
-        """The root plus the ``n`` best-scored nodes (ties: shallower, then earlier), as a new
-        tree with the same root; returns it and the old -> new index map.  Scores never grow
-        along a path, so the kept set contains every kept node's ancestors."""
-        order = sorted(range(1, len(self)), key=lambda i: (-self.score[i], self.depth[i], i))
-        keep = sorted([0] + order[:n])
+    def expanded(self, node: int) -> bool:
+        return self.draws[node] is not None
+
+    def prune_leaves(self, n: int) -> tuple["DraftTree", dict[int, int]]:
+        """Keep the root, every expanded node and the ``n`` minus (expanded non-root nodes)
+        best-scored leaves (ties: shallower, then earlier), as a new tree; returns it and
+        the old -> new index map.  Expanded nodes are never dropped (see the module
+        docstring), so ``n`` must be at least their number."""
+        inner = [i for i in range(1, len(self)) if self.expanded(i)]
+        if len(inner) > n:
+            raise ValueError(f"{len(inner)} expanded nodes do not fit a budget of {n}")
+        leaves = sorted(
+            (i for i in range(1, len(self)) if not self.expanded(i)),
+            key=lambda i: (-self.score[i], self.depth[i], i),
+        )
+        keep = sorted([0] + inner + leaves[: n - len(inner)])
         out = DraftTree()
         old_to_new: dict[int, int] = {}
-        for i in keep:
-            par = self.parent[i]
-            if par >= 0 and par not in old_to_new:
-                continue  # unreachable when scores are monotone; kept for safety
-            j = out._add(self.tokens[i], old_to_new.get(par, -1), self.score[i])
+        for i in keep:  # parents come before children: every kept node's parent is expanded
+            j = out._add(self.tokens[i], old_to_new.get(self.parent[i], -1), self.score[i])
             out.draws[j] = self.draws[i]
             out.q[j] = self.q[i]
             old_to_new[i] = j
         return out, old_to_new
+
+
+@dataclass(frozen=True)
+class GrowthLimits:
+    """How far one step's tree may grow, all fixed before anything is drawn.
+
+    ``depth``: levels of draws (the root draws at level 0).  ``max_expanded``: non-root nodes
+    the draft may evaluate this step.  ``max_nodes``: non-root nodes the target may
+    evaluate.  ``beam``: nodes expanded per level at most (None: every child, room
+    permitting).
+    """
+
+    depth: int
+    max_expanded: int
+    max_nodes: int
+    beam: int | None = None
+
+
+# draft(nodes) -> one draft logits row per node (the nodes are evaluated by the draft model)
+DraftFn = Callable[[list[int]], Sequence]
+# draw(node, row) -> (draws [K] int64, q or None, weight {token: score factor})
+DrawFn = Callable[[int, object], tuple]
+
+
+def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn) -> tuple[DraftTree, dict[int, int]]:
+    """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``.
+
+    Each level: ``draft(frontier)`` evaluates the frontier in one call, ``draw`` draws each
+    frontier node's candidates, every distinct draw becomes a child scored by the parent's
+    score times ``weight[token]``.  The next frontier is the best-scored new children, as
+    many as ``beam`` and the room left allow — a number fixed before they draw.  Returns the
+    final tree and the old -> new index map of the cut (identity when nothing was cut).
+    """
+    frontier = [0]
+    n_expanded = 0  # non-root expanded nodes so far; never dropped
+    for level in range(limits.depth):
+        rows = draft(frontier)
+        new: list[int] = []
+        for node, row in zip(frontier, rows):
+            draws, q, weight = draw(node, row)
+            tree.set_draws(node, draws, q)
+            new += tree.add_children(node, weight)
+        if level + 1 >= limits.depth:
+            break
+        width = min(len(new), limits.max_expanded - n_expanded, limits.max_nodes - n_expanded)
+        if limits.beam is not None:
+            width = min(width, limits.beam)
+        if width <= 0:
+            break
+        frontier = sorted(new, key=lambda i: -tree.score[i])[:width]  # stable: ties keep draw order
+        frontier.sort()  # evaluate in tree order: parents before children across calls
+        n_expanded += width
+    if len(tree) - 1 > limits.max_nodes:
+        return tree.prune_leaves(limits.max_nodes)
+    return tree, {i: i for i in range(len(tree))}

@@ -1,10 +1,11 @@
 """The speculative engine end to end on the tiny GGUF pair.
 
-Exactness through the real engine is tested with the randomised probability integral
-transform: for every generated token t at a position whose exact target distribution is p
-(computed by a separate target model on the generated prefix), ``v = F(t-) + U p(t)`` is
-uniform on [0, 1) exactly when t ~ p.  Over thousands of seeded runs and the first three
-positions, the v's are binned and chi-square tested; the first token is also tested directly.
+Exactness at scale is proved on Markov fakes (test_exactness.py).  Here a smoke test checks
+it through real llama.cpp models with the randomised probability integral transform: for
+every generated token t at a position whose exact target distribution is p (computed by a
+separate target model on the generated prefix), ``v = F(t-) + U p(t)`` is uniform on [0, 1)
+exactly when t ~ p.  Over seeded runs and the first three positions, the v's are binned and
+chi-square tested; the first token is also tested directly.
 """
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_first_three_tokens_follow_the_target(noisy_engine, reference, method, s
     engine = noisy_engine
     prompt = engine.tokenize("Once upon a time")
     dp = DraftParams(method=method, draws=3, depth=3, budget=8)
-    runs = 2500
+    runs = 800
     rng = np.random.default_rng(99)
     pits, first = [], []
     cache: dict[tuple, np.ndarray] = {}

@@ -61,7 +61,8 @@ def ref_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
         ids, w = ids[:keep], w[:keep]
     if cap > 0:
         ids, w = ids[:cap], w[:cap]
-    return ids, w / w.sum()
+    p = w / w.sum()
+    return ids[p > 0], p[p > 0]  # probabilities that underflowed to 0 are not support
 
 
 def ref_dense(logits, **kw):
@@ -364,3 +365,16 @@ def test_kernel_computes_row_normaliser_itself():
             kids, kprobs = _probs_sparse(logits, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0)
             np.testing.assert_array_equal(kids, ids, err_msg=name)
             np.testing.assert_allclose(kprobs, probs, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@pytest.mark.parametrize("temperature", [0.01, 0.001, 1e-6])
+def test_low_temperature_support_has_no_zero_probabilities(temperature):
+    """At a low temperature most weights underflow to 0: they must leave the support, or the
+    verifier would divide by them."""
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        x = rng.normal(0, 3, 1000).astype(np.float32)
+        for cap in (0, 64):
+            ids, probs = probs_sparse(x, temperature, 0, 1.0, 0.0, cap)
+            assert (probs > 0).all() and abs(probs.sum() - 1) < 1e-12
+            assert ids[0] == int(np.argmax(x))

@@ -1,8 +1,9 @@
 """The draft tree's bookkeeping and best-first pruning (pure Python)."""
 
 import numpy as np
+import pytest
 
-from resispec_gguf.tree import DraftTree
+from resispec_gguf.tree import DraftTree, GrowthLimits, grow
 
 
 def _tree():
@@ -24,14 +25,78 @@ def test_children_are_distinct_draws_in_first_draw_order():
     assert np.allclose(t.score, [1, 0.6, 0.3, 0.1, 0.54, 0.03, 0.27])
 
 
-def test_keep_best_keeps_a_subtree_of_the_best_nodes():
-    t = _tree()
-    kept, old_to_new = t.keep_best(3)
-    # best three: 1 (0.6), 4 (0.54), 2 (0.3) — then 6 (0.27) is dropped
+def test_prune_leaves_keeps_every_expanded_node_and_the_best_leaves():
+    t = _tree()  # expanded: 0, 1 (a), 4 (d); leaves: 2 (0.3), 3 (0.1), 5 (0.03), 6 (0.27)
+    kept, old_to_new = t.prune_leaves(3)
+    # expanded 1 and 4 stay whatever their scores; one slot left: the best leaf, 2 (0.3)
     assert kept.tokens == [7, 1, 2, 4]
     assert kept.parent == [-1, 0, 0, 1]
-    assert kept.children[0] == {1: 1, 2: 2} and kept.children[1] == {4: 3}
     assert old_to_new == {0: 0, 1: 1, 2: 2, 4: 3}
     # expanded nodes keep their draws: a drawn candidate without a node can still be accepted
     assert list(kept.draws[0]) == [1, 2, 1, 3] and 3 not in kept.children[0]
-    assert kept.draws[2] is None and list(kept.draws[3]) == [6]
+    assert list(kept.draws[3]) == [6] and kept.children[3] == {}
+    with pytest.raises(ValueError, match="expanded nodes do not fit"):
+        t.prune_leaves(1)
+
+
+class _Scripted:
+    """Callbacks for ``grow`` that draw from a seeded generator and record every call."""
+
+    def __init__(self, seed, k, vocab=5):
+        self.rng = np.random.default_rng(seed)
+        self.k, self.vocab = k, vocab
+        self.drafted: list[list[int]] = []
+        self.drawn: list[int] = []
+
+    def draft(self, frontier):
+        self.drafted.append(list(frontier))
+        return [None] * len(frontier)
+
+    def draw(self, node, row):
+        self.drawn.append(node)
+        q = self.rng.dirichlet(np.ones(self.vocab))
+        draws = self.rng.choice(self.vocab, size=self.k, p=q)
+        return draws, None, {t: float(q[t]) for t in range(self.vocab)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_grow_never_drops_an_expanded_node_and_respects_every_limit(seed):
+    rng = np.random.default_rng(1000 + seed)
+    limits = GrowthLimits(
+        depth=int(rng.integers(1, 6)),
+        max_expanded=int(rng.integers(0, 12)),
+        max_nodes=int(rng.integers(0, 14)),
+        beam=None if rng.random() < 0.3 else int(rng.integers(1, 4)),
+    )
+    cb = _Scripted(seed, k=int(rng.integers(1, 5)))
+    tree, old_to_new = grow(DraftTree.with_root(0), limits, cb.draft, cb.draw)
+    # every node that drew is in the final tree, with its draws; nothing else is expanded
+    assert sorted(old_to_new[n] for n in cb.drawn) == [i for i in range(len(tree)) if tree.expanded(i)]
+    assert len(tree) - 1 <= limits.max_nodes
+    assert len(cb.drawn) - 1 <= min(limits.max_expanded, limits.max_nodes) or len(cb.drawn) == 1
+    assert max(tree.depth) <= limits.depth
+    for level in cb.drafted[1:]:
+        assert limits.beam is None or len(level) <= limits.beam
+    for i in range(1, len(tree)):  # a tree: each node's parent is kept and expanded
+        assert tree.expanded(tree.parent[i]) and tree.children[tree.parent[i]][tree.tokens[i]] == i
+
+
+def test_grow_decides_each_level_before_it_draws():
+    """Which nodes a level expands depends only on what was drawn above it: replaying the
+    same draws up to level L gives the same frontier at L+1, whatever is drawn later."""
+    limits = GrowthLimits(depth=4, max_expanded=6, max_nodes=8, beam=2)
+    a = _Scripted(5, k=3)
+    grow(DraftTree.with_root(0), limits, a.draft, a.draw)
+    for cut in range(1, len(a.drafted)):
+        n_draws = sum(len(f) for f in a.drafted[:cut])
+        b = _Scripted(5, k=3)
+        real_draw = b.draw
+
+        def draw(node, row, _n=[0]):
+            _n[0] += 1
+            if _n[0] > n_draws:  # change everything drawn from level `cut` on
+                b.rng = np.random.default_rng(999 + _n[0])
+            return real_draw(node, row)
+
+        grow(DraftTree.with_root(0), limits, b.draft, draw)
+        assert b.drafted[: cut + 1] == a.drafted[: cut + 1]

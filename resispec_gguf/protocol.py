@@ -1,0 +1,94 @@
+"""The seam between the engine and a model: what the speculative loop needs from one.
+
+``Engine(target, draft)`` drives any object with this shape.  ``backend.LlamaModel`` is the
+llama.cpp implementation; the test suite drives the same engine through Markov fakes whose
+exact output law is known.  Keep this interface small and stable: code outside the package
+relies on it to plug in other models.
+
+Vocabulary: a model maps token ids ``0 .. n_vocab - 1`` to logits rows.  Sequence model:
+the *committed* sequence holds ``n_past`` tokens; ``decode`` adds *uncommitted* nodes, each
+following either the committed sequence (parent ``-1``) or an earlier uncommitted node of the
+same step; ``commit`` appends one chain of them to the committed sequence and forgets the
+rest.
+
+No llama_cpp here, no I/O: a ``typing.Protocol`` and its contract.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ModelBackend"]
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    """A model the engine can draft or verify with.
+
+    Attributes (read-only for the engine):
+
+    * ``n_vocab`` — logits row length.
+    * ``n_ctx`` — committed plus uncommitted tokens may never exceed it.
+    * ``n_seq_max`` — at most ``n_seq_max - 1`` uncommitted nodes at a time.
+    * ``n_past`` — tokens in the committed sequence.
+    * ``n_threads`` — CPU threads it decodes with (reported, and part of ``cost_key``).
+
+    Errors: a decode that would exceed ``n_ctx`` raises ``errors.ContextFullError`` and
+    leaves the model as it was before the call; a malformed request raises ``ValueError``.
+    """
+
+    n_vocab: int
+    n_ctx: int
+    n_seq_max: int
+    n_threads: int
+
+    @property
+    def n_past(self) -> int: ...
+
+    def sync_prefix(self, tokens: Sequence[int]) -> int:
+        """Make the committed sequence exactly ``tokens[:-1]``, reusing the longest common
+        prefix already there, and drop every uncommitted node.  The last token is left out:
+        it is the next step's root, decoded with the first tree.  Returns the number of
+        tokens reused.  Raises ``ContextFullError`` when ``tokens`` exceed ``n_ctx``."""
+        ...
+
+    def decode(self, tokens: Sequence[int], parents: Sequence[int], want_logits=None) -> Sequence[np.ndarray]:
+        """Evaluate new uncommitted nodes in one call; returns their logits rows.
+
+        ``tokens[j]`` follows node ``parents[j]``: ``-1`` for the committed sequence, else the
+        index of an uncommitted node (indices count this step's nodes across calls, in
+        order, until ``commit``/``drop_uncommitted``; a parent comes before its children).
+        ``want_logits``: ``[n]`` bools, default all; the result holds one float32 ``[n_vocab]``
+        row per wanted node, in order.  Rows stay valid until the next ``decode``,
+        ``commit``, ``drop_uncommitted``, ``sync_prefix`` or ``reset``; the caller never
+        writes into them.
+        """
+        ...
+
+    def commit(self, path: Sequence[int]) -> None:
+        """Append the uncommitted nodes ``path`` (a chain starting at a node whose parent is
+        ``-1``) to the committed sequence; forget every other uncommitted node."""
+        ...
+
+    def drop_uncommitted(self) -> None:
+        """Forget every uncommitted node."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the committed sequence too."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends a generation (end of sequence, end of turn)."""
+        ...
+
+    def token_piece(self, token: int) -> bytes:
+        """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""
+        ...
+
+    def cost_key(self) -> str:
+        """A stable name for this model file and its settings (threads, offload, context),
+        under which ``auto`` caches the measured cost of a decode."""
+        ...

@@ -1,0 +1,170 @@
+"""Markov fake models: ``protocol.ModelBackend`` implementations with a known exact law.
+
+A ``MarkovModel`` of order m returns, after any context, the logits row ``table[last m
+tokens]``.  The exact law of the first n generated tokens is therefore a product of n rows,
+which is what the exactness harness (test_exactness.py) compares the engine against.  The
+fake enforces the same contract as ``backend.LlamaModel`` (sequence limit, context limit,
+parents before children, rows invalid after the next call), so an engine bug that the real
+backend would reject fails here too.  Order 2 makes a row depend on the node's parent as
+well, which catches a tree evaluated with the wrong parent links.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from resispec_gguf.errors import ContextFullError
+
+
+class _Rows:
+    """Rows of one decode; reading them after the model's next call is an error."""
+
+    def __init__(self, model, generation, rows):
+        self._model, self._generation, self._rows = model, generation, rows
+
+    def __len__(self):
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if self._generation != self._model._generation:
+            raise RuntimeError("logits rows are only readable until the next decode")
+        return self._rows[i]
+
+
+class MarkovModel:
+    """A model whose next-token logits depend only on the last ``order`` tokens.
+
+    ``rows``: ``{context tuple (length order): float32 [V] logits}``, or a callable
+    ``context -> logits``.  A context shorter than ``order`` (at the very start) is padded on
+    the left with token 0.
+    """
+
+    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov"):
+        self.n_vocab = int(n_vocab)
+        self.order = int(order)
+        self.n_ctx = int(n_ctx)
+        self.n_seq_max = int(n_seq_max)
+        self.n_threads = 1
+        self._eog = frozenset(eog)
+        self._rows = rows
+        self._name = name
+        self.cached: list[int] = []
+        self._nodes: list[tuple[int, int, int]] = []  # (token, parent, position)
+        self._generation = 0
+        self.calls = 0  # decode calls
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cached)
+
+    def row(self, context) -> np.ndarray:
+        ctx = tuple(context)[-self.order:]
+        ctx = (0,) * (self.order - len(ctx)) + ctx
+        out = self._rows(ctx) if callable(self._rows) else self._rows[ctx]
+        return out
+
+    def sync_prefix(self, tokens) -> int:
+        self._bump()
+        self._nodes.clear()
+        if len(tokens) > self.n_ctx:
+            raise ContextFullError("prompt does not fit")
+        want = list(tokens[:-1])
+        common = 0
+        for a, b in zip(self.cached, want):
+            if a != b:
+                break
+            common += 1
+        self.cached = want
+        return common
+
+    def _context(self, node: int) -> list[int]:
+        """Committed tokens plus the node's ancestors and itself, last ``order`` of them."""
+        path = []
+        while node >= 0:
+            tok, par, _ = self._nodes[node]
+            path.append(tok)
+            node = par
+            if len(path) >= self.order:
+                break
+        path.reverse()
+        if len(path) < self.order:
+            path = self.cached[max(0, len(self.cached) - (self.order - len(path))):] + path
+        return path
+
+    def decode(self, tokens, parents, want_logits=None):
+        tokens = [int(t) for t in tokens]
+        parents = [int(p) for p in parents]
+        n = len(tokens)
+        if n == 0 or len(parents) != n:
+            raise ValueError("bad decode request")
+        base = len(self._nodes)
+        if base + n + 1 > self.n_seq_max:
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {self.n_seq_max - 1}")
+        new = []
+        for j, (tok, par) in enumerate(zip(tokens, parents)):
+            if not (-1 <= par < base + j):
+                raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
+            if not 0 <= tok < self.n_vocab:
+                raise ValueError(f"token {tok} outside the vocabulary")
+            pos = self.n_past if par < 0 else (self._nodes[par][2] if par < base else new[par - base][2]) + 1
+            new.append((tok, par, pos))
+        if max(p for _, _, p in new) + 1 > self.n_ctx or self.n_past + base + n > self.n_ctx:
+            raise ContextFullError("the context is full")
+        self._nodes.extend(new)
+        want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
+        rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
+        self._bump()
+        self.calls += 1
+        return _Rows(self, self._generation, rows)
+
+    def commit(self, path) -> None:
+        prev = -1
+        for i in path:
+            if self._nodes[i][1] != prev:
+                raise ValueError(f"commit path is not a chain from the committed sequence: {list(path)}")
+            prev = i
+        self.cached.extend(self._nodes[i][0] for i in path)
+        if len(self.cached) > self.n_ctx:
+            raise AssertionError("committed past the context")
+        self.drop_uncommitted()
+
+    def drop_uncommitted(self) -> None:
+        self._nodes.clear()
+        self._bump()
+
+    def reset(self) -> None:
+        self.cached.clear()
+        self.drop_uncommitted()
+
+    def is_eog(self, token: int) -> bool:
+        return int(token) in self._eog
+
+    def token_piece(self, token: int) -> bytes:
+        return b"<%d>" % int(token)
+
+    def cost_key(self) -> str:
+        return f"fake:{self._name}"
+
+    # ------------------------------------------------------------------ helpers
+
+    def _bump(self) -> None:
+        self._generation += 1
+
+
+def random_rows(n_vocab, order, seed, scale=2.0, overrides=None):
+    """``{context: logits}`` for every context of length ``order``: N(0, scale) logits, read
+    only, with ``overrides`` (``{context: probabilities}``) set as log-probabilities."""
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for ctx in itertools.product(range(n_vocab), repeat=order):
+        rows[ctx] = (rng.standard_normal(n_vocab) * scale).astype(np.float32)
+    for ctx, probs in (overrides or {}).items():
+        with np.errstate(divide="ignore"):
+            rows[tuple(ctx)] = np.log(np.asarray(probs, np.float64)).astype(np.float32)
+    for r in rows.values():
+        r.flags.writeable = False
+    return rows
