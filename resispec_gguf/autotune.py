@@ -1,19 +1,31 @@
-"""``method="auto"``: pick the tree shape (or plain decoding) that maximises tokens/s here.
+"""``method="auto"``: per step, plain decoding or a tree grown only as far as it pays.
 
-A Sequoia-style cost model on measured costs.  ``CostCurve`` holds the measured wall time of
-one decode of ``n`` rows, per model, on this machine and settings; ``AutoTuner`` combines it
-with a running estimate of the per-depth acceptance rate:
+What steers it, all fixed for a given request, seed and machine (no wall-clock reading
+steers a choice, so the same seed gives the same output):
 
-    expected tokens per step  E(D, a) = 1 + a + a^2 + ... + a^D   (chain of depth D)
-    step time                 T(D, N) = D * draft(rows per level) + target(N + 1) + overhead
-    plain decoding            1 token per target(1) + overhead
+* **Costs** — ``CostCurve``: the measured seconds of one decode of n rows, per model, on this
+  machine and settings (measured once, cached on disk by the engine).
+* **Values** — ``Calibration``: the chance that the verifier accepts a candidate, learnt
+  online (with decay) from this request's verified nodes, by the candidate's draft
+  probability q, or by the match length of a context-lookup candidate.  A node's score is
+  the product of those chances along its path: the estimated probability that its token is
+  emitted as an accepted candidate.  A step yields ``E = 1 + sum of node scores`` tokens on
+  average and costs ``T = draft calls + target(1 + nodes) + overhead``.
 
-and picks the candidate with the best E / T — ``none`` when nothing beats plain decoding.
-If even *perfect* acceptance (a = 1) cannot beat plain decoding on these cost curves (a slow
-CPU, where a batch of rows costs nearly rows x one row), speculation is switched off for good
-and never probed: that is what keeps ``auto`` at plain-decoding speed there.  Otherwise the
-tuner re-probes speculation now and then while running plain, so a drifting acceptance can
-switch it back.
+Growth (``StepPlan.width`` / ``StepPlan.leaves``, called by ``tree.grow`` before a level
+draws): take the new children best-first and expand one while its marginal value per
+marginal cost beats the step's current ``E / T``.  Expanding c is worth about
+``score(c) * a`` tokens (``a``: the decayed acceptance rate per verified node) and costs one
+more draft row plus a target row for its child.  Leaves are kept by the same test.  This is
+dynamic depth and width in one rule (SpecDec++ / EAGLE-2 style), bounded by the user's
+``draws``/``depth``/``budget``, which act as upper bounds.
+
+Plain or speculate (``AutoTuner.choose``): every request starts with a speculative probe.
+After each speculative step the tuner compares the tokens it realised per *predicted*
+second (decayed) with plain decoding's predicted speed.  When speculation loses, it decodes
+plain for a stretch that doubles after each losing probe (4, 8, 16, ... tokens) and then
+probes again; a winning probe resets the stretch.  Lookup-only trees (no draft model calls)
+are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
 No model calls here: measuring is done by the caller (``measure_curve``) through a callback.
 """
@@ -25,6 +37,8 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .config import DraftParams
 
@@ -40,6 +54,8 @@ class CostCurve:
 
     def __call__(self, n: int) -> float:
         rows, secs = self.rows, self.seconds
+        if n <= 0:
+            return 0.0
         if n <= rows[0]:
             return secs[0] * n / rows[0]
         for (r0, s0), (r1, s1) in zip(zip(rows, secs), zip(rows[1:], secs[1:])):
@@ -47,6 +63,10 @@ class CostCurve:
                 return s0 + (s1 - s0) * (n - r0) / (r1 - r0)
         slope = (secs[-1] - secs[-2]) / (rows[-1] - rows[-2])
         return secs[-1] + slope * (n - rows[-1])
+
+    def describe(self) -> str:
+        base = self.seconds[0]
+        return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))
 
 
 def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 2) -> CostCurve:
@@ -76,7 +96,7 @@ def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:
         with open(cache_file, encoding="utf-8") as f:
             entry = json.load(f).get(key)
         return CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])) if entry else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -84,6 +104,8 @@ def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
     try:
         with open(cache_file, encoding="utf-8") as f:
             data = json.load(f)
+        if not isinstance(data, dict):
+            data = {}
     except (OSError, ValueError):
         data = {}
     data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)}
@@ -94,78 +116,231 @@ def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
     os.replace(tmp, cache_file)
 
 
-@dataclass(frozen=True)
-class Plan:
-    params: DraftParams  # method "none" for plain decoding
-    tokens_per_s: float  # the model's prediction
+# --------------------------------------------------------------------------- values
+
+# bins of a draft candidate's probability q; a lookup candidate is binned by match length
+_Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
+_LOOKUP_BINS = 4  # match length 1..4
 
 
-def expected_tokens(depth: int, accept: float) -> float:
-    """Tokens per step of a depth-``depth`` chain whose draws are accepted w.p. ``accept``."""
-    return sum(accept**d for d in range(depth + 1))
+class Calibration:
+    """Decayed acceptance counts per candidate bin, with a prior worth ``prior_weight``
+    observations: a draft candidate of probability q is accepted with chance about
+    ``q ** 0.5`` and a lookup candidate with chance 0.3 to 0.6 by match length, until the
+    request's own counts say otherwise."""
+
+    def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
+        mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
+        self.decay = decay
+        self.draft_acc = np.sqrt(np.minimum(mids, 1.0)) * prior_weight
+        self.draft_seen = np.full(len(mids), prior_weight)
+        self.look_acc = np.array([0.3, 0.4, 0.5, 0.6]) * prior_weight
+        self.look_seen = np.full(_LOOKUP_BINS, prior_weight)
+
+    @staticmethod
+    def _qbin(q: float) -> int:
+        return int(np.searchsorted(_Q_EDGES, q, side="right")) - 1
+
+    def draft(self, q: float) -> float:
+        b = self._qbin(q)
+        return float(self.draft_acc[b] / self.draft_seen[b])
+
+    def lookup(self, n: int) -> float:
+        b = min(max(n, 1), _LOOKUP_BINS) - 1
+        return float(self.look_acc[b] / self.look_seen[b])
+
+    def observe_draft(self, q: float, accepted: bool) -> None:
+        b = self._qbin(q)
+        self.draft_acc[b] = self.draft_acc[b] * self.decay + float(accepted)
+        self.draft_seen[b] = self.draft_seen[b] * self.decay + 1.0
+
+    def observe_lookup(self, n: int, accepted: bool) -> None:
+        b = min(max(n, 1), _LOOKUP_BINS) - 1
+        self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)
+        self.look_seen[b] = self.look_seen[b] * self.decay + 1.0
+
+
+# --------------------------------------------------------------------------- one step
 
 
 @dataclass
-class AutoTuner:
+class StepPlan:
+    """The shape of one speculative step and the growth rule ``tree.grow`` consults.
+
+    ``kind``: "draft" (the draft model expands nodes; lookup candidates ride along) or
+    "lookup" (no draft model calls: chains of lookup candidates).  ``params``: the method,
+    K and the user's upper bounds.  ``value``/``cost`` track the step's expected tokens E
+    and predicted seconds T as the tree grows.
+    """
+
+    kind: str
+    params: DraftParams
     target: CostCurve
-    draft: CostCurve
-    base: DraftParams = field(default_factory=lambda: DraftParams(method="resispec"))
-    overhead_s: float = 0.0005  # per step, outside model calls
-    accept: float = 0.7  # running per-depth acceptance estimate (prior)
-    probe_every: int = 200  # plain tokens between probes, when probing makes sense
-    margin: float = 1.03  # speculation must beat plain by this factor
-    _since_probe: int = 0
-    _probing: int = 0
+    draft: CostCurve | None
+    accept: float  # expected accepted tokens below a reached, expanded node
+    overhead_s: float
+    pending: int = 1  # draft rows of the level-0 call
+    value: float = 1.0
+    cost: float = 0.0
+    n_nodes: int = 0
+    draft_cost: float = 0.0
 
-    def candidates(self):
-        for depth in range(1, 9):
-            for width in (1, 2, 3):
-                budget = depth * width
-                draws = 1 if width == 1 else min(4, 2 * width)
-                method = "chain" if width == 1 else self.base.method
-                yield DraftParams(
-                    method=method, draws=draws, depth=depth, budget=budget,
-                    draft_support=self.base.draft_support, policy="budget",
-                ), width
+    def __post_init__(self):
+        self.draft_cost = self.draft(self.pending) if self.kind == "draft" else 0.0
+        self.cost = self.draft_cost + self.target(1) + self.overhead_s
 
-    def predict(self, params: DraftParams, width: int, accept: float) -> float:
-        # a wider tree lifts the per-depth acceptance: the next draws get a second chance
-        a = 1.0 - (1.0 - accept) ** (1.0 + 0.5 * (width - 1))
-        e = expected_tokens(params.depth, a)
-        t = params.depth * self.draft(width) + self.target(params.budget + 1) + self.overhead_s
-        return e / t
+    def _row(self, extra: int = 1) -> float:
+        """Marginal seconds of ``extra`` more target rows."""
+        return self.target(1 + self.n_nodes + extra) - self.target(1 + self.n_nodes)
 
-    def plain_speed(self) -> float:
-        return 1.0 / (self.target(1) + self.overhead_s)
+    def width(self, level: int, scores: list[float]) -> int:
+        """How many of the new children (scores best first) to expand next.
 
-    def best(self, accept: float) -> Plan:
-        best = Plan(DraftParams(method="none"), self.plain_speed())
-        for params, width in self.candidates():
-            speed = self.predict(params, width, accept)
-            if speed > best.tokens_per_s * (self.margin if best.params.method == "none" else 1.0):
-                best = Plan(params, speed)
-        return best
+        Expanding child c keeps c (worth its score s, one target row) and gives it children
+        (worth about ``s * accept``, about one more row), for one more draft row: take it
+        while that marginal value per marginal second beats the step's E / T."""
+        w = 0
+        for s in scores:
+            d_draft = self.draft(w + 1) - self.draft(w) if self.kind == "draft" else 0.0
+            d_value = s * (1.0 + self.accept)
+            d_cost = d_draft + self._row(2)
+            if d_value * self.cost <= self.value * d_cost:
+                break
+            w += 1
+            self.value += s
+            self.cost += d_draft + self._row(1)
+            self.n_nodes += 1
+        if w and self.kind == "draft":
+            self.draft_cost += self.draft(w)
+        return w
+
+    def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int:
+        """How many leaves (scores best first) to keep beside the expanded nodes: a leaf is
+        worth its score (the bonus token after it) for one target row."""
+        self.n_nodes = len(expanded_scores)
+        self.value = 1.0 + sum(expanded_scores)
+        self.cost = self.draft_cost + self.target(1 + self.n_nodes) + self.overhead_s
+        n = 0
+        for s in leaf_scores:
+            d_cost = self._row()
+            if s * self.cost <= self.value * d_cost:
+                break
+            n += 1
+            self.value += s
+            self.cost += d_cost
+            self.n_nodes += 1
+        return n
+
+
+@dataclass
+class _Arm:
+    """Speculation of one kind: its realised rate and when to try it again."""
+
+    tokens: float = 0.0  # decayed sums over its steps
+    seconds: float = 0.0
+    steps: int = 0
+    backoff: int = 4  # plain steps to wait after a losing probe (doubles)
+    wait: int = 0  # plain steps left before the next probe
 
     @property
-    def speculation_can_pay(self) -> bool:
-        return self.best(1.0).params.method != "none"
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
-    def choose(self) -> DraftParams:
-        """The configuration for the next step."""
-        plan = self.best(self.accept)
-        if plan.params.method != "none":
-            return plan.params
-        if self.speculation_can_pay:
-            self._since_probe += 1
-            if self._probing > 0 or self._since_probe >= self.probe_every:
-                self._since_probe = 0
-                self._probing = max(self._probing - 1, 0) if self._probing else 3
-                return self.best(1.0).params
-        return plan.params
+    def observe(self, tokens: int, seconds: float, decay: float) -> None:
+        self.tokens = self.tokens * decay + tokens
+        self.seconds = self.seconds * decay + seconds
+        self.steps += 1
 
-    def observe(self, accepted: int, reached: int) -> None:
-        """Fold one step's per-depth acceptance counts into the running estimate."""
-        if reached > 0:
-            rate = accepted / reached
-            w = min(0.5, 0.1 * reached)
-            self.accept = (1 - w) * self.accept + w * rate
+
+class AutoTuner:
+    """Per request: choose plain decoding or a ``StepPlan`` for each step (module docstring)."""
+
+    def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
+                 has_draft: bool = True, overhead_s: float = 0.0005, decay: float = 0.8, margin: float = 1.0):
+        self.target, self.draft = target, draft
+        self.limits = limits
+        self.overhead_s = overhead_s
+        self.decay = decay
+        self.margin = margin
+        self.calibration = Calibration()
+        self.accept = 0.6  # accepted tokens per reached expanded node, decayed (prior)
+        self._acc_n = 2.0
+        self.plain_rate = 1.0 / (target(1) + overhead_s)
+        # an arm that cannot beat plain decoding even if every candidate were accepted is
+        # never tried: on such a machine auto is plain decoding, probes included
+        kinds = ("draft", "lookup") if has_draft and draft is not None else ("lookup",)
+        self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        self.last_choice = "none"
+        self.reason = "start: probe"
+        self.predicted_rate = self.plain_rate
+        self._probe_order = list(self.arms)
+
+    def best_case(self, kind: str) -> float:
+        """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
+        best = 0.0
+        for depth in range(1, int(self.limits.depth) + 1):
+            t = self.target(depth + 1) + self.overhead_s
+            if kind == "draft":
+                t += depth * self.draft(1)
+            best = max(best, (depth + 1) / t)
+        return best
+
+    # -------------------------------------------------------------- choice per step
+
+    def choose(self, pending: int = 1) -> StepPlan | None:
+        """The next step's plan, or None for a plain step."""
+        for name in self._probe_order:  # every kind is probed once at the start
+            if self.arms[name].steps == 0:
+                return self._plan(name, pending, f"probe {name}")
+        best, best_rate = None, self.plain_rate * self.margin
+        for name, arm in self.arms.items():
+            if arm.wait > 0:
+                continue
+            if arm.rate > best_rate:
+                best, best_rate = name, arm.rate
+        if best is not None:
+            return self._plan(best, pending, f"{best}: {best_rate:.2f} tok/s > plain {self.plain_rate:.2f}")
+        # nothing wins now: count down to the next probe of each kind
+        due = None
+        for name, arm in self.arms.items():
+            if arm.wait > 0:
+                arm.wait -= 1
+                if arm.wait == 0 and due is None:
+                    due = name
+        if due is not None:
+            return self._plan(due, pending, f"re-probe {due} after backing off")
+        self.last_choice, self.reason, self.predicted_rate = "none", "plain: speculation lost its last probe", self.plain_rate
+        return None
+
+    def _plan(self, kind: str, pending: int, reason: str) -> StepPlan:
+        lim = self.limits
+        k = max(1, min(int(lim.draws), 4)) if kind == "draft" else 0
+        method = "chain" if k == 1 else "resispec"
+        params = lim.replace(method=method, draws=max(k, 1), policy="budget")
+        self.last_choice, self.reason = kind, reason
+        self.predicted_rate = self.arms[kind].rate or self.plain_rate
+        plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
+                        accept=self.accept, overhead_s=self.overhead_s, pending=pending)
+        return plan
+
+    # -------------------------------------------------------------- learning
+
+    def observe_step(self, plan: StepPlan, tokens: int, seconds: float) -> None:
+        """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
+        arm = self.arms[plan.kind]
+        arm.observe(tokens, seconds, self.decay)
+        if arm.rate < self.plain_rate * self.margin:
+            arm.wait = arm.backoff
+            arm.backoff = min(arm.backoff * 2, 256)
+        else:
+            arm.backoff = 4
+
+    def observe_node(self, accepted: bool) -> None:
+        """A reached, expanded node was verified."""
+        self.accept = (self.accept * self._acc_n * self.decay + float(accepted)) / (self._acc_n * self.decay + 1.0)
+        self._acc_n = self._acc_n * self.decay + 1.0
+
+    def summary(self) -> str:
+        arms = ", ".join(f"{n} {a.rate:.2f} tok/s over {a.steps} steps" for n, a in self.arms.items())
+        return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tok/s predicted; "
+                f"{arms}; acceptance per node {self.accept:.2f}")

@@ -30,6 +30,7 @@ DRAFT_FLAGS = {
     "budget": (("--budget",), "maximum draft tree nodes per step"),
     "draft_support": (("--draft-support",), "cap the draft distribution to its top N tokens"),
     "policy": (("--policy",), "tree policy: " + ", ".join(TREE_POLICIES)),
+    "lookup": (("--lookup",), "add a context-lookup candidate at every tree node (auto decides by itself)"),
 }
 _CHOICES = {"method": METHODS, "policy": TREE_POLICIES}
 
@@ -49,6 +50,8 @@ def _add_dataclass_flags(parser, cls, table, title, defaults=None):
         if name == "seed":
             ftype = int
         kw = dict(dest=name, type=ftype, default=default, help=f"{help_text} (default: {default})")
+        if isinstance(default, bool):
+            kw = dict(dest=name, action=argparse.BooleanOptionalAction, default=default, help=f"{help_text} (default: {'on' if default else 'off'})")
         if name in _CHOICES:
             kw["choices"] = _CHOICES[name]
             kw["metavar"] = "{" + ",".join(_CHOICES[name]) + "}"

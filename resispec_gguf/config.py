@@ -70,7 +70,10 @@ class DraftParams:
     (chain uses 1).  ``depth``: maximum tree depth.  ``budget``: maximum tree nodes per step
     (the ``budget`` policy).  ``draft_support``: the draft distribution's support cap.
     ``policy``: ``budget`` (best-first by estimated reach) or ``static`` (every distinct child
-    expanded to ``depth``).
+    expanded to ``depth``).  ``lookup``: every expanded node also gets a context-lookup
+    candidate (the token that followed the longest earlier match of its context), checked
+    before the draws; with no draft model the tree is lookup chains alone.  ``auto`` always
+    considers lookup, and treats ``draws``, ``depth`` and ``budget`` as upper bounds.
     """
 
     method: str = "auto"
@@ -79,9 +82,11 @@ class DraftParams:
     budget: int = 12
     draft_support: int = 64
     policy: str = "budget"
+    lookup: bool = False
 
     def __post_init__(self):
         _check(self.method in METHODS, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        object.__setattr__(self, "lookup", bool(self.lookup))
         _check(self.policy in TREE_POLICIES, f"policy must be one of {', '.join(TREE_POLICIES)}, got {self.policy!r}")
         _check(1 <= int(self.draws) <= 64, f"draws must be in [1, 64], got {self.draws}")
         _check(1 <= int(self.depth) <= 32, f"depth must be in [1, 32], got {self.depth}")

@@ -30,8 +30,9 @@ from .config import MAX_TREE_NODES, DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
 from .protocol import ModelBackend
 from .textstream import TextAssembler
-from .tree import DraftTree, GrowthLimits, grow
-from .verify import verify_greedy, verify_prepared
+from .lookup import NgramIndex
+from .tree import DraftTree, Draw, GrowthLimits, grow
+from .verify import verify_greedy, verify_prepared, verify_prepared_with_candidate
 
 __all__ = ["Engine", "Result", "Stats"]
 
@@ -59,6 +60,8 @@ class Stats:
     draft_time: float = 0.0
     target_time: float = 0.0
     total_time: float = 0.0
+    steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" -> steps
+    auto: str = ""  # what auto chose last and why
 
     @property
     def overhead_time(self) -> float:
@@ -96,6 +99,9 @@ class Stats:
         for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
                      "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for kind, n in other.steps_by_kind.items():
+            self.steps_by_kind[kind] = self.steps_by_kind.get(kind, 0) + n
+        self.auto = other.auto or self.auto
         self._grow(len(other.reached_by_depth))
         for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
             self.accepted_by_depth[d] += a
@@ -122,6 +128,8 @@ class Stats:
             "overhead_time_s": self.overhead_time,
             "total_time_s": self.total_time,
             "prompt_time_s": self.prompt_time,
+            "steps_by_kind": dict(self.steps_by_kind),
+            "auto": self.auto,
         }
 
 
@@ -134,6 +142,12 @@ class Result:
     seed: int
 
 
+_PLAIN = DraftParams(method="none")
+_NO_DRAWS = np.empty(0, np.int64)
+# score factor of a lookup candidate under the fixed methods (auto learns its own)
+_LOOKUP_WEIGHT = 0.5
+
+
 class _Generation:
     """One request: owns its RNG, text assembly and stats; drives the models step by step."""
 
@@ -142,6 +156,7 @@ class _Generation:
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
         self.tuner = engine._tuner(dp) if dp.method == "auto" else None
+        self.plan = None  # auto's StepPlan for the current step
         self.seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         self.rng = np.random.default_rng(self.seed)
         self.stats = Stats(method=dp.method)
@@ -150,6 +165,8 @@ class _Generation:
         self.text = TextAssembler(sp.stop)
         self.finish_reason: str | None = None
         self.draft_pending: list[int] = []
+        use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
+        self.lookup = NgramIndex(self.prompt) if use_lookup else None
 
     # ------------------------------------------------------------------ distributions
 
@@ -171,8 +188,8 @@ class _Generation:
                 f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
             )
         self.stats.prompt_reused = e.target.sync_prefix(self.prompt)
-        speculative = self.dp.method != "none"
-        if speculative:
+        uses_draft = self.dp.method != "none" and e.draft is not None
+        if uses_draft:
             e.draft.sync_prefix(self.prompt)
             self.draft_pending = [self.prompt[-1]]
         self.stats.prompt_tokens = len(self.prompt)
@@ -184,21 +201,29 @@ class _Generation:
                     self.finish_reason = "length"
                     break
                 if self.tuner is not None:
-                    self.dp = self.tuner.choose()
+                    self.plan = self.tuner.choose(len(self.draft_pending))
+                    self.dp = self.plan.params if self.plan is not None else _PLAIN
                 if self.dp.method == "none":
                     emitted = self._plain_step()
-                    if speculative:
+                    if uses_draft:
                         self.draft_pending += emitted
+                    kind = "none"
                 else:
-                    emitted = self._spec_step()
+                    kind, emitted = self._spec_step()
                 self.stats.steps += 1
+                self.stats.steps_by_kind[kind] = self.stats.steps_by_kind.get(kind, 0) + 1
+                n_out = len(self.out)
                 yield from self._emit(emitted)
+                if self.lookup is not None:
+                    self.lookup.extend(self.out[n_out:])
             tail = self.text.flush()
             if tail:
                 yield tail
         finally:
             self.stats.total_time += time.perf_counter() - t_start
             self.stats.tokens = len(self.out)
+            if self.tuner is not None:
+                self.stats.auto = self.tuner.summary()
 
     def _emit(self, tokens: list[int]) -> Iterator[str]:
         e = self.e
@@ -236,40 +261,51 @@ class _Generation:
 
     # ------------------------------------------------------------------ speculative step
 
-    def _spec_step(self) -> list[int]:
-        if len(self.draft_pending) > 32:  # after a stretch of plain steps: catch the draft up
+    def _spec_step(self) -> tuple[str, list[int]]:
+        e = self.e
+        kind = self.plan.kind if self.plan is not None else ("draft" if e.draft is not None else "lookup")
+        if kind == "draft" and len(self.draft_pending) > 32:  # after plain steps: catch the draft up
             seq = self.prompt + self.out
-            self.e.draft.sync_prefix(seq)
+            e.draft.sync_prefix(seq)
             self.draft_pending = [seq[-1]]
-        accepted, reached = sum(self.stats.accepted_by_depth), sum(self.stats.reached_by_depth)
-        tree, draft_index = self._grow_tree()
+        tree, draft_index = self._grow_tree(kind)
         emitted, path = self._verify_tree(tree)
         self._commit(tree, draft_index, emitted, path)
         if self.tuner is not None:
-            self.tuner.observe(sum(self.stats.accepted_by_depth) - accepted, sum(self.stats.reached_by_depth) - reached)
-        return emitted
+            self.tuner.observe_step(self.plan, len(emitted), self.plan.cost)
+        return kind, emitted
 
-    def _grow_tree(self) -> tuple[DraftTree, dict[int, int] | None]:
+    def _grow_tree(self, kind: str) -> tuple[DraftTree, dict[int, int] | None]:
         """Draft phase: grow the tree with ``tree.grow`` (which owns the pruning rule).
 
-        Returns the tree and, per tree node the draft evaluated, its draft node index; None
-        when the draft has no room for this step (the tree is then the root alone).
+        ``kind`` "draft": the draft model expands nodes (with a lookup candidate each when
+        lookup is on); "lookup": chains of lookup candidates, no draft model call.  Returns
+        the tree and, per tree node the draft evaluated, its draft node index; None when the
+        draft evaluated nothing.
         """
         e, dp, st = self.e, self.dp, self.stats
         pending = self.draft_pending
         # target rows for non-root nodes, draft rows for expanded non-root nodes
         max_nodes = min(MAX_TREE_NODES, e.target.n_ctx - e.target.n_past - 1)
-        max_expanded = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(pending)
         tree = DraftTree.with_root(self._root())
+        static = dp.policy == "static"
+        beam = None if static else max(2, -(-dp.budget // dp.depth))
+        budget = max_nodes if static else min(dp.budget, max_nodes)
+        if kind == "lookup":
+            if max_nodes < 0:
+                return tree, None
+            limits = GrowthLimits(depth=dp.depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
+
+            def draw_lookup(node: int, _row) -> Draw:  # no draws: the lookup candidate, if any
+                x0, n = self._propose(tree, node)
+                return Draw(_NO_DRAWS, None, self._weights({}, x0, n), x0, ({}, n))
+
+            tree, _ = grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan)
+            return tree, None
+        max_expanded = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(pending)
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
-        static = dp.policy == "static"
-        limits = GrowthLimits(
-            depth=dp.depth,
-            max_expanded=max_expanded,
-            max_nodes=max_nodes if static else min(dp.budget, max_nodes),
-            beam=None if static else max(2, -(-dp.budget // dp.depth)),
-        )
+        limits = GrowthLimits(depth=dp.depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
         decoded = [0]  # draft nodes evaluated so far this step
 
@@ -292,22 +328,62 @@ class _Generation:
             decoded[0] += len(tokens)
             return rows
 
-        tree, old_to_new = grow(tree, limits, draft, self._draw)
+        def draw(node: int, logits) -> Draw:
+            return self._draw(tree, node, logits)
+
+        tree, old_to_new = grow(tree, limits, draft, draw, self.plan)
         return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
 
-    def _draw(self, node: int, logits) -> tuple:
-        """Draw one expanded node's K candidates: ``(draws, q, weight)`` for ``tree.grow``."""
+    # -------------------------------------------------------------- candidates
+
+    def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
+        """The context-lookup candidate after ``node``: ``(token, match length)``."""
+        if self.lookup is None:
+            return -1, 0
+        path = []
+        while node > 0:
+            path.append(tree.tokens[node])
+            node = tree.parent[node]
+        path.reverse()
+        n = self.lookup.max_n
+        # the index holds the prompt and the output so far, which ends with the root
+        return self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+
+    def _weights(self, qx: dict, x0: int, n: int) -> dict:
+        """Score factors of a node's candidates: calibrated acceptance chances under auto,
+        draft probabilities (EAGLE-2) under a fixed method."""
+        if self.tuner is not None:
+            cal = self.tuner.calibration
+            w = {x: cal.draft(q) for x, q in qx.items()}
+            look = cal.lookup(n)
+        else:
+            w = dict(qx)
+            look = _LOOKUP_WEIGHT
+        if x0 >= 0:
+            w[x0] = 1.0 - (1.0 - look) * (1.0 - w.get(x0, 0.0))
+        return w
+
+    def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
+        """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
         logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
+        x0, n = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
-            return ids, None, dict(zip(ids.tolist(), probs.tolist()))
+            qx = dict(zip(ids.tolist(), probs.tolist()))
+            return Draw(ids, None, self._weights(qx, x0, n), x0, (qx, n))
         ids, probs = self._q(logits)
         if self.dp.method == "rrs":
             draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
         else:
             draws = sampling.sample_iid(ids, probs, rng.random(k))
-        return draws, (ids, probs), dict(zip(ids.tolist(), probs.tolist()))
+        qx = {}
+        for x in draws.tolist():
+            if x not in qx:
+                qx[x] = float(probs[np.flatnonzero(ids == x)[0]])
+        return Draw(draws, (ids, probs), self._weights(qx, x0, n), x0, (qx, n))
+
+    # -------------------------------------------------------------- verification
 
     def _verify_tree(self, tree: DraftTree) -> tuple[list[int], list[int]]:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
@@ -321,24 +397,45 @@ class _Generation:
         node, emitted, path = 0, [], [0]
         while True:
             logits = rows[node]
-            draws = tree.draws[node]
-            if draws is None:  # a leaf: bonus token from p
+            draws, x0 = tree.draws[node], tree.lookup[node]
+            if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample_p(logits))
                 return emitted, path
-            depth = tree.depth[node] + 1
             if self.sp.greedy:
-                tok, idx = verify_greedy(int(np.argmax(logits)), draws)
+                tok, idx = verify_greedy(int(np.argmax(logits)), tree.candidates(node))
+                is_lookup = x0 >= 0 and idx == 0
+            elif x0 >= 0:
+                qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
+                u = self.rng.random(len(draws) + 2)
+                tok, idx = verify_prepared_with_candidate(self.dp.method, self._p(logits), x0, qids, qprobs, draws, u)
+                is_lookup = idx == 0
             else:
                 qids, qprobs = tree.q[node]
                 u = self.rng.random(len(draws) + 1)
                 tok, idx = verify_prepared(self.dp.method, self._p(logits), qids, qprobs, draws, u)
-            st._count(depth, idx >= 0)
+                is_lookup = False
+            st._count(tree.depth[node] + 1, idx >= 0)
+            if self.tuner is not None:
+                self._learn(tree, node, tok, idx >= 0, is_lookup)
             emitted.append(tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
                 return emitted, path
             node = child
             path.append(node)
+
+    def _learn(self, tree: DraftTree, node: int, tok: int, accepted: bool, is_lookup: bool) -> None:
+        """Tell auto's calibration how the node's candidates fared."""
+        qx, n = tree.info[node]
+        cal = self.tuner.calibration
+        x0 = tree.lookup[node]
+        if x0 >= 0:
+            cal.observe_lookup(n, is_lookup)
+        if not is_lookup:  # the draws were reached
+            for x, q in qx.items():
+                if x != x0:
+                    cal.observe_draft(q, accepted and tok == x)
+        self.tuner.observe_node(accepted)
 
     def _sample_p(self, logits) -> int:
         if self.sp.greedy:
@@ -349,7 +446,8 @@ class _Generation:
         e = self.e
         e.target.commit(path)
         if draft_index is None:  # the draft evaluated nothing this step
-            self.draft_pending += emitted
+            if e.draft is not None and self.draft_pending:
+                self.draft_pending += emitted
             return
         # draft: the pending chain plus the accepted nodes it expanded
         chain = list(range(len(self.draft_pending)))
@@ -452,12 +550,13 @@ class Engine:
     def _tuner(self, dp: DraftParams):
         """A fresh AutoTuner per request on the engine's cost curves (measured once per model
         file and settings, cached on disk).  Fresh, so that its choices — and with them the
-        output — depend only on the request, its seed and this machine."""
+        output — depend only on the request, its seed and this machine.  ``dp``'s draws,
+        depth and budget bound what it may choose."""
         from . import autotune
 
-        if self._auto is None:  # only reached with a draft: _prepare turns auto into none without one
-            self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft))
-        return autotune.AutoTuner(*self._auto, base=dp.replace(method="resispec"))
+        if self._auto is None:
+            self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft) if self.draft is not None else None)
+        return autotune.AutoTuner(self._auto[0], self._auto[1], dp, has_draft=self.draft is not None)
 
     def _cost_curve(self, model):
         from . import autotune, models
@@ -524,10 +623,8 @@ class Engine:
     def _prepare(self, prompt, sampling_params, draft_params):
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
-        if dp.method == "auto" and self.draft is None:
-            dp = dp.replace(method="none")
-        if dp.method != "none" and self.draft is None:
-            raise UserError(f"method {dp.method!r} needs a draft model; load one or use method='none'")
+        if dp.method not in ("none", "auto") and self.draft is None and not dp.lookup:
+            raise UserError(f"method {dp.method!r} needs a draft model or lookup=True; load one or use method='none'")
         if isinstance(prompt, str):
             tokens = self.tokenize(prompt)
         else:

@@ -30,11 +30,11 @@ through the two callbacks it is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["DraftTree", "GrowthLimits", "grow"]
+__all__ = ["DraftTree", "Draw", "GrowthLimits", "GrowthPlan", "grow"]
 
 
 @dataclass
@@ -46,6 +46,8 @@ class DraftTree:
     children: list[dict] = field(default_factory=list)  # [n] token -> child node
     draws: list = field(default_factory=list)  # [n] int64 [K] candidates, None if not expanded
     q: list = field(default_factory=list)  # [n] (ids, probs) draws came from, None if greedy/not expanded
+    lookup: list = field(default_factory=list)  # [n] context-lookup candidate checked first, -1 if none
+    info: list = field(default_factory=list)  # [n] the drawer's notes on an expanded node (opaque here)
 
     @classmethod
     def with_root(cls, token: int) -> "DraftTree":
@@ -62,6 +64,8 @@ class DraftTree:
         self.children.append({})
         self.draws.append(None)
         self.q.append(None)
+        self.lookup.append(-1)
+        self.info.append(None)
         if parent >= 0:
             self.children[parent][int(token)] = i
         return i
@@ -69,17 +73,22 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def set_draws(self, node: int, draws: np.ndarray, q) -> None:
+    def set_draws(self, node: int, draws: np.ndarray, q, lookup: int = -1, info=None) -> None:
         self.draws[node] = draws
         self.q[node] = q
+        self.lookup[node] = int(lookup)
+        self.info[node] = info
+
+    def candidates(self, node: int) -> list[int]:
+        """The node's distinct candidates: the lookup candidate first, then the draws in
+        first-draw order."""
+        first = [self.lookup[node]] if self.lookup[node] >= 0 else []
+        return list(dict.fromkeys(first + self.draws[node].tolist()))
 
     def add_children(self, node: int, weight: dict) -> list[int]:
-        """One child per distinct draw of an expanded node, in first-draw order, scored
+        """One child per distinct candidate of an expanded node (``candidates``), scored
         ``score(node) * weight[token]``; returns the new node indices."""
-        new = []
-        for t in dict.fromkeys(self.draws[node].tolist()):
-            new.append(self._add(t, node, self.score[node] * weight[t]))
-        return new
+        return [self._add(t, node, self.score[node] * weight[t]) for t in self.candidates(node)]
 
     def expanded(self, node: int) -> bool:
         return self.draws[node] is not None
@@ -103,6 +112,8 @@ class DraftTree:
             j = out._add(self.tokens[i], old_to_new.get(self.parent[i], -1), self.score[i])
             out.draws[j] = self.draws[i]
             out.q[j] = self.q[i]
+            out.lookup[j] = self.lookup[i]
+            out.info[j] = self.info[i]
             old_to_new[i] = j
         return out, old_to_new
 
@@ -123,20 +134,42 @@ class GrowthLimits:
     beam: int | None = None
 
 
+class Draw(NamedTuple):
+    """What ``draw`` returns for one expanded node."""
+
+    draws: np.ndarray  # [K] int64 candidates in draw order (K may be 0 for a lookup-only node)
+    q: object  # (ids, probs) the draws came from; None when greedy or K = 0
+    weight: dict  # token -> score factor, for every candidate
+    lookup: int = -1  # a deterministic candidate checked before the draws, -1 if none
+    info: object = None  # kept with the node for the caller (e.g. what to learn from it)
+
+
+class GrowthPlan(Protocol):
+    """Optional cost-aware limits (``autotune.StepPlan``): both are called before the nodes
+    they decide about draw, or only about never-expanded leaves."""
+
+    def width(self, level: int, scores: list[float]) -> int: ...
+
+    def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int: ...
+
+
 # draft(nodes) -> one draft logits row per node (the nodes are evaluated by the draft model)
 DraftFn = Callable[[list[int]], Sequence]
-# draw(node, row) -> (draws [K] int64, q or None, weight {token: score factor})
-DrawFn = Callable[[int, object], tuple]
+# draw(node, row) -> Draw
+DrawFn = Callable[[int, object], Draw]
 
 
-def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn) -> tuple[DraftTree, dict[int, int]]:
+def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
+         plan: GrowthPlan | None = None) -> tuple[DraftTree, dict[int, int]]:
     """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``.
 
     Each level: ``draft(frontier)`` evaluates the frontier in one call, ``draw`` draws each
-    frontier node's candidates, every distinct draw becomes a child scored by the parent's
-    score times ``weight[token]``.  The next frontier is the best-scored new children, as
-    many as ``beam`` and the room left allow — a number fixed before they draw.  Returns the
-    final tree and the old -> new index map of the cut (identity when nothing was cut).
+    frontier node's candidates, every distinct candidate becomes a child scored by the
+    parent's score times ``weight[token]``.  The next frontier is the best-scored new
+    children, as many as ``beam``, the room left and ``plan.width`` allow — a number fixed
+    before they draw.  At the end only never-expanded leaves are cut, best-scored kept, to
+    ``max_nodes`` (and to ``plan.leaves``).  Returns the final tree and the old -> new index
+    map of the cut (identity when nothing was cut).
     """
     frontier = [0]
     n_expanded = 0  # non-root expanded nodes so far; never dropped
@@ -144,19 +177,26 @@ def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn) ->
         rows = draft(frontier)
         new: list[int] = []
         for node, row in zip(frontier, rows):
-            draws, q, weight = draw(node, row)
-            tree.set_draws(node, draws, q)
-            new += tree.add_children(node, weight)
+            d = draw(node, row)
+            tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
+            new += tree.add_children(node, d.weight)
         if level + 1 >= limits.depth:
             break
         width = min(len(new), limits.max_expanded - n_expanded, limits.max_nodes - n_expanded)
         if limits.beam is not None:
             width = min(width, limits.beam)
+        best = sorted(new, key=lambda i: -tree.score[i])[: max(width, 0)]  # stable: ties keep draw order
+        if plan is not None and width > 0:
+            width = min(width, plan.width(level, [tree.score[i] for i in best]))
         if width <= 0:
             break
-        frontier = sorted(new, key=lambda i: -tree.score[i])[:width]  # stable: ties keep draw order
-        frontier.sort()  # evaluate in tree order: parents before children across calls
+        frontier = sorted(best[:width])  # tree order: parents before children across calls
         n_expanded += width
-    if len(tree) - 1 > limits.max_nodes:
-        return tree.prune_leaves(limits.max_nodes)
+    keep = limits.max_nodes
+    if plan is not None:
+        inner = [i for i in range(1, len(tree)) if tree.expanded(i)]
+        leaves = sorted((tree.score[i] for i in range(1, len(tree)) if not tree.expanded(i)), reverse=True)
+        keep = len(inner) + plan.leaves([tree.score[i] for i in inner], leaves[: max(0, keep - len(inner))])
+    if len(tree) - 1 > keep:
+        return tree.prune_leaves(keep)
     return tree, {i: i for i in range(len(tree))}

@@ -46,45 +46,6 @@ def test_parse_methods():
         bench.parse_methods("none,fast")
 
 
-# --------------------------------------------------------------------------- auto
-
-
-def _curve(per_row, fixed):
-    rows = autotune.ROW_COUNTS
-    return autotune.CostCurve(rows, tuple(fixed + per_row * n for n in rows))
-
-
-def test_auto_picks_none_when_draft_costs_as_much_as_target():
-    target = _curve(0.010, 0.020)
-    tuner = autotune.AutoTuner(target=target, draft=target, accept=0.9)
-    assert tuner.choose().method == "none"
-    assert not tuner.speculation_can_pay
-    # and it never probes: speculation cannot pay even at perfect acceptance
-    assert all(tuner.choose().method == "none" for _ in range(1000))
-
-
-def test_auto_picks_none_on_cpu_like_curves():
-    # measured shape on a 2-core CPU: n rows cost ~ n x one row; the draft ~0.6 x the target
-    target = autotune.CostCurve((1, 2, 4, 8, 16, 32), (0.036, 0.058, 0.099, 0.218, 0.278, 0.414))
-    draft = autotune.CostCurve((1, 2, 4, 8, 16, 32), (0.021, 0.039, 0.049, 0.085, 0.127, 0.211))
-    assert autotune.AutoTuner(target=target, draft=draft, accept=0.9).choose().method == "none"
-
-
-def test_auto_speculates_on_gpu_like_curves():
-    target = _curve(0.0002, 0.020)  # a batch costs about the same as one row
-    draft = _curve(0.0001, 0.002)  # the draft is cheap
-    tuner = autotune.AutoTuner(target=target, draft=draft, accept=0.8)
-    plan = tuner.choose()
-    assert plan.method != "none" and plan.depth >= 3
-    assert tuner.best(0.8).tokens_per_s > 1.5 * tuner.plain_speed()
-    # acceptance collapsing makes it fall back to plain decoding, and probe again later
-    for _ in range(50):
-        tuner.observe(0, 5)
-    assert tuner.choose().method == "none"
-    probes = [tuner.choose().method for _ in range(tuner.probe_every + 5)]
-    assert any(m != "none" for m in probes)
-
-
 def test_cost_curve_cache_roundtrip(tmp_path):
     curve = autotune.measure_curve(lambda n: None, rows=(1, 2, 4), repeats=1)
     assert list(curve.rows) == [1, 2, 4] and all(b >= a for a, b in zip(curve.seconds, curve.seconds[1:]))

@@ -37,6 +37,7 @@ from scipy import stats
 
 from fake_models import MarkovModel, random_rows
 from resispec_gguf import sampling
+from resispec_gguf.autotune import AutoTuner, CostCurve
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
@@ -46,24 +47,31 @@ N_TOKENS = 4
 V = 6
 EOG = 5
 PROMPT = [1, 2, 3, 1]
+# repeats itself, so context lookup finds candidates (the law depends on the last 2 tokens only)
+LOOKUP_PROMPT = [0, 2, 4, 1, 3, 2, 1, 0, 4, 3, 1]
 
 TEMPERATURES = {
     "T1": SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
     "T0.6-filters": SamplingParams(temperature=0.6, top_k=3, top_p=0.9, min_p=0.05),
     "T0.01": SamplingParams(temperature=0.01, top_k=0, top_p=1.0, min_p=0.0),
 }
-# room regimes: (target n_ctx, draft n_ctx, draft n_seq_max, plain steps before speculating)
+# room regimes, for a prompt of n tokens: (target n_ctx, draft n_ctx, draft n_seq_max, plain
+# steps before speculating)
 ROOMS = {
-    "ample": (256, 256, 98, 0),
+    "ample": lambda n: (256, 256, 98, 0),
     # the tree gets 4 target rows at the first step and fewer after, down to none
-    "target-room": (len(PROMPT) + N_TOKENS, 256, 98, 0),
+    "target-room": lambda n: (n + N_TOKENS, 256, 98, 0),
     # 2 draft rows per step at most, and then none at all once the draft's context is full
-    "draft-room": (256, len(PROMPT) + 2, 4, 0),
+    "draft-room": lambda n: (256, n + 2, 4, 0),
     # auto runs two plain steps first: the draft catches up on a 3-token pending chain,
     # which eats into its 5 rows
-    "pending-chain": (256, 256, 6, 2),
+    "pending-chain": lambda n: (256, 256, 6, 2),
 }
 METHODS = ("chain", "specinfer", "rrs", "resispec")
+ROWS = (1, 2, 4, 8, 16, 32)
+FLAT = CostCurve(ROWS, (1.0,) * len(ROWS))  # a batch costs what one row costs (a GPU)
+CPU_T = CostCurve(ROWS, (1.0, 1.3, 1.7, 3.0, 3.8, 7.0))  # the 2-core CPU's target
+CPU_D = CostCurve(ROWS, (0.44, 0.55, 0.75, 1.3, 1.7, 3.1))
 
 
 def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3):
@@ -105,19 +113,36 @@ def exact_law(target: MarkovModel, prompt, sp: SamplingParams, n: int) -> dict[t
     return law
 
 
-class _ScriptedTuner:
+class _ScriptedPlan:
+    """A fixed tree shape in auto's clothes: no cost-based limits."""
+
+    kind = "draft"
+    cost = 1.0
+
+    def __init__(self, params):
+        self.params = params
+
+    def width(self, level, scores):
+        return len(scores)
+
+    def leaves(self, expanded_scores, leaf_scores):
+        return len(leaf_scores)
+
+
+class _ScriptedTuner(AutoTuner):
     """Stands in for auto's tuner: plain decoding for the first steps, then one tree shape."""
 
     def __init__(self, plain_steps, dp):
+        super().__init__(FLAT, FLAT, dp)
         self.left, self.dp = plain_steps, dp
 
-    def choose(self):
+    def choose(self, pending=1):
         if self.left > 0:
             self.left -= 1
-            return DraftParams(method="none")
-        return self.dp
+            return None
+        return _ScriptedPlan(self.dp)
 
-    def observe(self, accepted, reached):
+    def observe_step(self, plan, tokens, seconds):
         pass
 
 
@@ -125,9 +150,10 @@ def sample(engine: Engine, sp: SamplingParams, dp: DraftParams, runs: int, plain
     if plain_steps:
         engine._tuner = lambda _auto, spec=dp: _ScriptedTuner(plain_steps, spec)
         dp = dp.replace(method="auto")
+    prompt = LOOKUP_PROMPT if dp.lookup or dp.method == "auto" else PROMPT
     counts: Counter = Counter()
     for seed in range(runs):
-        res = engine.generate(PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp)
+        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp)
         seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
         assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
         counts[seq] += 1
@@ -187,13 +213,48 @@ def check_law(counts: Counter, law: dict[tuple, float], label: str) -> dict:
 @pytest.mark.parametrize("policy", ["budget", "static"])
 @pytest.mark.parametrize("method", METHODS)
 def test_engine_output_law_is_exact(method, policy, temp, room):
-    target_ctx, draft_ctx, draft_seq, plain = ROOMS[room]
+    target_ctx, draft_ctx, draft_seq, plain = ROOMS[room](len(PROMPT))
     target, draft = _pair(target_ctx, draft_ctx, draft_seq)
     engine = Engine(target, draft)
     sp = TEMPERATURES[temp]
     dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy)
     counts = sample(engine, sp, dp, RUNS, plain)
     check_law(counts, exact_law(target, PROMPT, sp, N_TOKENS), f"{method}/{policy}/{temp}/{room}")
+
+
+LOOKUP_ROOMS = ("ample", "target-room")
+
+
+@pytest.mark.parametrize("room", LOOKUP_ROOMS)
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("method", METHODS + ("lookup only",))
+def test_lookup_candidates_keep_the_law_exact(method, temp, room):
+    """A context-lookup candidate at every node, checked before the draws (or alone, with no
+    draft model)."""
+    target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
+    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+    if method == "lookup only":
+        engine, method = Engine(target, None), "chain"
+    else:
+        engine = Engine(target, draft)
+    sp = TEMPERATURES[temp]
+    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=True)
+    counts = sample(engine, sp, dp, RUNS)
+    check_law(counts, exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS), f"lookup/{method}/{temp}/{room}")
+
+
+@pytest.mark.parametrize("room", LOOKUP_ROOMS)
+@pytest.mark.parametrize("temp", list(TEMPERATURES))
+@pytest.mark.parametrize("costs", ["gpu", "cpu", "gpu no draft"])
+def test_auto_output_law_is_exact(costs, temp, room):
+    """auto's own choices: plain or tree per step, dynamic width and depth, lookup."""
+    target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
+    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+    curves = {"gpu": (FLAT, FLAT), "cpu": (CPU_T, CPU_D), "gpu no draft": (FLAT, None)}[costs]
+    engine = Engine(target, None if curves[1] is None else draft, cost_curves=curves)
+    sp = TEMPERATURES[temp]
+    counts = sample(engine, sp, DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4), RUNS)
+    check_law(counts, exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS), f"auto/{costs}/{temp}/{room}")
 
 
 @pytest.mark.parametrize("temp", list(TEMPERATURES))
@@ -208,14 +269,15 @@ def test_plain_decoding_law_is_exact(temp):
 @pytest.mark.parametrize("policy", ["budget", "static"])
 @pytest.mark.parametrize("method", METHODS)
 def test_greedy_output_is_the_target_argmax_path(method, policy, room):
-    target_ctx, draft_ctx, draft_seq, plain = ROOMS[room]
-    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
     sp = SamplingParams(temperature=0.0)
-    law = exact_law(target, PROMPT, sp, N_TOKENS)
-    assert len(law) == 1
-    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy)
-    counts = sample(Engine(target, draft), sp, dp, 3, plain)
-    assert list(counts) == list(law)
+    for lookup, prompt in ((False, PROMPT), (True, LOOKUP_PROMPT)):
+        target_ctx, draft_ctx, draft_seq, plain = ROOMS[room](len(prompt))
+        target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+        dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy, lookup=lookup)
+        law = exact_law(target, prompt, sp, N_TOKENS)
+        assert len(law) == 1
+        counts = sample(Engine(target, draft, cost_curves=(FLAT, FLAT)), sp, dp, 3, plain)
+        assert list(counts) == list(law)
 
 
 # --------------------------------------------------------------------------- regression

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resispec_gguf.tree import DraftTree, GrowthLimits, grow
+from resispec_gguf.tree import DraftTree, Draw, GrowthLimits, grow
 
 
 def _tree():
@@ -56,7 +56,7 @@ class _Scripted:
         self.drawn.append(node)
         q = self.rng.dirichlet(np.ones(self.vocab))
         draws = self.rng.choice(self.vocab, size=self.k, p=q)
-        return draws, None, {t: float(q[t]) for t in range(self.vocab)}
+        return Draw(draws, None, {t: float(q[t]) for t in range(self.vocab)})
 
 
 @pytest.mark.parametrize("seed", range(40))
