@@ -100,10 +100,11 @@ def _check_gguf_file(path: str) -> None:
 
 
 class LogitsRows:
-    """Logits of one decode, copied row by row on demand (float32 ``[V]`` each).
+    """Logits of one decode, row by row on demand (float32 ``[V]`` each, read-only views of
+    llama.cpp's own buffer: nothing is copied).
 
-    Valid until the model's next decode; reading later raises instead of returning garbage.
-    Copying only the rows the verifier walks saves copying the whole ``[n, V]`` block.
+    Valid until the model's next decode; asking for a row later raises instead of returning
+    garbage, and a row taken earlier must not be read after the next decode.
     """
 
     def __init__(self, model, generation, batch_index):
@@ -311,7 +312,9 @@ class LlamaModel:
         if generation != self._generation:
             raise RuntimeError("logits rows are only readable until the next decode")
         ptr = _ll.llama_get_logits_ith(self._ctx, i)
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()  # [V]
+        row = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))  # [V] a view of llama.cpp's buffer
+        row.flags.writeable = False
+        return row
 
     def sync_prefix(self, tokens: list[int]) -> int:
         """Make sequence 0 hold ``tokens[:-1]`` plus nothing else; returns tokens reused.

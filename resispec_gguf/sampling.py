@@ -36,19 +36,6 @@ __all__ = [
 
 
 @njit(cache=True)
-def _argmax(logits):
-    # logits: [V] float32
-    best = 0
-    bv = -np.inf
-    for i in range(logits.shape[0]):
-        v = logits[i]
-        if v > bv:
-            bv = v
-            best = i
-    return best, bv
-
-
-@njit(cache=True)
 def _heap_sift_down(vals, idx, start, n):
     # min-heap on (vals, -idx): the root is the weakest kept element
     i = start
@@ -69,15 +56,15 @@ def _heap_sift_down(vals, idx, start, n):
 
 
 @njit(cache=True)
-def _top_k_ids(logits, k):
-    """Ids of the k largest finite logits (ties: lower id first), sorted descending."""
-    # logits: [V] float32 -> ids [min(k, #finite)] int64
-    if k <= 0:  # the heap below needs a root
-        return np.empty(0, np.int64)
+def _top_k_heap(logits, cand, k):
+    """Ids of the k largest finite logits among ``cand`` (ascending ids; ties: lower id
+    first), sorted descending."""
+    # logits: [V] float32, cand: [m] int64 -> ids [min(k, #finite)] int64
     n_fin = 0
     vals = np.empty(k, np.float64)
     idx = np.empty(k, np.int64)
-    for i in range(logits.shape[0]):
+    for c in range(cand.shape[0]):
+        i = cand[c]
         v = logits[i]
         if not v > -np.inf:  # -inf and NaN are never candidates
             continue
@@ -107,6 +94,28 @@ def _top_k_ids(logits, k):
     idx = idx[order]
     order = np.argsort(-vals, kind="mergesort")
     return idx[order]
+
+
+_STRIDE = 16
+
+
+@njit(cache=True)
+def _top_k_ids(logits, k):
+    """Ids of the k largest finite logits (ties: lower id first), sorted descending."""
+    # logits: [V] float32 -> ids [min(k, #finite)] int64
+    if k <= 0:  # the heap needs a root
+        return np.empty(0, np.int64)
+    V = logits.shape[0]
+    if V >= 4096 and V >= 64 * k:
+        # The k-th largest of a subset never exceeds the k-th largest of the whole row, so
+        # the k-th largest of every 16th entry is a threshold that keeps every answer (ties
+        # included); one vectorised comparison then leaves a few hundred candidates.
+        sample = np.arange(0, V, _STRIDE)
+        sk = _top_k_heap(logits, sample, k)
+        if sk.shape[0] == k:
+            cand = np.nonzero(logits >= logits[sk[k - 1]])[0].astype(np.int64)
+            return _top_k_heap(logits, cand, k)
+    return _top_k_heap(logits, np.arange(V), k)
 
 
 @njit(cache=True)
@@ -169,11 +178,12 @@ def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
 
 
 @njit(cache=True)
-def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row):
+def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best):
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
+    # best: the argmax (first maximum), which NumPy finds with SIMD.
     V = logits.shape[0]
-    best, bv = _argmax(logits)
+    bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
         ids = np.empty(1, np.int64)
         ids[0] = best
@@ -228,6 +238,24 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row):
                     n += 1
         cand = cand[:n]
         cv = cv[:n]
+        if top_p < 1.0 and n > 2048:
+            # The nucleus is usually far smaller than the candidates: find the k largest
+            # (k = 1024, 4096, ...) by partition until they hold the nucleus mass with room
+            # to spare, and sort only those (all ties of the k-th value included).
+            target = top_p * z * (1.0 + 1e-9)
+            k = 1024
+            while k < n:
+                thr = np.partition(cv, n - k)[n - k]
+                mass = 0.0
+                for j in range(n):
+                    if cv[j] >= thr:
+                        mass += math.exp((cv[j] - bvf) * inv_t)
+                if mass >= target:
+                    sel = cv >= thr
+                    cand = cand[sel]
+                    cv = cv[sel]
+                    break
+                k *= 4
         order = np.argsort(-cv, kind="mergesort")  # stable: ties keep ascending id
         ids = cand[order]
     return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
@@ -337,7 +365,7 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
         # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
         z_row = _row_normaliser(logits, temperature)
-    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row)
+    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, int(np.argmax(logits)))
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
@@ -351,7 +379,7 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
         np.exp(out, out=out)
         out /= out.sum()
         return out
-    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0, -1.0)
+    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0, -1.0, int(np.argmax(logits)))
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out

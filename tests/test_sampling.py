@@ -362,7 +362,8 @@ def test_kernel_computes_row_normaliser_itself():
     for name, logits in ROWS:
         for kw in (dict(temperature=0.7, top_p=0.9), dict(temperature=1.0, top_p=0.25, min_p=0.05)):
             ids, probs = probs_sparse(logits, cap=3, **kw)
-            kids, kprobs = _probs_sparse(logits, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0)
+            x = np.ascontiguousarray(logits, np.float32)
+            kids, kprobs = _probs_sparse(x, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0, int(np.argmax(x)))
             np.testing.assert_array_equal(kids, ids, err_msg=name)
             np.testing.assert_allclose(kprobs, probs, rtol=RTOL, atol=ATOL, err_msg=name)
 
