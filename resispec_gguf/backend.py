@@ -131,7 +131,7 @@ class LlamaModel:
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         n_seq_max: int = 64,
-        flash_attn: bool = False,
+        flash_attn: bool | None = None,
     ):
         path = os.fspath(path)
         _check_gguf_file(path)
@@ -158,11 +158,16 @@ class LlamaModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True
-        # Flash attention on the CPU rounds through F16 in a way that depends on where cells
-        # sit in the cache, so a node's logits would differ (1e-3 on F32 models) between a
-        # tree decode and a sequential one.  Off by default: a path must score the same
-        # whichever way it was decoded.
-        cparams.flash_attn_type = _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # Flash attention: None lets llama.cpp decide (on where the backend supports it).  It
+        # is faster, and exactness is defined against the target as evaluated in each batch,
+        # which it does not change; but on the CPU it rounds through F16 in a way that
+        # depends on where cells sit, so a node's logits differ slightly (1e-3 on F32 models)
+        # between a tree decode and a sequential one.  Tests that compare the two turn it off.
+        cparams.flash_attn_type = {
+            None: _ll.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[None if flash_attn is None else bool(flash_attn)]
         cparams.no_perf = True
         ctx = _ll.llama_init_from_model(model, cparams)
         if not ctx:
@@ -175,7 +180,7 @@ class LlamaModel:
         self.n_seq_max = int(n_seq_max)
         self.n_threads = threads
         self.n_gpu_layers = int(n_gpu_layers)
-        self.flash_attn = bool(flash_attn)
+        self.flash_attn = flash_attn
 
         # Batch buffers owned by NumPy; the llama_batch struct only points into them.
         n, s = self.n_batch, self.n_seq_max

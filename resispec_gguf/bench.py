@@ -21,14 +21,7 @@ import numpy as np
 
 from .config import METHODS, DraftParams, SamplingParams
 from .errors import UserError
-
-BUILTIN_PROMPTS = [
-    {"kind": "code", "messages": [{"role": "user", "content": "Write a Python function that merges two sorted lists into one sorted list, with a short docstring and two doctest examples."}]},
-    {"kind": "chat", "messages": [{"role": "user", "content": "I have a small balcony that gets morning sun. Which herbs could I grow there, and how should I start?"}]},
-    {"kind": "summarisation", "messages": [{"role": "user", "content": "Summarise in three sentences: Speculative decoding lets a small draft model propose several tokens that a large target model then checks in a single forward pass. When the draft agrees with the target, several tokens are produced for the price of one target call; when it does not, the target's own choice is used, so the output distribution is unchanged. The speed-up depends on how often the draft is right and on how cheap a batched target call is compared with a single one."}]},
-    {"kind": "maths", "messages": [{"role": "user", "content": "A train travels 180 km in 2 hours and then 120 km in 1.5 hours. What is its average speed over the whole journey? Show the steps."}]},
-]
-
+from .workloads import WORKLOADS
 
 # --------------------------------------------------------------------------- inputs
 
@@ -61,6 +54,21 @@ def parse_prompts(path: str) -> list[dict]:
     if not out:
         raise UserError(f"{path}: no prompts")
     return out
+
+
+def parse_workloads(text: str) -> list[str]:
+    names = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in names if w not in WORKLOADS]
+    if bad or not names:
+        raise UserError(f"unknown workload {bad[0] if bad else text!r}; choose from {', '.join(WORKLOADS)}")
+    return list(dict.fromkeys(names))
+
+
+def select_prompts(prompts_file: str | None, workload: str) -> dict[str, list[dict]]:
+    """``{workload: prompts}``: the ``--prompts`` file as one workload, else the built-in sets."""
+    if prompts_file:
+        return {os.path.splitext(os.path.basename(prompts_file))[0] or "prompts": parse_prompts(prompts_file)}
+    return {w: WORKLOADS[w] for w in parse_workloads(workload)}
 
 
 def parse_methods(text: str) -> list[str]:
@@ -114,28 +122,31 @@ def _zip_pad(lists):
     return [[x[i] if i < len(x) else 0 for x in lists] for i in range(n)]
 
 
-def run_bench(engine, prompts, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True):
-    """Interleaved runs; returns ``[{"temperature": t, "methods": {name: summary}}]``."""
+def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True):
+    """Interleaved runs per workload; returns ``[{"workload", "temperature", "methods": {name:
+    summary}}]``, each method compared with ``none`` on the same prompts and seeds."""
     from tqdm import tqdm
 
-    toks = [prompt_tokens(engine, p) for p in prompts]
-    total = len(temperatures) * len(toks) * repeat * len(methods)
+    toks = {w: [prompt_tokens(engine, p) for p in items] for w, items in workloads.items()}
+    total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(methods)
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
     # warm-up: compile kernels, page weights in, measure auto's cost curves
+    first = next(iter(toks.values()))[0]
     for m in methods:
-        engine.generate(toks[0], sp.replace(max_tokens=8, seed=0), dp.replace(method=m))
+        engine.generate(first, sp.replace(max_tokens=8, seed=0), dp.replace(method=m))
     out = []
-    for t in temperatures:
-        runs: dict[str, list] = {m: [] for m in methods}
-        for r in range(repeat):
-            for i, pt in enumerate(toks):
-                seed = (sp.seed or 0) + 1000 * r + i
-                for m in methods:
-                    res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m))
-                    runs[m].append(((r, i), res.stats))
-                    bar.update(1)
-        baseline = {key: s.tokens_per_s for key, s in runs["none"]}
-        out.append({"temperature": t, "methods": {m: summarise(runs[m], baseline) for m in methods}})
+    for w, prompt_toks in toks.items():
+        for t in temperatures:
+            runs: dict[str, list] = {m: [] for m in methods}
+            for r in range(repeat):
+                for i, pt in enumerate(prompt_toks):
+                    seed = (sp.seed or 0) + 1000 * r + i
+                    for m in methods:
+                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m))
+                        runs[m].append(((r, i), res.stats))
+                        bar.update(1)
+            baseline = {key: s.tokens_per_s for key, s in runs["none"]}
+            out.append({"workload": w, "temperature": t, "methods": {m: summarise(runs[m], baseline) for m in methods}})
     bar.close()
     return out
 
@@ -143,9 +154,15 @@ def run_bench(engine, prompts, methods, temperatures, sp: SamplingParams, dp: Dr
 def format_table(results) -> str:
     lines = []
     head = f"{'T':>4} {'method':<10} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
-    lines.append(head)
-    lines.append("-" * len(head))
+    workload = None
     for block in results:
+        if block.get("workload") != workload:
+            workload = block.get("workload")
+            if lines:
+                lines.append("")
+            lines.append(f"workload: {workload}")
+            lines.append(head)
+            lines.append("-" * len(head))
         for name, m in block["methods"].items():
             by_depth = " ".join(f"{a:.2f}" if a is not None else "-" for a in m["accept_by_depth"][:6])
             acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
@@ -186,7 +203,7 @@ def _cmd_bench(args) -> int:
     from .cli import draft_from_args, load_engine
 
     methods = parse_methods(args.methods)
-    prompts = parse_prompts(args.prompts) if args.prompts else BUILTIN_PROMPTS
+    prompts = select_prompts(args.prompts, args.workload)
     if args.repeat < 1:
         raise UserError(f"--repeat must be >= 1, got {args.repeat}")
     temps = args.temperature
@@ -323,7 +340,7 @@ def format_analysis(results) -> str:
 def _cmd_analyze(args) -> int:
     from .cli import load_engine
 
-    prompts = parse_prompts(args.prompts) if args.prompts else BUILTIN_PROMPTS
+    prompts = [p for items in select_prompts(args.prompts, args.workload).values() for p in items]
     ks = [int(k) for k in args.k.split(",") if k.strip()]
     if not ks or min(ks) < 1 or max(ks) > 64:
         raise UserError(f"-k must list draw counts in 1..64, got {args.k!r}")
@@ -355,7 +372,8 @@ def add_parsers(sub, parser_class, add_model_flags, add_dataclass_flags) -> None
     sampling_flags = {k: v for k, v in SAMPLING_FLAGS.items() if k != "temperature"}
     add_dataclass_flags(b, SamplingParams, sampling_flags, "sampling", defaults={"max_tokens": 128, "seed": 0})
     add_dataclass_flags(b, DraftParams, {k: v for k, v in DRAFT_FLAGS.items() if k != "method"}, "speculation")
-    b.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line (default: built-in set)")
+    b.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat (default: all; one table each)")
+    b.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line (instead of --workload)")
     b.add_argument("--methods", default="none,chain,specinfer,rrs,resispec,auto", help="comma-separated methods; none is always included")
     b.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6], help="one or more temperatures (default: 1.0 0.6)")
     b.add_argument("--repeat", type=int, default=1, help="runs per prompt and method (default: 1)")
@@ -365,7 +383,8 @@ def add_parsers(sub, parser_class, add_model_flags, add_dataclass_flags) -> None
 
     a = sub.add_parser("analyze", help="exact expected acceptance per method on sampled answers")
     add_model_flags(a)
-    a.add_argument("--prompts", default=None, help="JSONL prompt file (default: built-in set)")
+    a.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, comma-separated (default: all)")
+    a.add_argument("--prompts", default=None, help="JSONL prompt file (instead of --workload)")
     a.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
     a.add_argument("-k", default="1,4,16", help="comma-separated draw counts (default: 1,4,16)")
     a.add_argument("--max-tokens", type=int, default=96, help="answer tokens per prompt (default: 96)")

@@ -84,7 +84,9 @@ def _add_model_flags(parser):
     g.add_argument("-ngld", "--n-gpu-layers-draft", dest="ngld", type=int, default=None, help="draft layers offloaded (default: as -ngl)")
     g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging")
+    g.add_argument("--flash-attn", dest="flash_attn", action=argparse.BooleanOptionalAction, default=None,
+                   help="flash attention (default: llama.cpp decides, on where supported)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging and auto's choices")
 
 
 def load_engine(args):
@@ -101,6 +103,7 @@ def load_engine(args):
         n_gpu_layers=args.ngl,
         draft_gpu_layers=args.ngld,
         n_threads=args.threads,
+        flash_attn=args.flash_attn,
         verbose=args.verbose,
     )
 

@@ -502,12 +502,14 @@ class Engine:
         draft_gpu_layers: int | None = None,
         n_threads: int | None = None,
         n_batch: int = 512,
+        flash_attn: bool | None = None,
         verbose: bool = False,
         progress: bool = True,
     ) -> "Engine":
         """Load a target and a draft.  ``target``/``draft`` are paths, ``hf:`` specs or preset
         names; a preset target with no draft brings its own draft.  ``draft=""`` loads no
-        draft (only ``method="none"`` then works)."""
+        draft (then ``auto`` and ``lookup=True`` draft from the context only).
+        ``flash_attn``: None lets llama.cpp decide (on where supported), True/False force it."""
         from . import backend, models, vocab
 
         backend.set_verbose(verbose)
@@ -517,7 +519,7 @@ class Engine:
         target_path = models.resolve_model(target, role="target", progress=progress)
         draft_path = models.resolve_model(draft, role="draft", progress=progress) if draft else None
         ngl_d = n_gpu_layers if draft_gpu_layers is None else draft_gpu_layers
-        common = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=MAX_TREE_NODES + 2)
+        common = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=MAX_TREE_NODES + 2, flash_attn=flash_attn)
         t = backend.LlamaModel(target_path, n_gpu_layers=n_gpu_layers, **common)
         d = None
         try:

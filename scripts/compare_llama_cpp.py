@@ -10,7 +10,7 @@ vendors), then for every temperature and prompt runs, interleaved:
 * ``llama-bench -p 0 -n N`` on the target: llama.cpp's plain token-generation speed;
 * our engine, in this process, once per ``--methods`` entry on the same prompt tokens.
 
-and prints one table: tokens/s median over prompts, the median per-prompt ratio to our
+and prints one table per workload (``--workload``: the built-in code, edit and chat sets): tokens/s median over prompts, the median per-prompt ratio to our
 ``none`` (plain decoding through llama-cpp-python) and to llama-bench's tg speed, and the
 draft acceptance.  Decode speeds exclude prompt processing on both sides.
 
@@ -28,7 +28,8 @@ turned off, because on a CPU-only build it made speculative-simple about 20x slo
 (0.18 vs 3.6 tokens/s); ``--llama-backend-sampling`` keeps it on.
 
     python scripts/compare_llama_cpp.py --llama-cpp-bin /tmp/llama-build/bin \\
-        [--target default] [--draft ...] [--prompts FILE.jsonl] [--temperature 1.0 0.6] \\
+        [--target default] [--draft ...] [--workload code,edit,chat | --prompts FILE.jsonl] \\
+        [--temperature 1.0 0.6] [--chain-depth 5] \\
         [--max-tokens 128] [--threads N] [--ctx 4096] [--seed 0] [--draft-max N [N ...]] \\
         [--methods none,resispec,auto] [--json OUT]
 
@@ -255,12 +256,20 @@ def summarise(runs: list[dict], none_tps: list, bench_tps: list) -> dict:
 
 def format_table(results: list[dict]) -> str:
     head = f"{'T':>4}  {'system / method':<32} {'tok/s':>7} {'vs ours none':>13} {'vs llama-bench tg':>18} {'accept':>7} {'tokens':>7}"
-    lines = [head, "-" * len(head)]
+    lines = []
 
     def f(x, spec):
         return format(x, spec) if x is not None else "-"
 
+    workload = object()
     for block in results:
+        if block.get("workload") != workload:
+            workload = block.get("workload")
+            if lines:
+                lines.append("")
+            if workload is not None:
+                lines.append(f"workload: {workload}")
+            lines += [head, "-" * len(head)]
         for name, s in block["rows"].items():
             lines.append(
                 f"{block['temperature']:>4}  {name:<32} {f(s['tokens_per_s'], '.2f'):>7} {f(s['vs_none'], '.3f'):>13} "
@@ -277,7 +286,9 @@ def _parse_args(argv):
     p.add_argument("--llama-cpp-bin", required=True, metavar="DIR", help="directory with llama-speculative-simple and llama-bench")
     p.add_argument("--target", default="default", help="target: path, hf: spec or preset (default: default)")
     p.add_argument("--draft", default=None, help="draft: path, hf: spec or preset (default: the target preset's draft)")
-    p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts, as for `bench` (default: the built-in four)")
+    p.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, as for `bench` (default: all)")
+    p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts, as for `bench` (instead of --workload)")
+    p.add_argument("--chain-depth", type=int, default=5, help="depth of our fixed `chain` method (default 5)")
     p.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--top-k", type=int, default=40)
@@ -338,6 +349,16 @@ def _ours_record(stats) -> dict:
     }
 
 
+def _method_params(method: str, a):
+    """Our method ``method``: ``chain`` is a depth-``--chain-depth`` chain, the others use the
+    engine's default tree (auto: as upper bounds)."""
+    from resispec_gguf.config import DraftParams
+
+    if method == "chain":
+        return DraftParams(method="chain", draws=1, depth=a.chain_depth, budget=a.chain_depth)
+    return DraftParams(method=method)
+
+
 def run(a) -> int:
     _check_args(a)
     llama = LlamaCpp(a.llama_cpp_bin)  # checks the binaries before anything heavy
@@ -347,7 +368,7 @@ def run(a) -> int:
     from resispec_gguf.engine import Engine
 
     methods = bench.parse_methods(a.methods)
-    prompts = bench.parse_prompts(a.prompts) if a.prompts else bench.BUILTIN_PROMPTS
+    workloads = bench.select_prompts(a.prompts, a.workload)
     kind, _ = models.parse_model_spec(a.target)
     draft_spec = a.draft if a.draft is not None else (a.target if kind == "preset" else None)
     if not draft_spec:
@@ -363,52 +384,56 @@ def run(a) -> int:
     _note(f"llama.cpp {llama.version} from {Path(a.llama_cpp_bin).expanduser().resolve()}")
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads) as engine:
         threads = a.threads or engine.n_threads
-        texts = [engine.render_chat(p["messages"]) if "messages" in p else p["prompt"] for p in prompts]
-        toks = [engine.text_tokens(t) for t in texts]
+        texts = {w: [engine.render_chat(p["messages"]) if "messages" in p else p["prompt"] for p in ps]
+                 for w, ps in workloads.items()}
+        toks = {w: [engine.text_tokens(t) for t in ts] for w, ts in texts.items()}
+        first_text, first_toks = next(iter(texts.values()))[0], next(iter(toks.values()))[0]
         # warm-up: Numba kernels, auto's cost curves, page cache for llama.cpp's mmap
         for m in methods:
-            engine.generate(toks[0], sp0.replace(max_tokens=8), DraftParams(method=m))
+            engine.generate(first_toks, sp0.replace(max_tokens=8), DraftParams(method=m))
         spec_common = dict(top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, threads=threads, ctx=a.ctx,
                            backend_sampling=a.llama_backend_sampling)
         spec_names = {}
         for dm in a.draft_max or [None]:
-            w = llama.run_spec(llama.spec_cmd(target, draft, texts[0], n=8, temp=a.temperature[0], seed=a.seed,
+            w = llama.run_spec(llama.spec_cmd(target, draft, first_text, n=8, temp=a.temperature[0], seed=a.seed,
                                               draft_max=dm, **spec_common), a.timeout)
             spec_names[dm] = f"llama.cpp spec-simple n_max={w.get('n_draft', dm if dm is not None else '?')}"
         bench_name = "llama.cpp llama-bench tg"
         results, records = [], []
-        total = len(a.temperature) * len(texts)
+        total = len(a.temperature) * sum(len(t) for t in texts.values())
         done = 0
-        for temp in a.temperature:
-            per: dict[str, list] = {**{f"ours {m}": [] for m in methods}, **{n: [] for n in spec_names.values()},
-                                    bench_name: []}
-            for i, (text, pt) in enumerate(zip(texts, toks)):
-                seed = a.seed + i
-                t0 = time.perf_counter()
-                # llama.cpp first, then ours, per prompt: the same load conditions for all
-                for dm, name in spec_names.items():
-                    cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed, draft_max=dm,
-                                         **spec_common)
-                    s = llama.run_spec(cmd, a.timeout)
-                    per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
-                                      "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
-                tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps), a.timeout)
-                per[bench_name].append({"tokens_per_s": tg, "tokens": a.max_tokens * a.bench_reps})
-                for m in methods:
-                    res = engine.generate(pt, sp0.replace(temperature=temp, seed=seed), DraftParams(method=m))
-                    per[f"ours {m}"].append(_ours_record(res.stats))
-                done += 1
-                _note(f"[{done}/{total}] T={temp} prompt {i} ({prompts[i].get('kind', '')}): "
-                      + ", ".join(f"{k} {v[-1]['tokens_per_s']:.2f}" for k, v in per.items())
-                      + f" tok/s ({time.perf_counter() - t0:.0f} s{_load_note()})")
-            none_tps = [r["tokens_per_s"] for r in per["ours none"]]
-            bench_tps = [r["tokens_per_s"] for r in per[bench_name]]
-            rows = {name: summarise(rs, none_tps, bench_tps) for name, rs in per.items()}
-            results.append({"temperature": temp, "rows": rows})
-            records.append({"temperature": temp, "runs": per})
+        for workload in texts:
+            for temp in a.temperature:
+                per: dict[str, list] = {**{f"ours {m}": [] for m in methods}, **{n: [] for n in spec_names.values()},
+                                        bench_name: []}
+                for i, (text, pt) in enumerate(zip(texts[workload], toks[workload])):
+                    seed = a.seed + i
+                    t0 = time.perf_counter()
+                    # llama.cpp first, then ours, per prompt: the same load conditions for all
+                    for dm, name in spec_names.items():
+                        cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed, draft_max=dm,
+                                             **spec_common)
+                        s = llama.run_spec(cmd, a.timeout)
+                        per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
+                                          "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
+                    tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps), a.timeout)
+                    per[bench_name].append({"tokens_per_s": tg, "tokens": a.max_tokens * a.bench_reps})
+                    for m in methods:
+                        res = engine.generate(pt, sp0.replace(temperature=temp, seed=seed), _method_params(m, a))
+                        per[f"ours {m}"].append(_ours_record(res.stats))
+                    done += 1
+                    _note(f"[{done}/{total}] {workload} T={temp} prompt {i}: "
+                          + ", ".join(f"{k} {v[-1]['tokens_per_s']:.2f}" for k, v in per.items())
+                          + f" tok/s ({time.perf_counter() - t0:.0f} s{_load_note()})")
+                none_tps = [r["tokens_per_s"] for r in per["ours none"]]
+                bench_tps = [r["tokens_per_s"] for r in per[bench_name]]
+                rows = {name: summarise(rs, none_tps, bench_tps) for name, rs in per.items()}
+                results.append({"workload": workload, "temperature": temp, "rows": rows})
+                records.append({"workload": workload, "temperature": temp, "runs": per})
 
     print(format_table(results))
-    print(f"llama.cpp {llama.version}; threads {threads}; {len(texts)} prompts; max tokens {a.max_tokens}; "
+    print(f"llama.cpp {llama.version}; threads {threads}; prompts per workload: "
+          f"{', '.join(f'{w} {len(t)}' for w, t in texts.items())}; max tokens {a.max_tokens}; "
           f"top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
     print("tok/s: median over prompts of decode speed (prompt processing excluded); ratios: median per-prompt ratio.")
     print("accept: ours = accepted/verified draft tokens over all tree nodes; llama.cpp = n_accept/n_drafted "
@@ -423,7 +448,7 @@ def run(a) -> int:
                           "bench_cmd": llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps)},
             "models": {"target": str(target), "draft": str(draft)},
             "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": threads},
-            "prompts": prompts,
+            "prompts": workloads,
             "results": results,
             "runs": records,
         }

@@ -68,11 +68,12 @@ def engine(tiny_pair):
 
 
 def test_bench_report_schema(engine):
+    workloads = {"code": bench.WORKLOADS["code"][:2], "chat": bench.WORKLOADS["chat"][:2]}
     results = bench.run_bench(
-        engine, bench.BUILTIN_PROMPTS[:2], ["none", "resispec", "auto"], [1.0, 0.0],
+        engine, workloads, ["none", "resispec", "auto"], [1.0, 0.0],
         SamplingParams(max_tokens=16, seed=0), DraftParams(), progress=False,
     )
-    assert [b["temperature"] for b in results] == [1.0, 0.0]
+    assert [(b["workload"], b["temperature"]) for b in results] == [("code", 1.0), ("code", 0.0), ("chat", 1.0), ("chat", 0.0)]
     keys = {"tokens_per_s", "speedup_vs_none", "tau", "accept_by_depth", "acceptance_rate", "nodes_per_step",
             "draft_ms_per_step", "target_ms_per_step", "overhead_ms_per_step", "overhead_fraction", "tokens", "runs"}
     for block in results:
@@ -82,11 +83,12 @@ def test_bench_report_schema(engine):
         assert block["methods"]["none"]["speedup_vs_none"] == pytest.approx(1.0)
         assert block["methods"]["resispec"]["nodes_per_step"] > 0
     json.dumps(results)
-    assert "resispec" in bench.format_table(results)
+    table = bench.format_table(results)
+    assert "resispec" in table and "workload: code" in table and "workload: chat" in table
 
 
 def test_analyze_table(engine):
-    out = bench.analyze(engine, bench.BUILTIN_PROMPTS[:1], [1.0], [1, 4], max_tokens=12, cap=0, rrs_samples=50, progress=False)
+    out = bench.analyze(engine, bench.WORKLOADS["chat"][:1], [1.0], [1, 4], max_tokens=12, cap=0, rrs_samples=50, progress=False)
     row = out[0]["by_k"]
     assert row[1]["specinfer"] == pytest.approx(row[1]["resispec"])
     assert row[4]["specinfer"] <= row[4]["resispec"] + 1e-12 <= row[4]["optimal"] + 2e-12
@@ -104,3 +106,10 @@ def test_create_chat_completion_shapes(engine):
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert text == out["choices"][0]["message"]["content"]
     assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_workload_selection():
+    assert list(bench.select_prompts(None, "edit,code")) == ["edit", "code"]
+    assert all(6 <= len(bench.WORKLOADS[w]) <= 8 for w in ("code", "edit", "chat"))
+    with pytest.raises(UserError, match="unknown workload"):
+        bench.select_prompts(None, "code,poetry")

@@ -25,7 +25,7 @@ EOG = (tiny_gguf.EOS_ID, tiny_gguf.IM_END_ID)
 
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False) as e:
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False, flash_attn=False) as e:
         yield e
 
 
@@ -38,14 +38,14 @@ def noisy_engine(noisy_pair):
 @pytest.fixture(scope="module")
 def reference(noisy_pair):
     """A second copy of the noisy pair's target, for exact distributions."""
-    m = LlamaModel(noisy_pair[0], n_ctx=512, n_seq_max=2)
+    m = LlamaModel(noisy_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False)
     yield m
     m.close()
 
 
 @pytest.fixture(scope="module")
 def tiny_reference(tiny_pair):
-    m = LlamaModel(tiny_pair[0], n_ctx=512, n_seq_max=2)
+    m = LlamaModel(tiny_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False)
     yield m
     m.close()
 
