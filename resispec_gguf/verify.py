@@ -1,4 +1,4 @@
-"""Exact multi-candidate verification at one tree node (see shared/docs/verification.md).
+"""Exact multi-candidate verification at one tree node.
 
 Terms, used the same way everywhere in the project:
 
@@ -24,12 +24,34 @@ with prefix sums of ``q`` and ``p``.
 
 ``rrs`` draws without replacement and keeps an explicit residual on ``supp q``.
 
+The sparse q may list tokens with ``q = 0`` (an underflowed probability).  They are given
+``r = +inf``: they add nothing to ``M`` (``t q = 0``), their whole target mass stays in the
+fallback, and a draw q cannot produce is never accepted (a probability-zero event, so the
+choice does not touch the output law).  K = 0 is allowed by the kernels: the node then emits
+a sample from p.
+
+**Deterministic candidate.**  A node may also carry one candidate ``x0`` that was not drawn
+from q (a context-lookup guess).  It is checked first: accept it when ``u[0] < p(x0)``.
+Otherwise run the chosen method, unchanged, with ``u[1:]`` and the draws against the
+residual target ``p'(y) = p(y) / (1 - p(x0))`` for ``y != x0``, ``p'(x0) = 0``; with no draws
+(K = 0) that is one sample from ``p'``.  Accepted index 0 means x0, ``1 + i`` draw i, -1 the
+fallback.  Exactness: ``P(out = x0) = p(x0) + (1 - p(x0)) P'(out = x0) = p(x0)``, since every
+method is exact for its own target and ``p'(x0) = 0``; for ``y != x0``,
+``P(out = y) = (1 - p(x0)) p'(y) = p(y)``.  The method's exactness conditions still hold after
+a rejection of x0: the draws are iid (or without replacement) from q and were made
+independently of ``u[0]``, and ``u[1:]`` are fresh uniforms, so conditioning on the rejection
+changes neither their law nor q.  ``p(x0) = 1`` always accepts, ``p(x0) = 0`` always rejects.
+The kernels never copy p for this: ``p'`` is read as ``p`` scaled by ``1 / (1 - p(x0))`` with x0
+masked out, and x0 joins the support list (with ``q = 0`` when the draft lacks it) so the
+fallback excludes it.
+
 This module is pure NumPy/Numba: no model, no randomness of its own (uniforms come in), no
 llama_cpp.
 """
 
 from __future__ import annotations
 
+import operator
 
 import numpy as np
 from numba import njit
@@ -39,6 +61,8 @@ __all__ = [
     "verify_node",
     "verify_node_sparse",
     "verify_prepared",
+    "verify_with_candidate",
+    "verify_prepared_with_candidate",
     "verify_greedy",
     "schedule",
     "expected_acceptance",
@@ -50,20 +74,34 @@ METHODS = ("chain", "specinfer", "rrs", "resispec")
 _CODE = {m: i for i, m in enumerate(METHODS)}
 _CHAIN, _SPECINFER, _RRS, _RESISPEC = 0, 1, 2, 3
 _BISECTIONS = 64
+_NO_IDS = np.empty(0, np.int64)  # the q of a node without draws
+_NO_PROBS = np.empty(0, np.float64)
 
 
 # --------------------------------------------------------------------------- kernels
 
 
 @njit(cache=True)
-def _sorted_support(p, qids, qp):
-    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p
+def _target_at(p, x0, s0, x):
+    """p'(x), the target with token x0 removed and the rest scaled by s0 = 1 / (1 - p(x0)).
+
+    x0 < 0 (and s0 = 1) means no removal: p'(x) = p(x) exactly.
+    """
+    if x == x0:
+        return 0.0
+    return p[x] * s0
+
+
+@njit(cache=True)
+def _sorted_support(p, qids, qp, x0=-1, s0=1.0):
+    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p'.
+    # An entry with q = 0 gets r = +inf: it sorts last and adds nothing to M(t) (t q = 0).
     n = qids.shape[0]
     r = np.empty(n, np.float64)
     pv = np.empty(n, np.float64)
     for j in range(n):
-        pv[j] = p[qids[j]]
-        r[j] = pv[j] / qp[j]
+        pv[j] = _target_at(p, x0, s0, qids[j])
+        r[j] = pv[j] / qp[j] if qp[j] > 0.0 else np.inf
     order = np.argsort(r)
     rs = r[order]
     qc = np.zeros(n + 1, np.float64)
@@ -129,11 +167,11 @@ def _schedule(method, rs, qc, pc, k):
 
 
 @njit(cache=True)
-def _q_of(qids, qp, x):
-    for j in range(qids.shape[0]):
-        if qids[j] == x:
-            return qp[j]
-    return 0.0
+def _index_of(ids, x):
+    for j in range(ids.shape[0]):
+        if ids[j] == x:
+            return j
+    return -1
 
 
 _BLOCK = 2048
@@ -201,7 +239,17 @@ def _sample_residual(p, sids, sres, u):
 
 
 @njit(cache=True)
-def _fallback_iid(p, qids, qp, c, u):
+def _sample_target(p, x0, u):
+    """Inverse-CDF draw from p' (p without x0 when x0 >= 0); -1 when p' has no mass."""
+    ids = np.full(1 if x0 >= 0 else 0, x0, np.int64)
+    return _sample_residual(p, ids, np.zeros(ids.shape[0], np.float64), u)
+
+
+@njit(cache=True)
+def _fallback_iid(p, qids, qp, c, u, x0=-1, s0=1.0):
+    # Draw from norm(max(0, p' - c q)).  _sample_residual reads p itself outside qids, so the
+    # values on qids are passed divided by s0 (a common scale does not change the law);
+    # x0, when removed, must therefore be among qids (with q = 0 if the draft lacks it).
     order = np.argsort(qids)
     n = qids.shape[0]
     sids = np.empty(n, np.int64)
@@ -209,34 +257,36 @@ def _fallback_iid(p, qids, qp, c, u):
     for j in range(n):
         x = qids[order[j]]
         sids[j] = x
-        v = p[x] - c * qp[order[j]]
-        sres[j] = v if v > 0.0 else 0.0
+        v = _target_at(p, x0, s0, x) - c * qp[order[j]]
+        sres[j] = v / s0 if v > 0.0 else 0.0
     tok = _sample_residual(p, sids, sres, u)
     if tok < 0:  # the residual is empty: reached only through round-off
-        tok = _sample_residual(p, sids[:0], sres[:0], u)
+        tok = _sample_target(p, x0, u)
     return tok
 
 
 @njit(cache=True)
-def _verify_iid(method, p, qids, qp, draws, u):
+def _verify_iid(method, p, qids, qp, draws, u, x0, s0):
     k = draws.shape[0]
-    rs, qc, pc = _sorted_support(p, qids, qp)
+    rs, qc, pc = _sorted_support(p, qids, qp, x0, s0)
     lo, reach, c = _schedule(method, rs, qc, pc, k)
     for i in range(k):
         x = draws[i]
-        qx = _q_of(qids, qp, x)
-        excess = p[x] / qx - lo[i]
+        j = _index_of(qids, x)
+        if j < 0 or not qp[j] > 0.0:
+            continue  # q cannot produce x: a probability-zero event, never accepted
+        excess = _target_at(p, x0, s0, x) / qp[j] - lo[i]
         if reach[i] > 0.0:
             a = excess / reach[i]
         else:  # stage unreachable in exact arithmetic
             a = 1.0 if excess > 0.0 else 0.0
         if u[i] < a:
             return x, i
-    return _fallback_iid(p, qids, qp, c, u[k]), -1
+    return _fallback_iid(p, qids, qp, c, u[k], x0, s0), -1
 
 
 @njit(cache=True)
-def _verify_rrs(p, qids, qp, draws, u):
+def _verify_rrs(p, qids, qp, draws, u, x0, s0):
     k = draws.shape[0]
     n = qids.shape[0]
     order = np.argsort(qids)
@@ -244,18 +294,22 @@ def _verify_rrs(p, qids, qp, draws, u):
     qs = qp[order].copy()
     ps = np.empty(n, np.float64)
     p_total = _block_sums(p, _BLOCK).sum()
+    if x0 >= 0:
+        p_total = (p_total - p[x0]) * s0
     p_in = 0.0
     for j in range(n):
-        ps[j] = p[sids[j]]
+        ps[j] = _target_at(p, x0, s0, sids[j])
         p_in += ps[j]
-    p_out = p_total - p_in  # mass of p outside supp q, scaled by `scale` below
+    p_out = p_total - p_in  # mass of p' outside qids, scaled by `scale` below
     scale = 1.0
     for i in range(k):
         x = draws[i]
         jx = np.searchsorted(sids, x)
-        a = ps[jx] / qs[jx]
-        if u[i] < a:
-            return x, i
+        if jx < n and sids[jx] == x and qs[jx] > 0.0:
+            if u[i] < ps[jx] / qs[jx]:
+                return x, i
+        else:
+            jx = -1  # q cannot produce x: a probability-zero event, never accepted
         # rejected: p_{i+1} = norm(max(0, p_i - q_i)), q_{i+1} = q_i without x, renormalised
         z = scale * p_out
         for j in range(n):
@@ -267,24 +321,54 @@ def _verify_rrs(p, qids, qp, draws, u):
         for j in range(n):
             ps[j] /= z
         scale /= z
-        qs[jx] = 0.0
+        if jx >= 0:
+            qs[jx] = 0.0
         qsum = qs.sum()
         if qsum > 0.0:
             for j in range(n):
                 qs[j] /= qsum
-    # fallback from p_{K+1}: p * scale outside supp q, ps on it
-    ps_unscaled = ps / scale
+    # fallback from p_{K+1}: p' * scale = p * (s0 * scale) outside qids, ps on them
+    ps_unscaled = ps / (scale * s0)
     tok = _sample_residual(p, sids, ps_unscaled, u[k])
     if tok < 0:
-        tok = _sample_residual(p, sids[:0], ps_unscaled[:0], u[k])
+        tok = _sample_target(p, x0, u[k])
     return tok, -1
 
 
 @njit(cache=True)
-def _verify(method, p, qids, qp, draws, u):
+def _verify_target(method, p, qids, qp, draws, u, x0, s0):
+    """Verify draws against p' (see _target_at); x0, if removed, must be among qids."""
     if method == _RRS:
-        return _verify_rrs(p, qids, qp, draws, u)
-    return _verify_iid(method, p, qids, qp, draws, u)
+        return _verify_rrs(p, qids, qp, draws, u, x0, s0)
+    return _verify_iid(method, p, qids, qp, draws, u, x0, s0)
+
+
+@njit(cache=True)
+def _verify(method, p, qids, qp, draws, u):
+    # qids, qp: [n]; draws: [K]; u: [K + 1]
+    return _verify_target(method, p, qids, qp, draws, u, -1, 1.0)
+
+
+@njit(cache=True)
+def _verify_with_candidate(method, p, x0, qids, qp, draws, u):
+    # qids, qp: [n] (n may be 0 when K = 0); draws: [K]; u: [K + 2]
+    px0 = p[x0]
+    if u[0] < px0 or not px0 < 1.0:
+        return x0, 0
+    s0 = 1.0 / (1.0 - px0)
+    if _index_of(qids, x0) >= 0:
+        tok, idx = _verify_target(method, p, qids, qp, draws, u[1:], x0, s0)
+    else:  # p'(x0) = 0 must be visible to the fallback: add x0 to the support with q = 0
+        n = qids.shape[0]
+        ids = np.empty(n + 1, np.int64)
+        probs = np.zeros(n + 1, np.float64)
+        ids[:n] = qids
+        probs[:n] = qp
+        ids[n] = x0
+        tok, idx = _verify_target(method, p, ids, probs, draws, u[1:], x0, s0)
+    if tok < 0:  # p' has no mass: p is one-hot on x0 up to round-off
+        return x0, 0
+    return tok, idx + 1 if idx >= 0 else -1
 
 
 @njit(cache=True)
@@ -318,7 +402,19 @@ def _check_dist(name: str, a, size: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} must be finite and non-negative")
     if abs(s - 1.0) > 1e-6:
         raise ValueError(f"{name} must sum to 1 (sums to {s:.9g})")
+    if s != 1.0:  # the kernels are exact for a normalised distribution: make it one
+        a = a / s
     return a
+
+
+def _check_token(name: str, x, size: int) -> int:
+    try:
+        x = operator.index(x)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer token id, got {x!r}") from None
+    if not 0 <= x < size:
+        raise ValueError(f"{name} must be a token id in [0, {size}), got {x}")
+    return x
 
 
 def _check_sparse(p, qids, qprobs):
@@ -336,17 +432,21 @@ def _check_sparse(p, qids, qprobs):
     return qids, qprobs
 
 
-def _check_draws(code: int, in_support, draws, u):
+def _check_draws(code: int, in_support, draws, u, with_candidate: bool = False):
+    # with_candidate: a deterministic candidate comes first; it takes one more uniform and
+    # the draws may be empty (a lookup-only node)
     draws = np.ascontiguousarray(draws, dtype=np.int64)
     u = np.ascontiguousarray(u, dtype=np.float64)
-    if draws.ndim != 1 or draws.shape[0] == 0:
-        raise ValueError("draws must be a non-empty 1-D array of token ids")
-    if u.shape != (draws.shape[0] + 1,):
-        raise ValueError(f"u must have len(draws) + 1 = {draws.shape[0] + 1} entries, got {u.shape}")
+    extra = 2 if with_candidate else 1
+    if draws.ndim != 1 or (draws.shape[0] == 0 and not with_candidate):
+        raise ValueError(f"draws must be a {'' if with_candidate else 'non-empty '}1-D array of token ids")
+    k = draws.shape[0]
+    if u.shape != (k + extra,):
+        raise ValueError(f"u must have len(draws) + {extra} = {k + extra} entries, got {u.shape}")
     if (u < 0).any() or (u >= 1).any():
         raise ValueError("u must lie in [0, 1)")
-    if code == _CHAIN and draws.shape[0] != 1:
-        raise ValueError("chain verifies exactly one draw")
+    if code == _CHAIN and (k > 1 if with_candidate else k != 1):
+        raise ValueError("chain verifies at most one draw after the candidate" if with_candidate else "chain verifies exactly one draw")
     if (draws < 0).any() or not in_support(draws).all():
         raise ValueError("every draw must have q > 0")
     if code == _RRS and np.unique(draws).shape[0] != draws.shape[0]:
@@ -394,6 +494,43 @@ def verify_prepared(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
     lengths.  Anything else must go through ``verify_node``.
     """
     tok, idx = _verify(_CODE[method], p, qids, qprobs, draws, u)
+    return int(tok), int(idx)
+
+
+def verify_with_candidate(method: str, p, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
+    """Verify a deterministic candidate ``x0`` first, then the node's draws; see the module
+    docstring for the rule.  Returns ``(token, accepted_index)``.
+
+    ``x0``: a token id, not drawn from q (e.g. from context lookup).  ``qids [n], qprobs [n]``:
+    the q the draws come from; may be empty (or None) when ``draws`` is empty.  ``draws``:
+    ``[K]``, K >= 0 (at most 1 for ``chain``), with the law ``verify_node`` states.  ``u``:
+    ``[K+2]`` uniforms in [0, 1): ``u[0]`` decides x0, ``u[1 + i]`` draw i, ``u[K+1]`` the
+    fallback.  ``accepted_index``: 0 for x0, ``1 + i`` for draw i, -1 for the fallback.
+    """
+    code = _method_code(method)
+    p = _check_dist("p", p)
+    x0 = _check_token("x0", x0, p.shape[0])
+    if all(a is None or np.size(a) == 0 for a in (qids, qprobs)):
+        if np.size(draws) > 0:
+            raise ValueError("draws need the q they were drawn from; qids and qprobs are empty")
+        qids, qprobs = _NO_IDS, _NO_PROBS
+    else:
+        qids, qprobs = _check_sparse(p, qids, qprobs)
+    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u, with_candidate=True)
+    tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
+    return int(tok), int(idx)
+
+
+def verify_prepared_with_candidate(method: str, p, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
+    """``verify_with_candidate`` without input validation, for the engine's hot loop.
+
+    Requires what ``verify_prepared`` requires, plus ``0 <= x0 < V``, ``draws`` an int64
+    array (possibly empty) and ``len(u) == len(draws) + 2``; ``qids``/``qprobs`` may be None
+    when there are no draws.
+    """
+    if qids is None:
+        qids, qprobs = _NO_IDS, _NO_PROBS
+    tok, idx = _verify_with_candidate(_CODE[method], p, x0, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 
