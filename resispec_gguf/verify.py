@@ -293,14 +293,11 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
     sids = qids[order].copy()
     qs = qp[order].copy()
     ps = np.empty(n, np.float64)
-    p_total = _block_sums(p, _BLOCK).sum()
-    if x0 >= 0:
-        p_total = (p_total - p[x0]) * s0
     p_in = 0.0
     for j in range(n):
         ps[j] = _target_at(p, x0, s0, sids[j])
         p_in += ps[j]
-    p_out = p_total - p_in  # mass of p' outside qids, scaled by `scale` below
+    p_out = 0.0  # mass of p' outside qids, scaled by `scale` below
     scale = 1.0
     for i in range(k):
         x = draws[i]
@@ -310,6 +307,11 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
                 return x, i
         else:
             jx = -1  # q cannot produce x: a probability-zero event, never accepted
+        if i == 0:  # the one O(V) pass, needed only once a draw is rejected
+            p_total = _block_sums(p, _BLOCK).sum()
+            if x0 >= 0:
+                p_total = (p_total - p[x0]) * s0
+            p_out = p_total - p_in
         # rejected: p_{i+1} = norm(max(0, p_i - q_i)), q_{i+1} = q_i without x, renormalised
         z = scale * p_out
         for j in range(n):
