@@ -548,7 +548,7 @@ def candidate_distribution(method, p, x0, q, k, support=None, run=None):
     return kernel_law(run, len(p), seqs, weights, lambda draws: [x0] + draws.tolist())
 
 
-def candidate_cases(seed=3, per_k=12):
+def candidate_cases(seed=3, per_k=25):
     """(name, p, q, k, x0) for K = 0..3 and the candidate positions that matter."""
     rng = np.random.default_rng(seed)
     cases = []
