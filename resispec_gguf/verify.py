@@ -41,6 +41,9 @@ method is exact for its own target and ``p'(x0) = 0``; for ``y != x0``,
 a rejection of x0: the draws are iid (or without replacement) from q and were made
 independently of ``u[0]``, and ``u[1:]`` are fresh uniforms, so conditioning on the rejection
 changes neither their law nor q.  ``p(x0) = 1`` always accepts, ``p(x0) = 0`` always rejects.
+The argument needs x0 fixed before the node's draws (from the context alone): an x0 chosen
+from the draws changes ``p'`` with them, and the average over draws is no longer p (with
+``p = (.5, .3, .2)``, ``q = (.6, .3, .1)``, chain and "x0 = the draw" emit ``(.4, .3, .3)``).
 The kernels never copy p for this: ``p'`` is read as ``p`` scaled by ``1 / (1 - p(x0))`` with x0
 masked out, and x0 joins the support list (with ``q = 0`` when the draft lacks it) so the
 fallback excludes it.
@@ -293,14 +296,11 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
     sids = qids[order].copy()
     qs = qp[order].copy()
     ps = np.empty(n, np.float64)
-    p_total = _block_sums(p, _BLOCK).sum()
-    if x0 >= 0:
-        p_total = (p_total - p[x0]) * s0
     p_in = 0.0
     for j in range(n):
         ps[j] = _target_at(p, x0, s0, sids[j])
         p_in += ps[j]
-    p_out = p_total - p_in  # mass of p' outside qids, scaled by `scale` below
+    p_out = 0.0  # mass of p' outside qids, scaled by `scale` below
     scale = 1.0
     for i in range(k):
         x = draws[i]
@@ -310,6 +310,11 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
                 return x, i
         else:
             jx = -1  # q cannot produce x: a probability-zero event, never accepted
+        if i == 0:  # the one O(V) pass, needed only once a draw is rejected
+            p_total = _block_sums(p, _BLOCK).sum()
+            if x0 >= 0:
+                p_total = (p_total - p[x0]) * s0
+            p_out = p_total - p_in
         # rejected: p_{i+1} = norm(max(0, p_i - q_i)), q_{i+1} = q_i without x, renormalised
         z = scale * p_out
         for j in range(n):
@@ -490,8 +495,9 @@ def verify_prepared(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
     """``verify_node_sparse`` without input validation, for the engine's hot loop.
 
     Requires what the engine guarantees by construction: p from ``sampling.probs_dense``,
-    ``(qids, qprobs)`` from ``sampling.probs_sparse`` and draws/uniforms of the right law and
-    lengths.  Anything else must go through ``verify_node``.
+    ``(qids, qprobs)`` from ``sampling.probs_sparse`` (entries with q = 0 are fine) and
+    draws/uniforms of the right law and lengths.  Anything else must go through
+    ``verify_node``.
     """
     tok, idx = _verify(_CODE[method], p, qids, qprobs, draws, u)
     return int(tok), int(idx)

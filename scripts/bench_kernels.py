@@ -34,6 +34,7 @@ except (ImportError, OSError):  # not Linux/glibc: no page-fault counts, no mall
     _LIBC = None
 
 QWEN_VOCAB = 151_936
+_ALMOST_ONE = float(np.nextafter(1.0, 0.0))
 
 
 # --------------------------------------------------------------------------- inputs
@@ -124,6 +125,7 @@ d = sampling.sample_iid(ids, q, np.full(4, 0.3))
 for m in ("specinfer", "resispec"):
     verify.verify_node_sparse(m, p, ids, q, d, np.full(5, 0.5))
 verify.verify_node_sparse("rrs", p, ids, q, sampling.sample_without_replacement(ids, q, np.full(4, 0.3)), np.full(5, 0.5))
+verify.verify_prepared_with_candidate("resispec", p, 3, ids, q, d, np.full(6, 0.5))
 """
 
 
@@ -224,6 +226,15 @@ def run(v, reps, k, cap, seed):
                 row(
                     f"verify_prepared {method} K={k} {label}",
                     median_us(lambda *a, m=method: verify.verify_prepared(m, *a), cases),
+                    "no validation",
+                )
+            if typical and hasattr(verify, "verify_prepared_with_candidate"):
+                # a lookup guess (the target's argmax) ahead of the draws, rejected: the
+                # method then runs on p without it
+                cand = [(p, int(np.argmax(p)), qids, qp, d, np.append(_ALMOST_ONE, u)) for p, qids, qp, d, u in cases]
+                row(
+                    f"verify_prepared_with_candidate {method} K={k} x0 rejected",
+                    median_us(lambda *a, m=method: verify.verify_prepared_with_candidate(m, *a), cand),
                     "no validation",
                 )
 

@@ -1,12 +1,17 @@
 """Exactness proofs for the node verifiers.
 
-1. A naive reference of every method, written from verification.md, whose output distribution
-   is computed by enumerating every draw sequence: it must equal p to 1e-12.
+1. A naive reference of every method, written from the rules in verify's module docstring,
+   whose output distribution is computed by enumerating every draw sequence: it must equal p
+   to 1e-12.
 2. The Numba kernel itself, driven through exhaustive draws with its accept thresholds and
-   fallback CDF recovered by bisection on the uniforms: it must equal p to 1e-12.
-3. Seeded chi-square tests of ``verify_node`` on realistic vocabularies.
-4. Acceptance identities: ResiSpec = sum min(p, F1 q) >= SpecInfer, <= alpha*, = LP optimum.
-5. Greedy: one-hot p always yields the argmax.
+   fallback CDF recovered by bisection on the uniforms: it must equal p to 1e-12 — on the
+   reference's cases, with zero-probability entries in q, through the validating wrappers,
+   with a deterministic candidate first, and (inverse CDF) at a Qwen-sized vocabulary.
+3. Seeded chi-square tests of ``verify_node`` / ``verify_prepared_with_candidate`` on
+   realistic vocabularies.
+4. Acceptance identities: ResiSpec = sum min(p, F1 q) >= SpecInfer, <= alpha*, = LP optimum;
+   rrs acceptance against brute force over draw orders.
+5. Greedy: one-hot p always yields the argmax.  Input validation of the wrappers.
 """
 
 import itertools
@@ -83,7 +88,8 @@ def _norm(x):
 
 
 def ref_specinfer_rules(p, q, k):
-    """Stage rules a_i(x) and fallback exactly as the table in verification.md §2."""
+    """SpecInfer's greedy stage rules a_i = min(1, R_i / (P_i q)), R_{i+1} = R_i - m_i, and
+    fallback norm(R_{K+1}), with plain dense arrays."""
     rules, reach, resid = [], 1.0, p.copy()
     for _ in range(k):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -96,7 +102,8 @@ def ref_specinfer_rules(p, q, k):
 
 
 def ref_resispec_rules(p, q, k):
-    """§3 with plain dense sums (no sorting, no prefix sums) and its own bisection."""
+    """ResiSpec's backward filling, a_i = clip((r - F_{i+1}) / P_i, 0, 1) with F_1 found by
+    shooting, with plain dense sums (no sorting, no prefix sums) and its own bisection."""
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, p / q, 0.0)
 
@@ -189,6 +196,16 @@ def test_reference_enumeration_is_exact(method):
     assert worst <= 1e-12
 
 
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_kernel_enumeration_on_reference_cases(method):
+    """The package's kernel on every case the reference is proved on."""
+    for name, p, q, k in CASES:
+        if method == "chain":
+            k = 1
+        err = np.abs(kernel_distribution(method, p, q, k) - p).max()
+        assert err <= 1e-12, (method, name, err)
+
+
 @pytest.mark.parametrize("method", ("specinfer", "resispec"))
 def test_kernel_schedule_matches_reference(method):
     """The kernel's sorted/prefix-sum schedule gives the reference's stage rules."""
@@ -213,70 +230,135 @@ def test_kernel_schedule_matches_reference(method):
 _ALMOST_ONE = np.nextafter(1.0, 0.0)
 
 
-def _kernel(method, p, qids, qp, draws, u):
-    return verify._verify(verify._CODE[method], p, qids, qp, draws, u)
+def _as_rows(tuples, k):
+    rows = list(tuples)
+    return np.array(rows, np.int64).reshape(len(rows), k)
 
 
-def _threshold(f, lo=0.0, hi=1.0, iters=64):
-    """Sup of u in [0, 1) with f(u) true, for f true on [0, t) and false on [t, 1)."""
-    if not f(lo):
-        return 0.0
-    if f(_ALMOST_ONE):
-        return 1.0
+def draw_sequences(method, q, k):
+    """Every draw sequence of length k the method can see, with its probability.
+
+    iid from q (every ordered k-tuple over supp q), or without replacement for rrs (every
+    ordering of min(k, |supp q|) distinct tokens).  Returns ([S, k] int64, [S] float64).
+    """
+    supp = np.flatnonzero(q)
+    if method == "rrs":
+        k = min(k, len(supp))
+        seqs = _as_rows(itertools.permutations(supp.tolist(), k), k)
+        weights = []
+        for seq in seqs:
+            w, left = 1.0, q.copy()
+            for x in seq:
+                w *= left[x] / left.sum()
+                left[x] = 0.0
+            weights.append(w)
+        return seqs, np.array(weights, np.float64)
+    seqs = _as_rows(itertools.product(supp.tolist(), repeat=k), k)
+    return seqs, q[seqs].prod(axis=1)
+
+
+def _bisect(f, lo, hi, iters=64):
+    """(lo, hi) narrowed around the switch of f, for f(lo) true and f(hi) false."""
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
         if f(mid):
             lo = mid
         else:
             hi = mid
-    return 0.5 * (lo + hi)
+    return lo, hi
 
 
-def kernel_distribution(method, p, q, k):
-    """Output distribution of the compiled kernel, by exhaustive draws + bisection on u."""
-    qids = np.flatnonzero(q).astype(np.int64)
-    qp = q[qids]
-    out = np.zeros_like(p)
-    if method == "rrs":
-        seqs = itertools.permutations(qids.tolist(), min(k, len(qids)))
-    else:
-        seqs = itertools.product(qids.tolist(), repeat=k)
-    for seq in seqs:
-        draws = np.array(seq, np.int64)
-        kk = len(draws)
-        if method == "rrs":
-            weight, left = 1.0, q.copy()
-            for x in seq:
-                weight *= left[x] / left.sum()
-                left[x] = 0.0
-        else:
-            weight = float(np.prod(q[draws]))
+def kernel_law(run, v, seqs, weights, stage_tokens):
+    """Exact output law of a verifier, by exhaustive draws and bisection on the uniforms.
+
+    ``run(draws, u) -> (token, accepted_index)``; stage s (``accepted_index == s``) emits
+    ``stage_tokens(draws)[s]`` and is decided by ``u[s]``, the fallback (index -1) by ``u[-1]``.
+    Every other stage uniform is held just below 1 (reject), so a stage's acceptance
+    probability is the switch point of ``u[s]`` and the fallback law is read off as the steps
+    of the token as a function of ``u[-1]`` (an inverse CDF: it must increase).
+
+    Thresholds found for a (stage, token) or for a fallback token are tried first in later
+    sequences and kept only if two kernel calls confirm that they still bracket the switch,
+    so a correct kernel costs few calls per sequence and a kernel whose decisions depend on
+    the rest of the sequence is measured afresh.
+    """
+    out = np.zeros(v)
+    n_stage = len(stage_tokens(seqs[0]))
+    stage_hint, fb_hint = {}, {}
+    u = np.empty(n_stage + 1)  # the kernels only read it
+
+    def accepts(draws, s, us):
+        u.fill(_ALMOST_ONE)
+        u[s] = us
+        return run(draws, u)[1] == s
+
+    def fallback(draws, uf):
+        u.fill(_ALMOST_ONE)
+        u[-1] = uf
+        tok, idx = run(draws, u)
+        assert idx == -1, "with every stage uniform near 1 the token must be the fallback"
+        return tok
+
+    for draws, w in zip(seqs, weights):
         reach = 1.0
-        for i in range(kk):
-            def accepted(ui, i=i):
-                u = np.full(kk + 1, _ALMOST_ONE)
-                u[i] = ui
-                return _kernel(method, p, qids, qp, draws, u)[1] == i
-
-            a = _threshold(accepted)
-            out[draws[i]] += weight * reach * a
+        for s, x in enumerate(stage_tokens(draws)):
+            # (lo, hi): accepted at u = lo, not at u = hi; lo < 0: never; hi > 1: always
+            lo, hi = stage_hint.get((s, x), (None, None))
+            confirmed = lo is not None and (lo < 0 or accepts(draws, s, lo)) and (hi > 1 or not accepts(draws, s, hi))
+            if not confirmed:
+                if not accepts(draws, s, 0.0):
+                    lo, hi = -1.0, 0.0
+                elif accepts(draws, s, _ALMOST_ONE):
+                    lo, hi = _ALMOST_ONE, 2.0
+                else:
+                    lo, hi = _bisect(lambda us: accepts(draws, s, us), 0.0, _ALMOST_ONE)
+                stage_hint[s, x] = lo, hi
+            a = 0.0 if lo < 0 else 1.0 if hi > 1 else 0.5 * (lo + hi)
+            out[x] += w * reach * a
             reach *= 1.0 - a
             if reach == 0.0:
                 break
-        if reach > 0.0:
-            def token(ui):
-                u = np.full(kk + 1, _ALMOST_ONE)
-                u[kk] = ui
-                tok, idx = _kernel(method, p, qids, qp, draws, u)
-                assert idx == -1
-                return tok
-
-            prev = 0.0
-            for t in range(len(p)):
-                cdf = _threshold(lambda ui: token(ui) <= t)
-                out[t] += weight * reach * (cdf - prev)
-                prev = cdf
+        if reach == 0.0:
+            continue
+        last = fallback(draws, _ALMOST_ONE)
+        t, pos, cdf_prev = fallback(draws, 0.0), 0.0, 0.0
+        while t != last:
+            # the step from t to the next token lies in (lo, hi]
+            lo, hi = fb_hint.get(t, (None, None))
+            nxt = None
+            if lo is not None and lo >= pos and fallback(draws, lo) <= t:
+                nxt = fallback(draws, hi)
+            if nxt is None or nxt <= t:
+                lo, hi = _bisect(lambda uf: fallback(draws, uf) <= t, pos, _ALMOST_ONE)
+                fb_hint[t] = lo, hi
+                nxt = fallback(draws, hi)
+            assert t < nxt <= last, "the fallback token must increase with its uniform"
+            cdf = 0.5 * (lo + hi)
+            out[t] += w * reach * (cdf - cdf_prev)
+            t, pos, cdf_prev = nxt, hi, cdf
+        out[last] += w * reach * (1.0 - cdf_prev)
     return out
+
+
+def kernel_distribution(method, p, q, k, support=None, run=None):
+    """Output law of the compiled kernel (or of ``run(draws, u)``) for K draws from q.
+
+    ``support``: the ``(qids, qprobs)`` handed to the kernel; by default supp q.  The draws are
+    always enumerated from q's positive entries.
+    """
+    if support is None:
+        qids = np.flatnonzero(q).astype(np.int64)
+        support = qids, q[qids]
+    if run is None:
+        code = verify._CODE[method]
+
+        def run(draws, u):
+            return verify._verify(code, p, support[0], support[1], draws, u)
+
+    seqs, weights = draw_sequences(method, q, k)
+    return kernel_law(run, len(p), seqs, weights, lambda draws: draws.tolist())
 
 
 KERNEL_CASES = make_cases(40, max_v=5, max_k=3, seed=1)
@@ -291,6 +373,240 @@ def test_kernel_enumeration_is_exact(method):
         err = np.abs(dist - p).max()
         assert err <= 1e-12, (method, name, err)
 
+
+def zero_q_cases(seed=2):
+    """Small (p, q, k, qids, qprobs) cases whose sparse q also lists tokens with q = 0 (an
+    underflowed probability), some of them where p > 0, in no particular order."""
+    rng = np.random.default_rng(seed)
+    cases = [
+        # the low-temperature case: q one-hot, its underflowed neighbours still listed
+        ("one-hot q with zeros", np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.0, 1.0, 0.0, 0.0]), 3, [1, 0, 2, 3]),
+        ("zeros where p is large", np.array([0.6, 0.1, 0.1, 0.2]), np.array([0.0, 0.5, 0.5, 0.0]), 2, [2, 1, 0, 3]),
+        ("q = 0 everywhere p > 0", np.array([0.7, 0.3, 0.0]), np.array([0.0, 0.0, 1.0]), 2, [0, 2, 1]),
+    ]
+    for i in range(14):
+        v = int(rng.integers(3, 6))
+        k = int(rng.integers(1, 4))
+        p = _random_dist(rng, v, ["dirichlet", "sparse", "onehot"][i % 3])
+        q = _random_dist(rng, v, "sparse")
+        while np.count_nonzero(q) == v:
+            q = _random_dist(rng, v, "sparse")
+        listed = rng.permutation(v)[: max(np.count_nonzero(q) + 1, int(rng.integers(2, v + 1)))]
+        listed = np.union1d(listed, np.flatnonzero(q))
+        cases.append((f"random {i} V={v} K={k}", p, q, k, rng.permutation(listed).tolist()))
+    return [(name, p, q, k, np.array(ids, np.int64), q[ids]) for name, p, q, k, ids in cases]
+
+
+ZERO_Q_CASES = zero_q_cases()
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_zero_q_entries_keep_every_path_exact(method):
+    """q entries equal to 0 in (qids, qprobs) — unvalidated, validated and with a candidate."""
+    for name, p, q, k, qids, qp in ZERO_Q_CASES:
+        assert (qp == 0).any()
+        k = 1 if method == "chain" else k
+        paths = {
+            "verify_prepared": lambda d, u: verify.verify_prepared(method, p, qids, qp, d, u),
+            "verify_node_sparse": lambda d, u: verify.verify_node_sparse(method, p, qids, qp, d, u),
+        }
+        for path, run in paths.items():
+            err = np.abs(kernel_distribution(method, p, q, k, run=run) - p).max()
+            assert err <= 1e-12, (method, path, name, err)
+        for x0 in qids[qp == 0][:1].tolist() + qids[qp > 0][:1].tolist():
+            err = np.abs(candidate_distribution(method, p, x0, q, k, (qids, qp)) - p).max()
+            assert err <= 1e-12, (method, "with candidate", x0, name, err)
+
+
+def test_zero_q_entries_leave_schedule_and_optimum_unchanged():
+    for name, p, q, k, qids, qp in ZERO_Q_CASES:
+        plain = verify._sorted_support(p, np.flatnonzero(q), q[q > 0])
+        padded = verify._sorted_support(p, qids, qp)
+        assert np.isinf(padded[0][-int((qp == 0).sum()):]).all(), name
+        for code in (verify._SPECINFER, verify._RESISPEC):
+            for a, b in zip(verify._schedule(code, *plain, k), verify._schedule(code, *padded, k)):
+                assert np.allclose(a, b, rtol=0, atol=1e-15), (name, code)
+        assert abs(verify._optimal(*plain, k) - verify._optimal(*padded, k)) <= 1e-15, name
+        assert abs(verify._optimal(*padded, k) - optimal_acceptance(p, q, k)) <= 1e-15, name
+
+
+def test_check_dist_renormalises():
+    p = np.array([0.1, 0.2, 0.3, 0.4]) * (1 + 5e-7)  # accepted: |sum - 1| <= 1e-6
+    q = np.array([0.4, 0.3, 0.2, 0.1]) * (1 - 4e-7)
+    p_n, q_n = p / p.sum(), q / q.sum()
+    assert np.abs(verify._check_dist("p", p) - p_n).max() <= 1e-16
+    qids = np.arange(4)
+    for method in IID + ("rrs",):
+        k = 1 if method == "chain" else 2
+        runs = {
+            "verify_node": lambda d, u: verify_node(method, p, q, d, u),
+            "verify_node_sparse": lambda d, u: verify.verify_node_sparse(method, p, qids, q, d, u),
+        }
+        for path, run in runs.items():
+            err = np.abs(kernel_distribution(method, p_n, q_n, k, run=run) - p_n).max()
+            assert err <= 1e-12, (method, path, err)
+
+        def run(d, u):
+            return verify.verify_with_candidate(method, p, 2, qids, q, d, u)
+
+        err = np.abs(candidate_distribution(method, p_n, 2, q_n, k, run=run) - p_n).max()
+        assert err <= 1e-12, (method, "verify_with_candidate", err)
+
+
+def _inverse_cdf_checks(res):
+    """(u, token) pairs pinning the inverse CDF of the vector res: for every token with mass,
+    the middle of its CDF step and points 1e-12 inside both ends."""
+    cdf = np.cumsum(res) / res.sum()
+    toks = np.flatnonzero(res > 0)
+    left = np.concatenate(([0.0], cdf[toks][:-1]))
+    right = cdf[toks]
+    assert (right - left).min() > 1e-9  # every step far wider than the probes' margin
+    us = np.concatenate((left + 1e-12, 0.5 * (left + right), np.minimum(right - 1e-12, _ALMOST_ONE)))
+    return us, np.tile(toks, 3)
+
+
+def test_fallback_law_across_blocks_at_qwen_vocabulary():
+    """The fallback's block-sum sampler at V = 151,936 (74 full blocks and a partial one):
+    mass in the first and the last partial block, empty blocks between, a block whose
+    p-mass is fully covered by c q (zero residual), tokens 0 and V - 1.  For uniforms at
+    every residual step the token must be the residual's inverse CDF, computed in NumPy."""
+    v, block = 151_936, verify._BLOCK
+    n_blocks = -(-v // block)
+    assert v % block and n_blocks > 2
+    rng = np.random.default_rng(11)
+    groups = {0: 6, 3: 10, 40: 8, n_blocks - 1: 6}  # block -> number of tokens with p > 0
+    p = np.zeros(v)
+    ids = {}
+    for b, n in groups.items():
+        hi = min((b + 1) * block, v)
+        ids[b] = np.sort(rng.choice(np.arange(b * block, hi), n, replace=False))
+    ids[0][0], ids[n_blocks - 1][-1] = 0, v - 1
+    for b, share in zip(groups, (0.25, 0.2, 0.3, 0.25)):
+        p[ids[b]] = share * rng.dirichlet(np.full(len(ids[b]), 5.0))
+    p /= p.sum()
+    dead = np.arange(10 * block + 5, 10 * block + 10)  # q > 0, p = 0: draws that never pass
+    q = np.zeros(v)
+    q[ids[3]] = 2.5 * p[ids[3]]  # r < 1 <= c: block 3's residual is empty
+    q[dead] = 0.06
+    q[ids[40][:3]] = 0.5 * p[ids[40][:3]]
+    q[v - 1] = 0.3 * p[v - 1]
+    q /= q.sum()
+    qids = np.flatnonzero(q)
+    qp = q[qids]
+    x0 = int(ids[40][np.argmax(p[ids[40]])])  # a candidate with mass, rejected below
+
+    def residual(method, target, k):
+        if method == "rrs":  # the reference rule, dense
+            ps, qs = target.copy(), q.copy()
+            for x in dead[:k]:
+                ps = _norm(np.maximum(0.0, ps - qs))
+                qs[x] = 0.0
+                qs = _norm(qs)
+            return ps
+        c = schedule(method, target, q, k)[2] if k else 0.0
+        return np.maximum(0.0, target - c * q)
+
+    p_wo = p.copy()
+    p_wo[x0] = 0.0
+    p_wo /= p_wo.sum()
+    for method in IID + ("rrs",):
+        k = 1 if method == "chain" else 3
+        draws = dead[:k].copy()
+        for with_x0 in (False, True):
+            res = residual(method, p_wo if with_x0 else p, k)
+            # what the test is about: mass in the first and the last (partial) block, none in
+            # block 3 although p has mass there
+            assert res[ids[3]].max() == 0 and res[:block].sum() > 0 and res[-(v % block):].sum() > 0
+            for u_fb, tok in zip(*_inverse_cdf_checks(res)):
+                if with_x0:
+                    u = np.concatenate(([_ALMOST_ONE], np.zeros(k), [u_fb]))
+                    got = verify.verify_prepared_with_candidate(method, p, x0, qids, qp, draws, u)
+                else:
+                    got = verify.verify_prepared(method, p, qids, qp, draws, np.append(np.zeros(k), u_fb))
+                assert got == (tok, -1), (method, with_x0, u_fb, tok, got)
+    # a lookup-only node (K = 0) samples p without x0
+    for u_fb, tok in zip(*_inverse_cdf_checks(p_wo)):
+        got = verify.verify_prepared_with_candidate("resispec", p, x0, None, None, dead[:0], np.array([_ALMOST_ONE, u_fb]))
+        assert got == (tok, -1), (u_fb, tok, got)
+
+
+# --------------------------------------------------------------------------- 2b. candidate
+
+
+def candidate_distribution(method, p, x0, q, k, support=None, run=None):
+    """Output law of ``verify_prepared_with_candidate`` (or of ``run(draws, u)``): x0 first,
+    then K draws from q; ``support`` as in ``kernel_distribution``."""
+    if support is None:
+        qids = np.flatnonzero(q).astype(np.int64)
+        support = qids, q[qids]
+    if run is None:
+
+        def run(draws, u):
+            return verify.verify_prepared_with_candidate(method, p, x0, support[0], support[1], draws, u)
+
+    seqs, weights = draw_sequences(method, q, k)
+    return kernel_law(run, len(p), seqs, weights, lambda draws: [x0] + draws.tolist())
+
+
+def candidate_cases(seed=3, per_k=25):
+    """(name, p, q, k, x0) for K = 0..3 and the candidate positions that matter."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for k in range(4):
+        for i in range(per_k):
+            v = int(rng.integers(2, 6 if k == 3 else 7))
+            p = _random_dist(rng, v, ["dirichlet", "dirichlet", "sparse"][i % 3])
+            q = _random_dist(rng, v, ["dirichlet", "sparse", "onehot"][i % 3])
+            role = ["outside supp q", "p(x0) = 0", "p(x0) = 1", "mode of q", "any"][i % 5]
+            if role == "outside supp q" and (q == 0).any():
+                x0 = int(rng.choice(np.flatnonzero(q == 0)))
+            elif role == "p(x0) = 0" and (p > 0).sum() > 1:
+                x0 = int(rng.integers(v))
+                p[x0] = 0.0
+                p /= p.sum()
+            elif role == "p(x0) = 1":
+                x0 = int(rng.integers(v))
+                p = np.eye(v)[x0]
+            elif role == "mode of q":
+                x0 = int(np.argmax(q))
+            else:
+                role, x0 = "any", int(rng.integers(v))
+            cases.append((f"K={k} {role} {i} V={v}", p, q, k, x0))
+    return cases
+
+
+CANDIDATE_CASES = candidate_cases()
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_candidate_enumeration_is_exact(method):
+    roles = set()
+    for i, (name, p, q, k, x0) in enumerate(CANDIDATE_CASES):
+        if method == "chain" and k > 1:
+            continue
+        support = (None, None) if k == 0 and i % 2 else None  # a lookup-only node may omit q
+        err = np.abs(candidate_distribution(method, p, x0, q, k, support) - p).max()
+        assert err <= 1e-12, (method, name, err)
+        roles.add(name.split(" ", 1)[1].rsplit(" ", 2)[0])
+    assert roles == {"outside supp q", "p(x0) = 0", "p(x0) = 1", "mode of q", "any"}
+
+
+def test_candidate_accepted_index():
+    p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5])  # p' = (0.4, 0.6, 0) after x0 = 2
+    almost = _ALMOST_ONE
+    vw = verify.verify_with_candidate
+    assert vw("resispec", p, 2, [0, 1], q, [0, 1], [0.49, 0.0, 0.0, 0.0]) == (2, 0)
+    assert vw("specinfer", p, 2, [0, 1], q, [0, 1], [0.5, 0.0, 0.0, 0.0]) == (0, 1)
+    assert vw("rrs", p, 2, [0, 1], q, [0, 1], [0.5, almost, 0.0, 0.0]) == (1, 2)
+    assert vw("specinfer", p, 2, [0, 1], q, [], [0.9, 0.2]) == (0, -1)  # lookup only: from p'
+    assert vw("chain", p, 2, None, None, [], [0.9, 0.7]) == (1, -1)
+    # p(x0) = 1 is always accepted, p(x0) = 0 never
+    assert vw("specinfer", np.eye(3)[1], 1, [0, 1], q, [0], [almost, 0.0, 0.0]) == (1, 0)
+    assert vw("specinfer", np.eye(3)[1], 0, [0, 1], q, [1], [0.0, 0.0, 0.0]) == (1, 1)
+    assert vw("rrs", np.eye(3)[1], 2, None, None, [], [0.0, 0.3]) == (1, -1)
+    # a draw equal to the rejected candidate is never accepted: p'(x0) = 0
+    for method in IID + ("rrs",):
+        assert vw(method, p, 0, [0, 1], q, [0], [almost, 0.0, 0.1]) == (2, -1), method
 
 # --------------------------------------------------------------------------- 3. statistics
 
@@ -341,6 +657,27 @@ def test_statistical_exactness(method, v, k, temperature):
     acc = expected_acceptance(method, p, q, k) if method != "rrs" else None
     if acc is not None:
         assert abs(accepted / n - acc) < 5 * np.sqrt(acc * (1 - acc) / n) + 1e-9
+
+
+@pytest.mark.parametrize("method,k", [("chain", 1), ("specinfer", 3), ("rrs", 3), ("resispec", 3), ("resispec", 0)])
+def test_candidate_statistical_exactness(method, k):
+    """A lookup guess x0 (the target's third choice) ahead of K draws from the sampling module."""
+    rng = np.random.default_rng(4321 + k)
+    v, n = 300, 40_000
+    p, q = _zipf_pair(rng, v, 0.8)
+    qids = np.flatnonzero(q)
+    x0 = int(np.argsort(p)[-3])
+    draw = sample_without_replacement if method == "rrs" else sample_iid
+    ud, uv = rng.random((n, k)), rng.random((n, k + 2))
+    toks, idxs = np.empty(n, np.int64), np.empty(n, np.int64)
+    for i in range(n):
+        draws = draw(qids, q[qids], ud[i])
+        toks[i], idxs[i] = verify.verify_prepared_with_candidate(method, p, x0, qids, q[qids], draws, uv[i])
+    assert _chi2_pvalue(np.bincount(toks, minlength=v), p, n) >= 1e-4
+    assert ((toks == x0) == (idxs == 0)).all()  # p'(x0) = 0: x0 comes only from its own stage
+    hit = (idxs == 0).mean()
+    assert abs(hit - p[x0]) < 5 * np.sqrt(p[x0] * (1 - p[x0]) / n)
+    assert idxs.min() >= -1 and idxs.max() <= k
 
 
 # --------------------------------------------------------------------------- 4. acceptance
@@ -410,9 +747,23 @@ def test_expected_acceptance_matches_reference_enumeration():
                 acc += reach * s
                 reach *= 1.0 - s
             assert abs(expected_acceptance(method, p, q, kk) - acc) <= 1e-12, (method, name)
-        if len(p) <= 8:
-            rrs_dist_acc = expected_acceptance("rrs", p, q, k)
-            assert 0.0 <= rrs_dist_acc <= 1.0 + 1e-12
+        assert abs(expected_acceptance("rrs", p, q, k) - ref_rrs_acceptance(p, q, k)) <= 1e-12, ("rrs", name)
+
+
+def ref_rrs_acceptance(p, q, k):
+    """P(some stage accepts) for rrs: brute force over every ordered draw without replacement,
+    each stage's acceptance from the reference rule along that order."""
+    acc = 0.0
+    seqs, weights = draw_sequences("rrs", q, k)
+    for seq, w in zip(seqs, weights):
+        ps, qs, all_reject = p.copy(), q.copy(), 1.0
+        for x in seq:
+            all_reject *= 1.0 - min(1.0, ps[x] / qs[x])
+            ps = _norm(np.maximum(0.0, ps - qs))
+            qs[x] = 0.0
+            qs = _norm(qs)
+        acc += w * (1.0 - all_reject)
+    return acc
 
 
 def test_optimal_acceptance_is_min_over_all_subsets():
@@ -473,3 +824,36 @@ def test_verify_node_rejects_bad_input(kwargs, msg):
     args.update(kwargs)
     with pytest.raises(ValueError, match=msg):
         verify_node(args["method"], args["p"], args["q"], args["draws"], args["u"])
+
+
+@pytest.mark.parametrize(
+    "kwargs,msg",
+    [
+        (dict(method="nope"), "unknown method"),
+        (dict(x0=3), r"x0 must be a token id in \[0, 3\)"),
+        (dict(x0=-1), r"x0 must be a token id in \[0, 3\)"),
+        (dict(x0=1.0), "x0 must be an integer token id"),
+        (dict(u=[0.5, 0.5]), r"len\(draws\) \+ 2 = 3"),
+        (dict(draws=[], u=[0.5]), r"len\(draws\) \+ 2 = 2"),
+        (dict(u=[0.5, 0.5, 1.0]), r"\[0, 1\)"),
+        (dict(method="chain", draws=[0, 1], u=[0.1] * 4), "chain verifies at most one draw"),
+        (dict(draws=[2]), "q > 0"),
+        (dict(method="rrs", draws=[1, 1], u=[0.1] * 4), "distinct"),
+        (dict(qids=None, qprobs=None), "draws need the q they were drawn from"),
+        (dict(p=np.array([0.5, 0.6, 0.0])), "sum to 1"),
+        (dict(qprobs=[0.5, 0.6]), "q must sum to 1"),
+        (dict(draws=[[0]]), "1-D array"),
+    ],
+)
+def test_verify_with_candidate_rejects_bad_input(kwargs, msg):
+    args = dict(method="resispec", p=np.array([0.2, 0.3, 0.5]), x0=2, qids=[0, 1], qprobs=[0.5, 0.5], draws=[1], u=[0.5, 0.5, 0.5])
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=msg):
+        verify.verify_with_candidate(args["method"], args["p"], args["x0"], args["qids"], args["qprobs"], args["draws"], args["u"])
+
+
+def test_verify_with_candidate_accepts_lookup_only_nodes():
+    p = np.array([0.2, 0.3, 0.5])
+    for qids, qprobs in ((None, None), ([], []), ([0, 1], [0.5, 0.5])):
+        assert verify.verify_with_candidate("rrs", p, 2, qids, qprobs, [], [0.9, 0.99]) == (1, -1)
+    assert verify.verify_with_candidate("chain", p, np.int64(2), None, None, np.array([], np.int64), [0.1, 0.0]) == (2, 0)
