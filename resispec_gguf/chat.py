@@ -45,6 +45,10 @@ def stats_report(st: Stats) -> str:
         f"tau {st.tau:.2f}  tokens/s {st.tokens_per_s:.1f}  acceptance {st.acceptance_rate:.1%}  nodes/step {st.nodes_per_step:.1f}",
         f"time: draft {st.draft_time:.2f}s  target {st.target_time:.2f}s  overhead {st.overhead_time:.2f}s  prompt {st.prompt_time:.2f}s",
     ]
+    if st.auto:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(st.steps_by_kind.items()))
+        lines.append(f"steps by kind: {kinds}")
+        lines.append(st.auto)
     if st.reached_by_depth:
         lines.append("acceptance by depth:")
         for d, (a, r) in enumerate(zip(st.accepted_by_depth, st.reached_by_depth), 1):

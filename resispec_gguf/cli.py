@@ -140,6 +140,8 @@ def _cmd_generate(args) -> int:
             from .chat import stats_line
 
             print(stats_line(res.stats), file=sys.stderr)
+            if args.verbose and res.stats.auto:
+                print(res.stats.auto, file=sys.stderr)
     return 0
 
 

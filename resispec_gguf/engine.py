@@ -470,6 +470,7 @@ def _warm_up_kernels() -> None:
         n = 1 if method == "chain" else 2
         draws = (sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid)(ids, probs, u[:n])
         verify_prepared(method, p, ids, probs, draws, u[: len(draws) + 1])
+        verify_prepared_with_candidate(method, p, 0, ids, probs, draws, np.full(len(draws) + 2, 0.5))
 
 
 class Engine:
