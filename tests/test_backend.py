@@ -12,8 +12,8 @@ from resispec_gguf.textstream import TextAssembler
 
 @pytest.fixture(scope="module")
 def models(tiny_pair):
-    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16, flash_attn=False)
-    ref = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=4, flash_attn=False)
+    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16, flash_attn=False, n_threads=1)
+    ref = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=4, flash_attn=False, n_threads=1)
     yield m, ref
     m.close()
     ref.close()
@@ -100,7 +100,7 @@ def test_commit_rejects_non_chain(models):
 
 
 def test_context_full(tiny_pair):
-    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16, flash_attn=False)
+    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=16, flash_attn=False, n_threads=1)
     assert m.n_ctx == 256
     with pytest.raises(ContextFullError):
         m.sync_prefix([5] * 300)

@@ -63,7 +63,7 @@ def test_cost_curve_cache_roundtrip(tmp_path):
 
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False) as e:
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False, n_threads=1) as e:
         yield e
 
 

@@ -25,27 +25,27 @@ EOG = (tiny_gguf.EOS_ID, tiny_gguf.IM_END_ID)
 
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False, flash_attn=False) as e:
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False, flash_attn=False, n_threads=1) as e:
         yield e
 
 
 @pytest.fixture(scope="module")
 def noisy_engine(noisy_pair):
-    with Engine.load(str(noisy_pair[0]), str(noisy_pair[1]), n_ctx=512, progress=False) as e:
+    with Engine.load(str(noisy_pair[0]), str(noisy_pair[1]), n_ctx=512, progress=False, n_threads=1) as e:
         yield e
 
 
 @pytest.fixture(scope="module")
 def reference(noisy_pair):
     """A second copy of the noisy pair's target, for exact distributions."""
-    m = LlamaModel(noisy_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False)
+    m = LlamaModel(noisy_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False, n_threads=1)
     yield m
     m.close()
 
 
 @pytest.fixture(scope="module")
 def tiny_reference(tiny_pair):
-    m = LlamaModel(tiny_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False)
+    m = LlamaModel(tiny_pair[0], n_ctx=512, n_seq_max=2, flash_attn=False, n_threads=1)
     yield m
     m.close()
 
@@ -181,7 +181,7 @@ def test_stop_string(engine):
 
 
 def test_context_full(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, progress=False) as e:
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, progress=False, n_threads=1) as e:
         with pytest.raises(ContextFullError):
             e.generate([5] * 300, SamplingParams(max_tokens=5), DraftParams())
         res = e.generate([5] * 240, SamplingParams(temperature=1.0, max_tokens=100, seed=1), DraftParams())
@@ -213,7 +213,7 @@ def test_stats_are_coherent(engine):
 
 
 def test_method_without_draft_is_refused(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), "", n_ctx=128, progress=False) as e:
+    with Engine.load(str(tiny_pair[0]), "", n_ctx=128, progress=False, n_threads=1) as e:
         assert e.generate("x", SamplingParams(max_tokens=3, seed=0), DraftParams(method="none")).tokens
         with pytest.raises(Exception, match="needs a draft"):
             e.generate("x", SamplingParams(max_tokens=3), DraftParams(method="resispec"))
