@@ -147,6 +147,14 @@ class LlamaModel:
         n_ctx_train = int(_ll.llama_model_n_ctx_train(model))
         if n_ctx <= 0:
             n_ctx = n_ctx_train
+        # llama.cpp reserves an output row per sequence at context creation and aborts the
+        # process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)) unless that many rows
+        # fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch).
+        if min(n_ctx, n_batch) < n_seq_max:
+            self.close()
+            what = f"a context of {n_ctx}" if n_ctx < n_batch else f"a batch of {n_batch}"
+            raise UserError(f"{what} tokens is too small: it must hold at least {n_seq_max} tokens "
+                            f"(one output row per sequence, {n_seq_max} sequences)")
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams = _ll.llama_context_default_params()
         cparams.n_ctx = int(n_ctx)

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import sys
 
-from .config import METHODS, TREE_POLICIES, DraftParams, SamplingParams
+from .config import METHODS, MIN_CTX, TREE_POLICIES, DraftParams, SamplingParams
 from .errors import UserError
 
 # field -> (flags, help); the dataclass gives the type and the default
@@ -79,7 +79,7 @@ def _add_model_flags(parser):
     g.add_argument("--draft", default=None, help="draft model: path, hf: spec or preset (default: the preset's draft)")
     g.add_argument("-ngl", "--n-gpu-layers", dest="ngl", type=int, default=0, help="target layers offloaded to the GPU")
     g.add_argument("-ngld", "--n-gpu-layers-draft", dest="ngld", type=int, default=None, help="draft layers offloaded (default: as -ngl)")
-    g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
+    g.add_argument("--ctx", type=int, default=4096, help=f"context size in tokens, at least {MIN_CTX} (default: 4096)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging")
 
@@ -87,8 +87,9 @@ def _add_model_flags(parser):
 def load_engine(args):
     from .engine import Engine
 
-    if args.ctx < 16:
-        raise UserError(f"--ctx must be at least 16, got {args.ctx}")
+    if args.ctx < MIN_CTX:
+        raise UserError(f"--ctx must be at least {MIN_CTX} (the engine opens {MIN_CTX} sequences and llama.cpp "
+                        f"needs a batch row for each), got {args.ctx}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     return Engine.load(

@@ -86,3 +86,39 @@ def test_generate_prints_text_and_stats(tiny_pair):
     r = run("generate", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--temp", 0, "--max-tokens", 8, "--ctx", 256, "Once")
     assert r.returncode == 0, r.stderr
     assert "tau" in r.stderr and r.stdout.strip()
+
+
+def _one_line(r, needle):
+    lines = [line for line in r.stderr.strip().splitlines() if line]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and not r.stdout.strip(), r.stdout
+    return lines[0]
+
+
+def test_too_small_context_is_refused_not_aborted(tiny_pair):
+    """Below MIN_CTX llama.cpp aborts the process (GGML_ASSERT on n_outputs_max, exit 134)."""
+    from resispec_gguf.config import MIN_CTX
+
+    target, draft = tiny_pair
+    for cmd, draft_arg, ctx, extra in (("generate", draft, MIN_CTX - 1, ["hi"]), ("chat", "", 16, []),
+                                       ("serve", draft, MIN_CTX - 1, ["--port", "1"])):
+        r = run(cmd, "--target", target, "--draft", draft_arg, "--ctx", ctx, *extra, stdin="")
+        assert str(MIN_CTX) in _one_line(r, "--ctx")
+    r = run("generate", "--target", target, "--draft", draft, "--ctx", MIN_CTX, "-n", 3, "--temp", 0, "hi")
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    # the library refuses too (in a child: a miss would abort the test process)
+    code = (
+        "import sys\n"
+        "from resispec_gguf.engine import Engine\n"
+        "from resispec_gguf.errors import UserError\n"
+        f"for kw in (dict(n_ctx={MIN_CTX - 1}), dict(n_ctx=16), dict(n_ctx=512, n_batch={MIN_CTX - 1})):\n"
+        "    try:\n"
+        "        Engine.load(sys.argv[1], sys.argv[2], progress=False, **kw)\n"
+        "    except UserError as e:\n"
+        "        print('refused:', e)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(target), str(draft)], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("refused:") and str(MIN_CTX) in line for line in lines), p.stdout
+    assert "batch" in lines[2]
