@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from .config import METHODS, MIN_CTX, TREE_POLICIES, DraftParams, SamplingParams
@@ -66,7 +67,10 @@ def _params(args, cls, table):
 def sampling_from_args(args) -> SamplingParams:
     sp = _params(args, SamplingParams, SAMPLING_FLAGS)
     stop = getattr(args, "stop", None)
-    return sp.replace(stop=tuple(stop)) if stop else sp
+    try:
+        return sp.replace(stop=tuple(stop)) if stop else sp
+    except ValueError as e:
+        raise UserError(f"--stop: {e}") from None
 
 
 def draft_from_args(args) -> DraftParams:
@@ -165,8 +169,6 @@ def _cmd_serve(args) -> int:
 
 
 def _model_name(spec: str) -> str:
-    import os
-
     return os.path.basename(spec.rstrip("/")) or spec
 
 
@@ -210,9 +212,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _text(value):
+    """A text argument as valid Unicode: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) become U+FFFD, as they would in any text editor."""
+    if isinstance(value, str):
+        return os.fsencode(value).decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_text(v) for v in value]
+    return value
+
+
+_TEXT_ARGS = ("prompt", "stop", "system", "model_name")
+
+
 def main(argv=None) -> int:
+    reconfigure = getattr(sys.stdin, "reconfigure", None)
+    if reconfigure is not None:  # undecodable input becomes U+FFFD instead of an exception
+        reconfigure(errors="replace")
     parser = build_parser()
     args = parser.parse_args(argv)
+    for name in _TEXT_ARGS:
+        if hasattr(args, name):
+            setattr(args, name, _text(getattr(args, name)))
     if not args.command:
         parser.print_help()
         return 0
@@ -236,3 +257,6 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # the environment, not a bug: an unreadable/unwritable file or directory
+        print(f"resispec-gguf: error: {e}", file=sys.stderr)
+        return 2

@@ -122,3 +122,40 @@ def test_too_small_context_is_refused_not_aborted(tiny_pair):
     lines = p.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("refused:") and str(MIN_CTX) in line for line in lines), p.stdout
     assert "batch" in lines[2]
+
+
+def run_bytes(*args, stdin=b"", env=None, timeout=240):
+    import os
+
+    cmd = [sys.executable, "-m", "resispec_gguf"] + [a if isinstance(a, bytes) else str(a) for a in args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "-n", 6, "--temp", 0, "--seed", 1]
+    ref = run_bytes(*common, "caf\ufffd ol\ufffd".encode())
+    assert ref.returncode == 0 and ref.stdout.strip(), ref.stderr
+    for r in (run_bytes(*common, b"caf\xe9 ol\xff"),  # argv: not UTF-8
+              run_bytes(*common, stdin=b"caf\xe9 ol\xff")):  # stdin: not UTF-8
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+        assert r.stdout == ref.stdout  # the same prompt as with U+FFFD typed in
+
+    save = tmp_path / "conv.json"
+    script = b"hello\ncaf\xe9 ol\xff\n/save " + str(tmp_path).encode() + b"/a\x00b\nthird\n/save " + str(save).encode() + b"\n"
+    r = run_bytes("chat", "--target", target, "--draft", draft, "--ctx", 256, "-n", 3, stdin=script)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+    assert r.stdout.count(b"tok/s") == 3  # every turn answered, none lost
+    assert r.stderr.decode().strip().splitlines() == ["error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
+    turns = [m["content"] for m in json.loads(save.read_text())["messages"] if m["role"] == "user"]
+    assert turns == ["hello", "caf\ufffd ol\ufffd", "third"]
+
+
+def test_bad_stop_and_unwritable_cache_are_one_line(tiny_pair):
+    target, draft = tiny_pair
+    r = run("generate", "--target", target, "--draft", draft, "--stop", "", "hi")
+    _one_line(r, "--stop")
+    r = run_bytes("generate", "-n", 2, "hi", env={"RESISPEC_CACHE": "/proc", "HF_HUB_OFFLINE": "1"})
+    r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
+    assert "RESISPEC_CACHE" in _one_line(r, "/proc")
