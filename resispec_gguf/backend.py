@@ -206,6 +206,8 @@ class LlamaModel:
         self._nodes_tok: list[int] = []
         self._piece_buf = ctypes.create_string_buffer(256)
         self._generation = 0
+        self._specials = None
+        self._max_piece = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -240,8 +242,33 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
 
+    @property
+    def add_eos(self) -> bool:
+        return bool(_ll.llama_vocab_get_add_eos(self._vocab))
+
+    def special_tokens(self) -> list[tuple[str, int, bool, bool]]:
+        """``(text, id, lstrip, rstrip)`` of every token that only ``parse_special=True`` makes
+        out of text (control and unknown tokens), longest text first: the order in which
+        llama.cpp looks for them.  Computed once."""
+        if self._specials is None:
+            attrs = _ll.LLAMA_TOKEN_ATTR_CONTROL | _ll.LLAMA_TOKEN_ATTR_UNKNOWN
+            found = []
+            for i in range(self.n_vocab):
+                attr = int(_ll.llama_vocab_get_attr(self._vocab, i))
+                if attr & attrs:
+                    text = self.token_text(i)
+                    if text:
+                        found.append((len(text), i, text.decode("utf-8", "replace"),
+                                      bool(attr & _ll.LLAMA_TOKEN_ATTR_LSTRIP), bool(attr & _ll.LLAMA_TOKEN_ATTR_RSTRIP)))
+            found.sort(key=lambda f: (-f[0], f[1]))
+            self._specials = [(text, i, lstrip, rstrip) for _, i, text, lstrip, rstrip in found]
+        return self._specials
+
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        try:
+            data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        except UnicodeEncodeError as e:
+            raise UserError(f"the text is not valid Unicode (a lone surrogate at character {e.start})") from None
         cap = len(data) + 16
         buf = (_ll.llama_token * cap)()
         n = _ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)

@@ -125,8 +125,8 @@ def _cmd_generate(args) -> int:
     sp, dp = sampling_from_args(args), draft_from_args(args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     with load_engine(args) as engine:
-        if args.chat:
-            prompt = engine.render_chat([{"role": "user", "content": prompt}])
+        if args.chat:  # the text stays text: see Engine.chat_tokens
+            prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
         try:
             for piece in engine.stream(prompt, sp, dp):
                 sys.stdout.write(piece)
