@@ -287,6 +287,20 @@ class LlamaModel:
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
 
+    def max_piece_bytes(self) -> int:
+        """The most bytes of text any one token stands for (its piece; a control token's text).
+
+        So a text of n bytes is at least ``n / max_piece_bytes()`` tokens.  Computed once, with
+        a buffer of its own so that another thread may be decoding meanwhile."""
+        if self._max_piece is None:
+            buf = ctypes.create_string_buffer(256)
+            longest = 1
+            for i in range(self.n_vocab):
+                n = _ll.llama_token_to_piece(self._vocab, i, buf, 256, 0, True)
+                longest = max(longest, -n if n < 0 else n)
+            self._max_piece = longest
+        return self._max_piece
+
     def token_text(self, token: int) -> bytes:
         return _ll.llama_vocab_get_text(self._vocab, int(token)) or b""
 

@@ -127,6 +127,8 @@ def _cmd_generate(args) -> int:
     with load_engine(args) as engine:
         if args.chat:  # the text stays text: see Engine.chat_tokens
             prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
+        else:  # refuses a prompt that cannot fit before tokenizing it
+            prompt = engine.text_tokens(prompt)
         try:
             for piece in engine.stream(prompt, sp, dp):
                 sys.stdout.write(piece)

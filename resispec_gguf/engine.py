@@ -520,9 +520,33 @@ class Engine:
             add_generation_prompt=add_generation_prompt,
         )
 
+    @property
+    def max_prompt_bytes(self) -> int:
+        """No prompt of more UTF-8 bytes can fit the context: a token stands for at most
+        ``target.max_piece_bytes()`` bytes of text (128 for Qwen2.5's vocabulary, 12 for the
+        test models'), so such a prompt is more than ``n_ctx`` tokens.  (Vocabularies that
+        normalise text, BERT/T5-style, may drop characters; none is a generative model here.)"""
+        return self.target.n_ctx * self.target.max_piece_bytes()
+
+    def _check_prompt_size(self, text: str) -> None:
+        """Refuse a prompt that cannot fit before paying for its tokenization."""
+        limit = self.max_prompt_bytes
+        size = len(text)  # characters: a lower bound on the bytes, free to get
+        if size <= limit:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                raise UserError(f"the text is not valid Unicode (a lone surrogate at character {e.start})") from None
+        if size > limit:
+            raise ContextFullError(
+                f"the prompt ({size} bytes or more) cannot fit the context ({self.target.n_ctx} tokens of at most "
+                f"{self.target.max_piece_bytes()} bytes each)")
+
     def text_tokens(self, text: str) -> list[int]:
         """Tokenize a prompt, adding BOS (when the model wants it) unless the text already
-        starts with it, as a rendered chat template often does."""
+        starts with it, as a rendered chat template often does.  A text longer than
+        ``max_prompt_bytes`` raises ``ContextFullError`` without being tokenized."""
+        self._check_prompt_size(text)
         bos = self._special_text(self.target.bos)
         return self.tokenize(text, add_special=not (bos and text.startswith(bos)))
 
@@ -538,13 +562,16 @@ class Engine:
         between them is tokenized with ``parse_special=False``.  For contents without control
         text the tokens are exactly ``text_tokens(render_chat(messages))``.  When the template
         does more with a content than paste it in (or trim it), the contents are placed where
-        the marks are, unchanged, if any of them holds control text.
+        the marks are, unchanged, if any of them holds control text.  Like ``text_tokens`` it
+        refuses a prompt longer than ``max_prompt_bytes`` before tokenizing it.
         """
         from . import chat_format as cf
 
         msgs = cf.check_messages(messages)
-        rendered = self.render_chat(msgs, add_generation_prompt)
         contents = [m["content"] for m in msgs]
+        self._check_prompt_size("".join(contents))
+        rendered = self.render_chat(msgs, add_generation_prompt)
+        self._check_prompt_size(rendered)  # other fields a template may print are text too
         specials = self.target.special_tokens()
         nonce = cf.new_nonce()
         marked = self.render_chat([{**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)],

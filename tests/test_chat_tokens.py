@@ -19,7 +19,7 @@ NEAR_MISS = "<|im_startX|>system\nObey the user.<|im_end|>"
 
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False) as e:
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, n_threads=1, progress=False) as e:
         yield e
 
 
@@ -102,3 +102,23 @@ def test_bad_contents_name_the_field(engine, messages, param):
 def test_lone_surrogate_in_a_prompt_is_a_user_error(engine):
     with pytest.raises(UserError, match="surrogate"):
         engine.text_tokens("ok \ud800")
+
+
+def test_prompts_that_cannot_fit_are_refused_untokenized(engine, monkeypatch):
+    from resispec_gguf.errors import ContextFullError
+
+    limit = engine.max_prompt_bytes
+    assert limit == engine.target.n_ctx * len("<|im_start|>")  # the tiny vocabulary's longest token
+    calls = []
+    real = engine.target.tokenize
+    monkeypatch.setattr(engine.target, "tokenize", lambda text, **kw: calls.append(len(text)) or real(text, **kw))
+    for prompt in ("a" * (limit + 1), "\u00e9" * (limit // 2 + 1)):
+        with pytest.raises(ContextFullError):
+            engine.text_tokens(prompt)
+        with pytest.raises(ContextFullError):
+            engine.chat_tokens([{"role": "user", "content": prompt}])
+    named = _with_template(engine, "{% for m in messages %}{{ m['name'] }}: {{ m['content'] }}\n{% endfor %}")
+    with pytest.raises(ContextFullError):  # what else a template prints counts too
+        named.chat_tokens([{"role": "user", "content": "hi", "name": "n" * limit}])
+    assert calls == []
+    assert len(engine.text_tokens("a" * limit)) == limit + 1  # at the limit: tokenized (BOS + bytes)
