@@ -88,14 +88,19 @@ def _add_model_flags(parser):
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging")
 
 
-def load_engine(args):
-    from .engine import Engine
-
+def check_model_args(args) -> None:
+    """The model flags' own checks, before anything is loaded."""
     if args.ctx < MIN_CTX:
         raise UserError(f"--ctx must be at least {MIN_CTX} (the engine opens {MIN_CTX} sequences and llama.cpp "
                         f"needs a batch row for each), got {args.ctx}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
+
+
+def load_engine(args):
+    from .engine import Engine
+
+    check_model_args(args)
     return Engine.load(
         args.target,
         args.draft,
@@ -154,19 +159,21 @@ def _cmd_serve(args) -> int:
         raise UserError(f"--port must be in 1..65535, got {args.port}")
     if args.max_queue < 0:
         raise UserError(f"--max-queue must be >= 0, got {args.max_queue}")
-    with load_engine(args) as engine:
-        name = args.model_name or _model_name(args.target)
-        print(f"serving {name} on http://{args.host}:{args.port}/v1 (method {dp.method})", file=sys.stderr)
-        server.serve(
-            engine,
-            host=args.host,
-            port=args.port,
-            model_name=name,
-            draft_params=dp,
-            sampling_defaults=sp,
-            api_key=args.api_key,
-            max_queue=args.max_queue,
-        )
+    key = server.check_api_key(args.api_key, "--api-key")
+    origins = server.check_origins(args.cors_origin)
+    check_model_args(args)
+    sock = server.listen(args.host, args.port)  # a taken port: one line, before anything else
+    try:
+        with load_engine(args) as engine:
+            name = args.model_name or _model_name(args.target)
+            host = f"[{args.host}]" if ":" in args.host else args.host
+            auth = "auth on" if key else "auth off, no --api-key"
+            cors = f"; CORS for {' '.join(origins)}" if origins else ""
+            print(f"serving {name} on http://{host}:{args.port}/v1 (method {dp.method}; {auth}{cors})", file=sys.stderr)
+            server.serve(engine, host=args.host, port=args.port, sock=sock, model_name=name, draft_params=dp,
+                         sampling_defaults=sp, api_key=key, max_queue=args.max_queue, cors_origins=origins)
+    finally:
+        sock.close()
     return 0
 
 
@@ -201,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     serve.add_argument("--max-queue", type=int, default=8, help="requests allowed to wait (default: 8)")
     serve.add_argument("--model-name", default=None, help="model id reported by /v1/models")
+    serve.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                       help="let web pages from ORIGIN (https://host:port, or *) call the API (repeatable; default: none)")
 
     models = sub.add_parser("models", help="resolve and list model presets")
     msub = models.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser, required=True)

@@ -41,6 +41,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import hmac
 import json
 import logging
@@ -53,6 +54,8 @@ from typing import Any, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -62,14 +65,14 @@ from .chat_format import MessageError, check_messages
 from .config import DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
 
-__all__ = ["create_app", "serve"]
+__all__ = ["create_app", "serve", "check_api_key", "check_origins", "listen"]
 
 log = logging.getLogger("resispec_gguf.server")
 
 MAX_BODY_BYTES = 16 << 20
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
-TOKENIZER_THREADS = 2
+TOKENIZER_THREADS = 4
 _INT32 = 2**31 - 1
 _SEED_LIMIT = 2**64 - 1
 
@@ -697,6 +700,32 @@ class _Server:
 # ---------------------------------------------------------------------------------- public API
 
 
+def check_api_key(key: str | None, name: str = "api_key") -> str | None:
+    """``key`` if it can work as a bearer token, else ``UserError``: an empty key would turn auth
+    off without a word, and one that is not printable ASCII without surrounding blanks can
+    never match what a client sends."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise UserError(f"{name} is empty; give a real key, or none to serve without auth")
+    if not key.isascii() or not key.isprintable():
+        raise UserError(f"{name} must be printable ASCII (an HTTP header cannot carry anything else)")
+    if key != key.strip():
+        raise UserError(f"{name} must not start or end with a blank")
+    return key
+
+
+def check_origins(origins) -> list[str]:
+    """The CORS origins as given, or ``UserError`` for one that is not ``*`` or scheme://host[:port]."""
+    out = []
+    for origin in origins or ():
+        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))) \
+                or origin.endswith("/") or origin.strip() != origin:
+            raise UserError(f"a CORS origin is '*' or scheme://host[:port] without a path, got {origin!r}")
+        out.append(origin)
+    return out
+
+
 def create_app(
     engine,
     *,
@@ -705,19 +734,25 @@ def create_app(
     sampling_defaults: SamplingParams | None = None,
     api_key: str | None = None,
     max_queue: int = 8,
+    cors_origins: list[str] | None = None,
 ) -> Starlette:
     """The Starlette app serving ``engine`` under ``model_name``.
 
     ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
     ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
-    wait behind the running one before the server answers 503.  Serve one engine with one app.
-    ``app.state.resispec`` is the server object (its ``worker.inflight`` counts admitted
-    requests).  On shutdown the app cancels its requests and waits until the engine is idle.
+    wait behind the running one before the server answers 503; ``cors_origins``: the web origins
+    (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
+    default, so browsers refuse to let other sites read or preflight it).  Serve one engine
+    with one app.  ``app.state.resispec`` is the server object (its ``worker.inflight`` counts
+    admitted requests).  On shutdown the app cancels its requests and waits until the engine
+    is idle.
     """
     draft_params = draft_params if draft_params is not None else DraftParams()
     sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
     if not isinstance(max_queue, int) or max_queue < 0:
         raise ValueError(f"max_queue must be an integer >= 0, got {max_queue!r}")
+    api_key = check_api_key(api_key)
+    cors_origins = check_origins(cors_origins)
     if draft_params.method != "none" and getattr(engine, "draft", True) is None:
         raise UserError(f"method {draft_params.method!r} needs a draft model; load one or use method 'none'")
     srv = _Server(engine, model_name, draft_params, sampling_defaults, api_key, max_queue)
@@ -742,18 +777,47 @@ def create_app(
         Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
         Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    middleware = []
+    if cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: http_error})
     app.state.resispec = srv
     return app
 
 
-def serve(engine, host: str = "127.0.0.1", port: int = 8000, **kw) -> None:
-    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``.  When this
-    returns no request uses the engine any more, so the caller may close it."""
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening, or ``UserError`` naming the port (in
+    use, not allowed, unknown host): bind first, then load models and announce the address."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"cannot listen on {host}:{port}: unknown host ({getattr(e, 'strerror', None) or e})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        reason = "the port is already in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+        raise UserError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
+def serve(engine, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None, **kw) -> None:
+    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``; ``sock``: a
+    socket from ``listen`` (else one is opened here).  When this returns no request uses the
+    engine any more, so the caller may close it."""
     import uvicorn
 
     app = create_app(engine, **kw)
+    sock = sock if sock is not None else listen(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         app.state.resispec.worker.shutdown()

@@ -159,3 +159,58 @@ def test_bad_stop_and_unwritable_cache_are_one_line(tiny_pair):
     r = run_bytes("generate", "-n", 2, "hi", env={"RESISPEC_CACHE": "/proc", "HF_HUB_OFFLINE": "1"})
     r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
     assert "RESISPEC_CACHE" in _one_line(r, "/proc")
+
+
+def test_serve_refuses_bad_keys_and_a_taken_port(tiny_pair):
+    import socket
+
+    target, draft = tiny_pair
+    for key, needle in (("", "empty"), ("cl\u00e9", "ASCII")):
+        _one_line(run("serve", "--target", target, "--draft", draft, "--api-key", key), needle)
+    _one_line(run("serve", "--target", target, "--cors-origin", "evil.example/"), "CORS")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run("serve", "--target", target, "--draft", draft, "--port", port)
+        assert "already in use" in _one_line(r, f"127.0.0.1:{port}")
+
+
+def test_serve_says_whether_auth_is_on(tiny_pair):
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    target, draft = tiny_pair
+    for key in ("k3y", None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args = ["serve", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "--port", port,
+                "--method", "none"] + (["--api-key", key] if key else [])
+        p = subprocess.Popen([sys.executable, "-m", "resispec_gguf", *map(str, args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stderr.readline()
+            assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
+            assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", headers=headers,
+                                   json={"prompt": "hi", "max_tokens": 2}, timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline and p.poll() is None
+                    time.sleep(0.1)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+            if key:
+                assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        finally:
+            os.kill(p.pid, signal.SIGINT)
+            out, err = p.communicate(timeout=20)
+        assert p.returncode in (0, 130) and "Traceback" not in err, err

@@ -611,3 +611,40 @@ def test_posts_must_be_json(server):
                    headers={"content-type": "Application/JSON; charset=utf-8"})
     assert r.status_code == 200, r.text
     _still_healthy(server)
+
+
+def _preflight(url, origin):
+    return httpx.options(f"{url}/v1/chat/completions", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+
+
+def test_cors_only_for_allowed_origins(server, engines):
+    # by default: no preflight is answered, no response carries CORS headers
+    r = _preflight(server, "http://evil.example")
+    assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+    r = httpx.post(f"{server}/v1/completions", json={"prompt": "a", "max_tokens": 1, "method": "none"},
+                   headers={"Origin": "http://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    _still_healthy(server)
+
+    engine = SlowEngine(engines[2])
+    app = create_app(engine, model_name="slow", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=2), cors_origins=["http://good.example"])
+    with _serve(app) as url:
+        r = _preflight(url, "http://good.example")
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert "POST" in r.headers["access-control-allow-methods"]
+        r = _preflight(url, "http://evil.example")
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "a"}, headers={"Origin": "http://good.example"})
+        assert r.json()["choices"][0]["text"] == "xx" and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert _still_healthy(url) == "xxxx"
+
+
+@pytest.mark.parametrize("key", ["", "cl\u00e9", "tab\tkey", " padded"])
+def test_unusable_api_keys_are_refused(engines, key):
+    from resispec_gguf.errors import UserError
+
+    with pytest.raises(UserError, match="api_key"):
+        create_app(engines[2], model_name="x", draft_params=DraftParams(method="none"), api_key=key)
