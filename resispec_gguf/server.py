@@ -72,6 +72,7 @@ log = logging.getLogger("resispec_gguf.server")
 MAX_BODY_BYTES = 16 << 20
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1000
 TOKENIZER_THREADS = 4
 _INT32 = 2**31 - 1
 _SEED_LIMIT = 2**64 - 1
@@ -206,6 +207,8 @@ def _stop(body: dict) -> tuple[str, ...] | None:
     if len(v) > MAX_STOP_STRINGS:
         raise _bad(f"stop may hold at most {MAX_STOP_STRINGS} strings", "stop", "invalid_value")
     for s in v:
+        if len(s) > MAX_STOP_CHARS:  # the stop-string check costs up to its length squared per token
+            raise _bad(f"a stop string may have at most {MAX_STOP_CHARS} characters", "stop", "invalid_value")
         _utf8_size(s, "stop")
     return tuple(v)
 
@@ -265,8 +268,12 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     if chat:
         if "messages" not in body:
             raise _bad("messages is required", "messages", "missing_field")
+        messages = body["messages"]
+        if isinstance(messages, list) and len(messages) >= n_ctx:  # every turn costs tokens in any template
+            raise _bad(f"{len(messages)} messages cannot fit the context ({n_ctx} tokens)", "messages",
+                       "context_length_exceeded")
         try:
-            prompt = check_messages(body["messages"])
+            prompt = check_messages(messages)
         except MessageError as e:
             raise _bad(str(e), e.param, "invalid_value") from None
         size = sum(len(m["content"]) for m in prompt)
@@ -277,6 +284,9 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, list):
+            if len(prompt) >= n_ctx:
+                raise _bad(f"the prompt ({len(prompt)} tokens) does not fit the context ({n_ctx} tokens)",
+                           "prompt", "context_length_exceeded")
             if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
                 raise _bad("prompt must be a string, a list with one string, or a list of token ids",
                            "prompt", "invalid_type")
@@ -285,9 +295,6 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
                 raise _bad("prompt is required", "prompt", "missing_field")
             raise _bad("prompt must be a string, a list with one string, or a list of token ids",
                        "prompt", "invalid_type")
-        if isinstance(prompt, list) and len(prompt) >= n_ctx:
-            raise _bad(f"the prompt ({len(prompt)} tokens) does not fit the context ({n_ctx} tokens)",
-                       "prompt", "context_length_exceeded")
         if isinstance(prompt, str) and (len(prompt) > limit or _utf8_size(prompt, "prompt") > limit):
             raise _too_long(len(prompt), limit, n_ctx, "prompt")
 

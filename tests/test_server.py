@@ -282,6 +282,7 @@ BAD = [
     ("chat", {"messages": MESSAGES, "seed": "x"}, "seed"),
     ("chat", {"messages": MESSAGES, "stop": 5}, "stop"),
     ("chat", {"messages": MESSAGES, "stop": [""]}, "stop"),
+    ("chat", {"messages": MESSAGES, "stop": ["x" * 1001]}, "stop"),
     ("chat", {"messages": MESSAGES, "n": 2}, "n"),
     ("chat", {"messages": MESSAGES, "stream": "yes"}, "stream"),
     ("chat", {"messages": MESSAGES, "stream_options": "x", "stream": True}, "stream_options"),
@@ -492,6 +493,7 @@ def test_huge_prompt_is_refused_before_tokenizing(slow4):
         ("chat/completions", {"messages": [{"role": "user", "content": "x" * (limit // 2 + 1)},
                                            {"role": "user", "content": [{"type": "text", "text": "y" * (limit // 2)}]}]},
          "messages"),
+        ("chat/completions", {"messages": [{"role": "user"}] * app.state.resispec.n_ctx}, "messages"),
     ]
     for route, body, param in probes:
         t = time.monotonic()
