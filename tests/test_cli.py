@@ -104,7 +104,7 @@ def test_too_small_context_is_refused_not_aborted(tiny_pair):
                                        ("serve", draft, MIN_CTX - 1, ["--port", "1"])):
         r = run(cmd, "--target", target, "--draft", draft_arg, "--ctx", ctx, *extra, stdin="")
         assert str(MIN_CTX) in _one_line(r, "--ctx")
-    r = run("generate", "--target", target, "--draft", draft, "--ctx", MIN_CTX, "-n", 3, "--temp", 0, "hi")
+    r = run("generate", "--target", target, "--draft", draft, "--ctx", MIN_CTX, "--threads", 1, "-n", 3, "--temp", 0, "hi")
     assert r.returncode == 0 and r.stdout.strip(), r.stderr
     # the library refuses too (in a child: a miss would abort the test process)
     code = (
@@ -134,7 +134,8 @@ def run_bytes(*args, stdin=b"", env=None, timeout=240):
 
 def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
     target, draft = tiny_pair
-    common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "-n", 6, "--temp", 0, "--seed", 1]
+    common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 6, "--temp", 0,
+              "--seed", 1]
     ref = run_bytes(*common, "caf\ufffd ol\ufffd".encode())
     assert ref.returncode == 0 and ref.stdout.strip(), ref.stderr
     for r in (run_bytes(*common, b"caf\xe9 ol\xff"),  # argv: not UTF-8
@@ -144,7 +145,7 @@ def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
 
     save = tmp_path / "conv.json"
     script = b"hello\ncaf\xe9 ol\xff\n/save " + str(tmp_path).encode() + b"/a\x00b\nthird\n/save " + str(save).encode() + b"\n"
-    r = run_bytes("chat", "--target", target, "--draft", draft, "--ctx", 256, "-n", 3, stdin=script)
+    r = run_bytes("chat", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 3, stdin=script)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
     assert r.stdout.count(b"tok/s") == 3  # every turn answered, none lost
     assert r.stderr.decode().strip().splitlines() == ["error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
