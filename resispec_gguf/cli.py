@@ -224,10 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _text(value):
-    """A text argument as valid Unicode: bytes that are not UTF-8 (which Python keeps as lone
+    """A text argument as valid Unicode: bytes that do not decode (which Python keeps as lone
     surrogates) become U+FFFD, as they would in any text editor."""
     if isinstance(value, str):
-        return os.fsencode(value).decode("utf-8", "replace")
+        return os.fsencode(value).decode(sys.getfilesystemencoding(), "replace")
     if isinstance(value, list):
         return [_text(v) for v in value]
     return value

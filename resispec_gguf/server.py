@@ -645,7 +645,10 @@ class _Server:
                             code="queue_full", headers={"Retry-After": "1"})
         handed_over = False
         try:
-            tokenized = asyncio.wrap_future(self.tokenizer.submit(_prompt_tokens, self.engine, req))
+            try:
+                tokenized = asyncio.wrap_future(self.tokenizer.submit(_prompt_tokens, self.engine, req))
+            except RuntimeError:  # the pool is shut down: the server is stopping
+                raise _cancelled() from None
             try:
                 present, job.prompt = await self._unless_disconnect(tokenized, request)
             except UserError as e:
