@@ -149,6 +149,14 @@ class LlamaModel:
         n_ctx_train = int(_ll.llama_model_n_ctx_train(model))
         if n_ctx <= 0:
             n_ctx = n_ctx_train
+        # llama.cpp reserves an output row per sequence at context creation and aborts the
+        # process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)) unless that many rows
+        # fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch).
+        if min(n_ctx, n_batch) < n_seq_max:
+            self.close()
+            what = f"a context of {n_ctx}" if n_ctx < n_batch else f"a batch of {n_batch}"
+            raise UserError(f"{what} tokens is too small: it must hold at least {n_seq_max} tokens "
+                            f"(one output row per sequence, {n_seq_max} sequences)")
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams = _ll.llama_context_default_params()
         cparams.n_ctx = int(n_ctx)
@@ -206,6 +214,8 @@ class LlamaModel:
         self._nodes_tok: list[int] = []
         self._piece_buf = ctypes.create_string_buffer(256)
         self._generation = 0
+        self._specials = None
+        self._max_piece = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -246,8 +256,33 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
 
+    @property
+    def add_eos(self) -> bool:
+        return bool(_ll.llama_vocab_get_add_eos(self._vocab))
+
+    def special_tokens(self) -> list[tuple[str, int, bool, bool]]:
+        """``(text, id, lstrip, rstrip)`` of every token that only ``parse_special=True`` makes
+        out of text (control and unknown tokens), longest text first: the order in which
+        llama.cpp looks for them.  Computed once."""
+        if self._specials is None:
+            attrs = _ll.LLAMA_TOKEN_ATTR_CONTROL | _ll.LLAMA_TOKEN_ATTR_UNKNOWN
+            found = []
+            for i in range(self.n_vocab):
+                attr = int(_ll.llama_vocab_get_attr(self._vocab, i))
+                if attr & attrs:
+                    text = self.token_text(i)
+                    if text:
+                        found.append((len(text), i, text.decode("utf-8", "replace"),
+                                      bool(attr & _ll.LLAMA_TOKEN_ATTR_LSTRIP), bool(attr & _ll.LLAMA_TOKEN_ATTR_RSTRIP)))
+            found.sort(key=lambda f: (-f[0], f[1]))
+            self._specials = [(text, i, lstrip, rstrip) for _, i, text, lstrip, rstrip in found]
+        return self._specials
+
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        try:
+            data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        except UnicodeEncodeError as e:
+            raise UserError(f"the text is not valid Unicode (a lone surrogate at character {e.start})") from None
         cap = len(data) + 16
         buf = (_ll.llama_token * cap)()
         n = _ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
@@ -265,6 +300,20 @@ class LlamaModel:
             n = _ll.llama_token_to_piece(self._vocab, int(token), buf, -n, 0, special)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
+
+    def max_piece_bytes(self) -> int:
+        """The most bytes of text any one token stands for (its piece; a control token's text).
+
+        So a text of n bytes is at least ``n / max_piece_bytes()`` tokens.  Computed once, with
+        a buffer of its own so that another thread may be decoding meanwhile."""
+        if self._max_piece is None:
+            buf = ctypes.create_string_buffer(256)
+            longest = 1
+            for i in range(self.n_vocab):
+                n = _ll.llama_token_to_piece(self._vocab, i, buf, 256, 0, True)
+                longest = max(longest, -n if n < 0 else n)
+            self._max_piece = longest
+        return self._max_piece
 
     def token_text(self, token: int) -> bytes:
         return _ll.llama_vocab_get_text(self._vocab, int(token)) or b""

@@ -174,8 +174,8 @@ class ChatSession:
                     with open(parts[1], "w", encoding="utf-8") as f:
                         json.dump(data, f, indent=2, ensure_ascii=False)
                     print(f"[saved to {parts[1]}]", file=self.out)
-                except OSError as e:
-                    print(f"error: cannot write {parts[1]}: {e.strerror}", file=self.err)
+                except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+                    print(f"error: cannot write {parts[1]!r}: {getattr(e, 'strerror', None) or e}", file=self.err)
         else:
             print(f"unknown command {cmd}; /help lists them", file=self.err)
         self.out.flush()

@@ -1,8 +1,13 @@
 """Render a model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
-``messages``/``bos_token``/``eos_token``/``add_generation_prompt``).  Pure Python, no model.
+``messages``/``bos_token``/``eos_token``/``add_generation_prompt``), and split a rendered chat
+into the template's own text and the messages' contents, so that only the template's text can
+become control tokens (``Engine.chat_tokens``).  Pure Python, no model.
 """
 
 from __future__ import annotations
+
+import re
+import secrets
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -24,25 +29,142 @@ def _raise(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+class MessageError(UserError):
+    """A malformed message; ``param`` names the offending field, e.g. ``messages[0].content``."""
+
+    def __init__(self, message: str, param: str = "messages"):
+        super().__init__(message)
+        self.param = param
+
+
+def _valid_text(text: str, where: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MessageError(f"{where} is not valid Unicode (a lone surrogate at character {e.start})", where) from None
+    return text
+
+
 def check_messages(messages) -> list[dict]:
-    """Validate OpenAI-style messages; returns them with string content."""
+    """Validate OpenAI-style messages; returns them with string content (text parts joined).
+
+    Raises ``MessageError`` naming the field for anything else: a missing or unknown role,
+    content that is not a string, null or a list of parts, a text part whose ``text`` is not a
+    string, or text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``).
+    """
     if not isinstance(messages, list) or not messages:
-        raise UserError("messages must be a non-empty list")
+        raise MessageError("messages must be a non-empty list")
     out = []
     for i, m in enumerate(messages):
+        where = f"messages[{i}]"
         if not isinstance(m, dict) or "role" not in m:
-            raise UserError(f"message {i} must be an object with a role")
-        if m["role"] not in _ROLES:
-            raise UserError(f"message {i} has unknown role {m['role']!r}")
+            raise MessageError(f"{where} must be an object with a role", where)
+        if not isinstance(m["role"], str) or m["role"] not in _ROLES:
+            raise MessageError(f"{where}.role must be one of {', '.join(_ROLES)}, got {str(m['role'])[:40]!r}",
+                               f"{where}.role")
         content = m.get("content", "")
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict):
+                    raise MessageError(f"{where}.content[{j}] must be an object", f"{where}.content[{j}]")
+                if part.get("type") == "text":
+                    text = part.get("text")
+                    if not isinstance(text, str):
+                        raise MessageError(f"{where}.content[{j}].text must be a string", f"{where}.content[{j}].text")
+                    texts.append(_valid_text(text, f"{where}.content[{j}].text"))
+            content = "".join(texts)
         if content is None:
             content = ""
         if not isinstance(content, str):
-            raise UserError(f"message {i} content must be a string")
-        out.append({**m, "content": content})
+            raise MessageError(f"{where}.content must be a string or a list of parts", f"{where}.content")
+        out.append({**m, "content": _valid_text(content, f"{where}.content")})
     return out
+
+
+# ---------------------------------------------------------------------------------- contents
+
+
+def new_nonce() -> str:
+    """Digits only, so that no template filter (upper, title, ...) can change a mark."""
+    return str(secrets.randbelow(10**12)).zfill(12)
+
+
+def mark(nonce: str, index: int) -> str:
+    """The stand-in for message ``index``'s content: private-use characters around digits."""
+    return f"\ue000{nonce}:{index}\ue001"
+
+
+def pasted_segments(marked: str, nonce: str, contents: list[str], shape=None) -> list[tuple[str, bool]]:
+    """``(text, is_content)`` pieces of ``marked`` (a template applied to ``mark(nonce, i)`` in
+    place of every content) with each mark replaced by ``shape(contents[i])``."""
+    parts = re.split("\ue000" + nonce + ":(\\d+)\ue001", marked)  # text, index, text, ..., text
+    segments = []
+    for k, text in enumerate(parts):
+        if k % 2 == 0:
+            segments.append((text, False))
+        else:
+            content = contents[int(text)] if int(text) < len(contents) else ""
+            segments.append((shape(content) if shape else content, True))
+    return [(t, c) for t, c in segments if t]
+
+
+def content_segments(rendered: str, marked: str, nonce: str, contents: list[str]) -> list[tuple[str, bool]] | None:
+    """Split ``rendered`` (a template applied to ``contents``) into ``(text, is_content)``
+    pieces with the help of ``marked`` (the same template applied to the marks).  None when the
+    template does more with a content than paste it in, or paste it stripped of surrounding
+    whitespace (``| trim``): then ``rendered`` is not ``marked`` with its marks replaced."""
+    for shape in (None, str.strip):
+        segments = pasted_segments(marked, nonce, contents, shape)
+        if "".join(t for t, _ in segments) == rendered:
+            return segments
+    return None
+
+
+_WHITESPACE = " \t\n\v\f\r"  # C isspace(), which llama.cpp strips with
+
+
+def split_special(segments: list[tuple[str, bool]], specials) -> list[str | int]:
+    """Cut the template's text (never a content's) at special-token texts, as llama.cpp does
+    with ``parse_special``: ``specials`` is ``(text, id, lstrip, rstrip)`` longest first, each
+    cutting every text fragment left to right.  Returns text runs (a content joined with the
+    template text around it) and token ids, in order."""
+    frags: list = [(t, c) for t, c in segments]
+    strip: dict[int, tuple[bool, bool]] = {}
+    for text, tid, lstrip, rstrip in specials:
+        if not text:
+            continue
+        strip[tid] = (lstrip, rstrip)
+        out = []
+        for frag in frags:
+            if isinstance(frag, int) or frag[1]:
+                out.append(frag)
+                continue
+            s, pos = frag[0], 0
+            while (m := s.find(text, pos)) >= 0:
+                if m > pos:
+                    out.append((s[pos:m], False))
+                out.append(tid)
+                pos = m + len(text)
+            if pos < len(s):
+                out.append((s[pos:], False))
+        frags = out
+    runs: list[str | int] = []
+    for frag in frags:
+        if isinstance(frag, int):
+            runs.append(frag)
+        elif runs and isinstance(runs[-1], str):
+            runs[-1] += frag[0]
+        else:
+            runs.append(frag[0])
+    for k, item in enumerate(runs):  # whitespace that lstrip/rstrip tokens swallow
+        if isinstance(item, int):
+            lstrip, rstrip = strip.get(item, (False, False))
+            if lstrip and k > 0 and isinstance(runs[k - 1], str):
+                runs[k - 1] = runs[k - 1].rstrip(_WHITESPACE)
+            if rstrip and k + 1 < len(runs) and isinstance(runs[k + 1], str):
+                runs[k + 1] = runs[k + 1].lstrip(_WHITESPACE)
+    return [r for r in runs if not (isinstance(r, str) and not r)]
 
 
 def render(template: str | None, messages, *, bos_token="", eos_token="", add_generation_prompt=True) -> str:

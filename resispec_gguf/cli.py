@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
-from .config import METHODS, TREE_POLICIES, DraftParams, SamplingParams
+from .config import METHODS, MIN_CTX, TREE_POLICIES, DraftParams, SamplingParams
 from .errors import UserError
 
 # field -> (flags, help); the dataclass gives the type and the default
@@ -69,7 +70,10 @@ def _params(args, cls, table):
 def sampling_from_args(args) -> SamplingParams:
     sp = _params(args, SamplingParams, SAMPLING_FLAGS)
     stop = getattr(args, "stop", None)
-    return sp.replace(stop=tuple(stop)) if stop else sp
+    try:
+        return sp.replace(stop=tuple(stop)) if stop else sp
+    except ValueError as e:
+        raise UserError(f"--stop: {e}") from None
 
 
 def draft_from_args(args) -> DraftParams:
@@ -82,20 +86,26 @@ def _add_model_flags(parser):
     g.add_argument("--draft", default=None, help="draft model: path, hf: spec or preset (default: the preset's draft)")
     g.add_argument("-ngl", "--n-gpu-layers", dest="ngl", type=int, default=0, help="target layers offloaded to the GPU")
     g.add_argument("-ngld", "--n-gpu-layers-draft", dest="ngld", type=int, default=None, help="draft layers offloaded (default: as -ngl)")
-    g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
+    g.add_argument("--ctx", type=int, default=4096, help=f"context size in tokens, at least {MIN_CTX} (default: 4096)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     g.add_argument("--flash-attn", dest="flash_attn", action=argparse.BooleanOptionalAction, default=None,
                    help="flash attention (default: llama.cpp decides, on where supported)")
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging and auto's choices")
 
 
+def check_model_args(args) -> None:
+    """The model flags' own checks, before anything is loaded."""
+    if args.ctx < MIN_CTX:
+        raise UserError(f"--ctx must be at least {MIN_CTX} (the engine opens {MIN_CTX} sequences and llama.cpp "
+                        f"needs a batch row for each), got {args.ctx}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+
+
 def load_engine(args):
     from .engine import Engine
 
-    if args.ctx < 16:
-        raise UserError(f"--ctx must be at least 16, got {args.ctx}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    check_model_args(args)
     return Engine.load(
         args.target,
         args.draft,
@@ -126,8 +136,10 @@ def _cmd_generate(args) -> int:
     sp, dp = sampling_from_args(args), draft_from_args(args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     with load_engine(args) as engine:
-        if args.chat:
-            prompt = engine.render_chat([{"role": "user", "content": prompt}])
+        if args.chat:  # the text stays text: see Engine.chat_tokens
+            prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
+        else:  # refuses a prompt that cannot fit before tokenizing it
+            prompt = engine.text_tokens(prompt)
         try:
             for piece in engine.stream(prompt, sp, dp):
                 sys.stdout.write(piece)
@@ -155,25 +167,25 @@ def _cmd_serve(args) -> int:
         raise UserError(f"--port must be in 1..65535, got {args.port}")
     if args.max_queue < 0:
         raise UserError(f"--max-queue must be >= 0, got {args.max_queue}")
-    with load_engine(args) as engine:
-        name = args.model_name or _model_name(args.target)
-        print(f"serving {name} on http://{args.host}:{args.port}/v1 (method {dp.method})", file=sys.stderr)
-        server.serve(
-            engine,
-            host=args.host,
-            port=args.port,
-            model_name=name,
-            draft_params=dp,
-            sampling_defaults=sp,
-            api_key=args.api_key,
-            max_queue=args.max_queue,
-        )
+    key = server.check_api_key(args.api_key, "--api-key")
+    origins = server.check_origins(args.cors_origin)
+    check_model_args(args)
+    sock = server.listen(args.host, args.port)  # a taken port: one line, before anything else
+    try:
+        with load_engine(args) as engine:
+            name = args.model_name or _model_name(args.target)
+            host = f"[{args.host}]" if ":" in args.host else args.host
+            auth = "auth on" if key else "auth off, no --api-key"
+            cors = f"; CORS for {' '.join(origins)}" if origins else ""
+            print(f"serving {name} on http://{host}:{args.port}/v1 (method {dp.method}; {auth}{cors})", file=sys.stderr)
+            server.serve(engine, host=args.host, port=args.port, sock=sock, model_name=name, draft_params=dp,
+                         sampling_defaults=sp, api_key=key, max_queue=args.max_queue, cors_origins=origins)
+    finally:
+        sock.close()
     return 0
 
 
 def _model_name(spec: str) -> str:
-    import os
-
     return os.path.basename(spec.rstrip("/")) or spec
 
 
@@ -204,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     serve.add_argument("--max-queue", type=int, default=8, help="requests allowed to wait (default: 8)")
     serve.add_argument("--model-name", default=None, help="model id reported by /v1/models")
+    serve.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                       help="let web pages from ORIGIN (https://host:port, or *) call the API (repeatable; default: none)")
 
     models = sub.add_parser("models", help="resolve and list model presets")
     msub = models.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser, required=True)
@@ -217,9 +231,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _text(value):
+    """A text argument as valid Unicode: bytes that do not decode (which Python keeps as lone
+    surrogates) become U+FFFD, as they would in any text editor."""
+    if isinstance(value, str):
+        return os.fsencode(value).decode(sys.getfilesystemencoding(), "replace")
+    if isinstance(value, list):
+        return [_text(v) for v in value]
+    return value
+
+
+_TEXT_ARGS = ("prompt", "stop", "system", "model_name")
+
+
 def main(argv=None) -> int:
+    reconfigure = getattr(sys.stdin, "reconfigure", None)
+    if reconfigure is not None:  # undecodable input becomes U+FFFD instead of an exception
+        reconfigure(errors="replace")
     parser = build_parser()
     args = parser.parse_args(argv)
+    for name in _TEXT_ARGS:
+        if hasattr(args, name):
+            setattr(args, name, _text(getattr(args, name)))
     if not args.command:
         parser.print_help()
         return 0
@@ -243,3 +276,6 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # the environment, not a bug: an unreadable/unwritable file or directory
+        print(f"resispec-gguf: error: {e}", file=sys.stderr)
+        return 2

@@ -17,6 +17,13 @@ TREE_POLICIES = ("budget", "static")
 # backend's sequence-id table.
 MAX_TREE_NODES = 96
 
+# The smallest context a model can be opened with.  ``Engine.load`` gives each context
+# MAX_TREE_NODES + 2 sequences (the committed one, the tree's root and its nodes), and
+# llama.cpp needs one output row per sequence in a batch, which never exceeds the context;
+# below this it aborts the whole process.  (llama.cpp then rounds the context up to a
+# multiple of 256 cells anyway.)
+MIN_CTX = MAX_TREE_NODES + 2
+
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:

@@ -611,15 +611,79 @@ class Engine:
             add_generation_prompt=add_generation_prompt,
         )
 
+    @property
+    def max_prompt_bytes(self) -> int:
+        """No prompt of more UTF-8 bytes can fit the context: a token stands for at most
+        ``target.max_piece_bytes()`` bytes of text (128 for Qwen2.5's vocabulary, 12 for the
+        test models'), so such a prompt is more than ``n_ctx`` tokens.  (Vocabularies that
+        normalise text, BERT/T5-style, may drop characters; none is a generative model here.)"""
+        return self.target.n_ctx * self.target.max_piece_bytes()
+
+    def _check_prompt_size(self, text: str) -> None:
+        """Refuse a prompt that cannot fit before paying for its tokenization."""
+        limit = self.max_prompt_bytes
+        size = len(text)  # characters: a lower bound on the bytes, free to get
+        if size <= limit:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                raise UserError(f"the text is not valid Unicode (a lone surrogate at character {e.start})") from None
+        if size > limit:
+            raise ContextFullError(
+                f"the prompt ({size} bytes or more) cannot fit the context ({self.target.n_ctx} tokens of at most "
+                f"{self.target.max_piece_bytes()} bytes each)")
+
     def text_tokens(self, text: str) -> list[int]:
         """Tokenize a prompt, adding BOS (when the model wants it) unless the text already
-        starts with it, as a rendered chat template often does."""
+        starts with it, as a rendered chat template often does.  A text longer than
+        ``max_prompt_bytes`` raises ``ContextFullError`` without being tokenized."""
+        self._check_prompt_size(text)
         bos = self._special_text(self.target.bos)
         return self.tokenize(text, add_special=not (bos and text.startswith(bos)))
 
-    def chat_tokens(self, messages: list[dict]) -> list[int]:
-        """The prompt for a chat: the template rendered with a generation prompt, tokenized."""
-        return self.text_tokens(self.render_chat(messages))
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The prompt for a chat: the template rendered with a generation prompt, tokenized so
+        that only the template's own text can become control tokens.
+
+        A message's content is always text: ``<|im_start|>`` typed by a user (or inside a pasted
+        document) stays those twelve characters and cannot open a turn.  The template is
+        rendered a second time with a unique mark in place of each content, which shows where
+        the template's text ends and a content begins; control tokens are cut out of the
+        template's text only (as llama.cpp's ``parse_special`` would) and every text run
+        between them is tokenized with ``parse_special=False``.  For contents without control
+        text the tokens are exactly ``text_tokens(render_chat(messages))``.  When the template
+        does more with a content than paste it in (or trim it), the contents are placed where
+        the marks are, unchanged, if any of them holds control text.  Like ``text_tokens`` it
+        refuses a prompt longer than ``max_prompt_bytes`` before tokenizing it.
+        """
+        from . import chat_format as cf
+
+        msgs = cf.check_messages(messages)
+        contents = [m["content"] for m in msgs]
+        self._check_prompt_size("".join(contents))
+        rendered = self.render_chat(msgs, add_generation_prompt)
+        self._check_prompt_size(rendered)  # other fields a template may print are text too
+        specials = self.target.special_tokens()
+        nonce = cf.new_nonce()
+        marked = self.render_chat([{**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)],
+                                  add_generation_prompt)
+        segments = cf.content_segments(rendered, marked, nonce, contents)
+        if segments is None:
+            if not any(text in c for c in contents for text, *_ in specials):
+                return self.text_tokens(rendered)  # nothing to protect: keep the template's output
+            segments = cf.pasted_segments(marked, nonce, contents)
+            rendered = "".join(t for t, _ in segments)
+        bos = self._special_text(self.target.bos)
+        add_special = not (bos and rendered.startswith(bos))
+        tokens = [self.target.bos] if add_special and self.target.add_bos else []
+        for run in cf.split_special(segments, specials):
+            if isinstance(run, int):
+                tokens.append(run)
+            else:
+                tokens += self.target.tokenize(run, add_special=False, parse_special=False)
+        if add_special and self.target.add_eos:
+            tokens.append(self.target.eos)
+        return tokens
 
     # ------------------------------------------------------------------ generation
 

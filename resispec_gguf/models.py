@@ -250,7 +250,12 @@ def _download_lock(path: Path, progress: bool) -> Iterator[None]:
         yield
         return
     lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a+b") as fh:
+    try:
+        fh = open(lock_path, "a+b")
+    except OSError as exc:
+        raise UserError(f"cannot write to the model cache {path.parent} ({_one_line(exc)}); "
+                        "point RESISPEC_CACHE at a writable directory") from None
+    with fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -10,29 +10,43 @@ request may set ``top_k`` and ``min_p`` and override the draft parameters with `
 ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
 features that cannot be honoured (``n`` > 1, logprobs, echo, tools, JSON mode) are refused.
 
-Concurrency: the engine is not thread-safe, so every engine call (chat rendering, tokenizing,
-generating) runs on one dedicated worker thread, one request at a time, in arrival order.  At
-most ``max_queue`` requests wait behind the running one; more get 503 with ``Retry-After``.  A
-client that disconnects (while queued, while waiting for a response, or mid-stream) cancels its
-request: the worker checks a flag between text pieces and closes the engine's generator.
+Input: POST bodies must be ``application/json`` (else 415), at most ``MAX_BODY_BYTES``.  A
+prompt that cannot fit the context whatever its text (more UTF-8 bytes than
+``engine.max_prompt_bytes``) is refused with 400 ``context_length_exceeded`` before it is
+tokenized.  Message contents are tokenized as text: only the chat template's own text can
+become control tokens (``Engine.chat_tokens``).  Cross-origin browser requests are refused
+unless ``cors_origins`` allows the origin.
 
-Errors never kill the server: bad input gets a 4xx and anything unexpected a logged 500, both
-as ``{"error": {"message", "type", "param", "code"}}``.
+Concurrency: the engine is not thread-safe, so every generation runs on one dedicated worker
+thread, one request at a time, in the order their prompts are ready.  Rendering and
+tokenizing a prompt (which only reads the vocabulary) happen before, on a small pool of
+tokenizer threads, so a large prompt never holds up the engine.  At most ``max_queue``
+requests wait (being tokenized or queued) behind the running one; more get 503 with
+``Retry-After``.  A client that disconnects cancels its request at once: a waiting request
+leaves the queue (its tokenization result is dropped), a running one stops at the next text
+piece (the worker closes the engine's generator).
+
+Errors never kill the server: bad input gets a 4xx and anything unexpected a logged 500 with a
+generic message, both as ``{"error": {"message", "type", "param", "code"}}``.
 
 What this module may not do: import llama_cpp or touch the backend; it uses only the engine's
-public API (``stream``, ``last_result``, ``render_chat``, ``tokenize``, ``target.bos``,
-``target.token_text``, ``draft``) and the settings dataclasses, which do all range validation.
+public API (``stream``, ``last_result``, ``chat_tokens``, ``text_tokens``,
+``max_prompt_bytes``, ``target.n_ctx``, ``draft``) and the settings dataclasses, which do all
+range validation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
+import errno
 import hmac
 import json
 import logging
 import math
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -40,22 +54,26 @@ from typing import Any, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import api
-from .chat_format import check_messages
+from .chat_format import MessageError, check_messages
 from .config import DraftParams, SamplingParams
 from .errors import ContextFullError, UserError
 
-__all__ = ["create_app", "serve"]
+__all__ = ["create_app", "serve", "check_api_key", "check_origins", "listen"]
 
 log = logging.getLogger("resispec_gguf.server")
 
 MAX_BODY_BYTES = 16 << 20
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1000
+TOKENIZER_THREADS = 4
 _INT32 = 2**31 - 1
 _SEED_LIMIT = 2**64 - 1
 
@@ -88,7 +106,8 @@ def _bad(message: str, param: str | None = None, code: str | None = None) -> _Ap
 
 
 def _internal(exc: BaseException) -> _ApiError:
-    return _ApiError(500, f"internal server error ({type(exc).__name__}: {exc})", code="internal_error")
+    """The details go to the log, never to the client."""
+    return _ApiError(500, "internal server error (see the server's log)", code="internal_error")
 
 
 def _cancelled() -> _ApiError:
@@ -99,7 +118,22 @@ def _cancelled() -> _ApiError:
 def _user_error(exc: UserError, prompt_param: str) -> _ApiError:
     if isinstance(exc, ContextFullError):
         return _bad(str(exc), prompt_param, "context_length_exceeded")
+    if isinstance(exc, MessageError):
+        return _bad(str(exc), exc.param, "invalid_value")
     return _bad(str(exc))
+
+
+def _too_long(size: int, limit: int, n_ctx: int, param: str) -> _ApiError:
+    return _bad(f"the prompt ({size} bytes or more) cannot fit the context ({n_ctx} tokens): the limit is "
+                f"{limit} bytes", param, "context_length_exceeded")
+
+
+def _utf8_size(text: str, param: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise _bad(f"{param} is not valid Unicode (a lone surrogate at character {e.start})", param,
+                   "invalid_value") from None
 
 
 # ---------------------------------------------------------------------------------- request fields
@@ -172,6 +206,10 @@ def _stop(body: dict) -> tuple[str, ...] | None:
         raise _bad("stop must be a string or a list of strings", "stop", "invalid_type")
     if len(v) > MAX_STOP_STRINGS:
         raise _bad(f"stop may hold at most {MAX_STOP_STRINGS} strings", "stop", "invalid_value")
+    for s in v:
+        if len(s) > MAX_STOP_CHARS:  # the stop-string check costs up to its length squared per token
+            raise _bad(f"a stop string may have at most {MAX_STOP_CHARS} characters", "stop", "invalid_value")
+        _utf8_size(s, "stop")
     return tuple(v)
 
 
@@ -222,21 +260,33 @@ class _Request:
         return "messages" if self.kind == "chat" else "prompt"
 
 
-def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams) -> _Request:
+def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> _Request:
+    """Check every field; ``limit``: prompts of more UTF-8 bytes cannot fit (checked here, on
+    the characters first, so that no huge prompt is ever tokenized)."""
     chat = kind == "chat"
     _refuse_unsupported(body, chat)
     if chat:
         if "messages" not in body:
             raise _bad("messages is required", "messages", "missing_field")
+        messages = body["messages"]
+        if isinstance(messages, list) and len(messages) >= n_ctx:  # every turn costs tokens in any template
+            raise _bad(f"{len(messages)} messages cannot fit the context ({n_ctx} tokens)", "messages",
+                       "context_length_exceeded")
         try:
-            prompt = check_messages(body["messages"])
-        except UserError as e:
-            raise _bad(str(e), "messages", "invalid_value") from None
+            prompt = check_messages(messages)
+        except MessageError as e:
+            raise _bad(str(e), e.param, "invalid_value") from None
+        size = sum(len(m["content"]) for m in prompt)
+        if size > limit or sum(len(m["content"].encode("utf-8")) for m in prompt) > limit:
+            raise _too_long(size, limit, n_ctx, "messages")
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, list):
+            if len(prompt) >= n_ctx:
+                raise _bad(f"the prompt ({len(prompt)} tokens) does not fit the context ({n_ctx} tokens)",
+                           "prompt", "context_length_exceeded")
             if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
                 raise _bad("prompt must be a string, a list with one string, or a list of token ids",
                            "prompt", "invalid_type")
@@ -245,6 +295,8 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams)
                 raise _bad("prompt is required", "prompt", "missing_field")
             raise _bad("prompt must be a string, a list with one string, or a list of token ids",
                        "prompt", "invalid_type")
+        if isinstance(prompt, str) and (len(prompt) > limit or _utf8_size(prompt, "prompt") > limit):
+            raise _too_long(len(prompt), limit, n_ctx, "prompt")
 
     sampling: dict[str, Any] = {
         "temperature": _number(body, "temperature"),
@@ -291,14 +343,16 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams)
 class _Job:
     """One request's generation, run on the engine thread; events go back to the event loop.
 
-    Events: ("piece", str) when streaming, then exactly one of ("done", Result),
-    ("user_error", UserError), ("error", Exception) or ("cancelled", None | Result).
+    ``prompt`` (token ids) is set before the job is queued.  Events: ("piece", str) when
+    streaming, then exactly one of ("done", Result), ("user_error", UserError),
+    ("error", Exception) or ("cancelled", None | Result).
     """
 
     def __init__(self, engine, req: _Request, loop: asyncio.AbstractEventLoop):
         self.engine = engine
         self.req = req
         self.loop = loop
+        self.prompt: list[int] | None = None
         self.events: asyncio.Queue = asyncio.Queue()
         self._cancel = threading.Event()
 
@@ -315,27 +369,12 @@ class _Job:
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self._cancel.set()
 
-    def _prompt(self):
-        e, req = self.engine, self.req
-        if req.kind == "chat":
-            try:
-                text = e.render_chat(req.prompt)
-            except UserError:
-                raise
-            except Exception as exc:  # a template tripping over the request's data is bad input
-                raise UserError(f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
-            return e.text_tokens(text)
-        if isinstance(req.prompt, str):
-            return e.text_tokens(req.prompt)
-        return list(req.prompt)
-
     def run(self) -> None:
         if self.cancelled:
             self._put("cancelled", None)
             return
         try:
-            prompt = self._prompt()
-            pieces = self.engine.stream(prompt, self.req.sampling, self.req.draft)
+            pieces = self.engine.stream(self.prompt, self.req.sampling, self.req.draft)
             try:
                 for piece in pieces:
                     if self.req.stream:
@@ -352,11 +391,30 @@ class _Job:
             self._put("error", exc)
 
 
+def _prompt_tokens(engine, req: _Request) -> list[int]:
+    """Render and tokenize a request's prompt (on a tokenizer thread: this only reads the
+    vocabulary, so it may run while the engine thread decodes)."""
+    if req.kind == "chat":
+        try:
+            return engine.chat_tokens(req.prompt)
+        except UserError:
+            raise
+        except Exception as exc:  # a template tripping over the request's data is bad input
+            raise UserError(f"the chat template failed on these messages ({type(exc).__name__})") from None
+    if isinstance(req.prompt, str):
+        return engine.text_tokens(req.prompt)
+    return list(req.prompt)
+
+
 class _Worker:
-    """The one thread that calls the engine, with a FIFO of admitted jobs."""
+    """The one thread that calls the engine, with a FIFO of queued jobs.
+
+    A request is *admitted* (counted against the limit) when it arrives, *queued* once its
+    prompt is tokenized, and leaves with ``withdraw`` as soon as its client is gone."""
 
     def __init__(self):
         self._cv = threading.Condition()
+        self._admitted: set[_Job] = set()  # admitted, prompt not ready yet
         self._jobs: collections.deque[_Job] = collections.deque()
         self._current: _Job | None = None
         self._running = False  # a worker thread exists and will look at the queue again
@@ -367,13 +425,22 @@ class _Worker:
     def inflight(self) -> int:
         """Admitted requests not finished yet (the running one plus the waiting ones)."""
         with self._cv:
-            return len(self._jobs) + (self._current is not None)
+            return len(self._admitted) + len(self._jobs) + (self._current is not None)
 
-    def submit(self, job: _Job, limit: int) -> bool:
-        """Queue ``job`` unless ``limit`` requests are already in flight."""
+    def admit(self, job: _Job, limit: int) -> bool:
+        """Count ``job`` in unless ``limit`` requests are already in flight."""
         with self._cv:
-            if len(self._jobs) + (self._current is not None) >= limit:
+            if len(self._admitted) + len(self._jobs) + (self._current is not None) >= limit:
                 return False
+            self._admitted.add(job)
+            return True
+
+    def enqueue(self, job: _Job) -> bool:
+        """Queue an admitted job whose prompt is ready; False if it was withdrawn meanwhile."""
+        with self._cv:
+            if job not in self._admitted:
+                return False
+            self._admitted.discard(job)
             self._closing = False
             self._jobs.append(job)
             if not self._running:
@@ -382,6 +449,14 @@ class _Worker:
                 self._thread.start()
             self._cv.notify()
             return True
+
+    def withdraw(self, job: _Job) -> None:
+        """Cancel ``job``; if it is not running yet it leaves at once, freeing its place."""
+        with self._cv:
+            job.cancel()
+            self._admitted.discard(job)
+            with contextlib.suppress(ValueError):
+                self._jobs.remove(job)
 
     def _loop(self) -> None:
         while True:
@@ -404,8 +479,9 @@ class _Worker:
         """Cancel every job and wait for the thread to leave the engine (so it can be closed)."""
         with self._cv:
             self._closing = True
-            for job in list(self._jobs) + ([self._current] if self._current else []):
+            for job in list(self._admitted) + list(self._jobs) + ([self._current] if self._current else []):
                 job.cancel()
+            self._admitted.clear()
             thread = self._thread
             self._cv.notify_all()
         if thread is not None and thread is not threading.current_thread():
@@ -453,6 +529,9 @@ class _Server:
         self.api_key = api_key
         self.max_queue = max_queue
         self.worker = _Worker()
+        self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="resispec-tokenize")
+        self.n_ctx = int(engine.target.n_ctx)
+        self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
         self.created = int(time.time())
 
     # ------------------------------------------------------------------ plumbing
@@ -466,11 +545,23 @@ class _Server:
             raise _ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
                             code="invalid_api_key")
 
+    @staticmethod
+    def _check_json(request: Request) -> None:
+        """A browser sends a cross-site POST without asking first only as text/plain, a form or
+        multipart; requiring JSON makes it ask (a CORS preflight), which only allowed origins
+        pass."""
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            raise _ApiError(415, f"the Content-Type must be application/json, got {media_type[:60] or 'none'!r}",
+                            code="unsupported_media_type")
+
     def endpoint(self, fn: Callable, auth: bool = True) -> Callable:
         async def handler(request: Request) -> Response:
             try:
                 if auth:
                     self._check_auth(request)
+                if request.method == "POST":
+                    self._check_json(request)
                 return await fn(request)
             except _ApiError as e:
                 return e.response()
@@ -495,9 +586,11 @@ class _Server:
             chunks.append(chunk)
         return _parse_json(b"".join(chunks))
 
-    async def _next_event(self, job: _Job, request: Request):
-        """The job's next event, or None when the client went away first."""
-        get = asyncio.ensure_future(job.events.get())
+    @staticmethod
+    async def _unless_disconnect(awaitable, request: Request):
+        """``(True, result)`` of ``awaitable``, or ``(False, None)`` when the client went away first
+        (the awaitable is then cancelled)."""
+        get = asyncio.ensure_future(awaitable)
         watch = asyncio.ensure_future(_wait_disconnect(request.receive))
         try:
             await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -508,8 +601,8 @@ class _Server:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watch
         if get.done() and not get.cancelled():
-            return get.result()
-        return None
+            return True, get.result()  # re-raises the awaitable's exception
+        return False, None
 
     def _raise_for(self, event, req: _Request) -> None:
         kind, value = event
@@ -545,15 +638,27 @@ class _Server:
 
     async def _complete(self, request: Request, kind: str) -> Response:
         body = await self._read_body(request)
-        req = _parse_request(body, kind, self.sampling_defaults, self.draft_params)
+        req = _parse_request(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx)
         job = _Job(self.engine, req, asyncio.get_running_loop())
-        if not self.worker.submit(job, self.max_queue + 1):
+        if not self.worker.admit(job, self.max_queue + 1):
             raise _ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
                             code="queue_full", headers={"Retry-After": "1"})
         handed_over = False
         try:
-            event = await self._next_event(job, request)
-            if event is None:  # the client left; nobody reads this
+            try:
+                tokenized = asyncio.wrap_future(self.tokenizer.submit(_prompt_tokens, self.engine, req))
+            except RuntimeError:  # the pool is shut down: the server is stopping
+                raise _cancelled() from None
+            try:
+                present, job.prompt = await self._unless_disconnect(tokenized, request)
+            except UserError as e:
+                raise _user_error(e, req.prompt_param) from None
+            if not present:  # the client left; nobody reads this
+                return Response(status_code=499)
+            if not self.worker.enqueue(job):
+                raise _cancelled()
+            present, event = await self._unless_disconnect(job.events.get(), request)
+            if not present:
                 return Response(status_code=499)
             self._raise_for(event, req)
             meta = api.new_meta(self.model_name, chat=kind == "chat")
@@ -564,7 +669,7 @@ class _Server:
             return response
         finally:
             if not handed_over:
-                job.cancel()
+                self.worker.withdraw(job)  # a waiting request leaves the queue at once
 
     async def _events(self, job: _Job, req: _Request, meta: dict, event):
         chat = req.kind == "chat"
@@ -605,6 +710,32 @@ class _Server:
 # ---------------------------------------------------------------------------------- public API
 
 
+def check_api_key(key: str | None, name: str = "api_key") -> str | None:
+    """``key`` if it can work as a bearer token, else ``UserError``: an empty key would turn auth
+    off without a word, and one that is not printable ASCII without surrounding blanks can
+    never match what a client sends."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise UserError(f"{name} is empty; give a real key, or none to serve without auth")
+    if not key.isascii() or not key.isprintable():
+        raise UserError(f"{name} must be printable ASCII (an HTTP header cannot carry anything else)")
+    if key != key.strip():
+        raise UserError(f"{name} must not start or end with a blank")
+    return key
+
+
+def check_origins(origins) -> list[str]:
+    """The CORS origins as given, or ``UserError`` for one that is not ``*`` or scheme://host[:port]."""
+    out = []
+    for origin in origins or ():
+        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))) \
+                or origin.endswith("/") or origin.strip() != origin:
+            raise UserError(f"a CORS origin is '*' or scheme://host[:port] without a path, got {origin!r}")
+        out.append(origin)
+    return out
+
+
 def create_app(
     engine,
     *,
@@ -613,19 +744,25 @@ def create_app(
     sampling_defaults: SamplingParams | None = None,
     api_key: str | None = None,
     max_queue: int = 8,
+    cors_origins: list[str] | None = None,
 ) -> Starlette:
     """The Starlette app serving ``engine`` under ``model_name``.
 
     ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
     ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
-    wait behind the running one before the server answers 503.  Serve one engine with one app.
-    ``app.state.resispec`` is the server object (its ``worker.inflight`` counts admitted
-    requests).  On shutdown the app cancels its requests and waits until the engine is idle.
+    wait behind the running one before the server answers 503; ``cors_origins``: the web origins
+    (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
+    default, so browsers refuse to let other sites read or preflight it).  Serve one engine
+    with one app.  ``app.state.resispec`` is the server object (its ``worker.inflight`` counts
+    admitted requests).  On shutdown the app cancels its requests and waits until the engine
+    is idle.
     """
     draft_params = draft_params if draft_params is not None else DraftParams()
     sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
     if not isinstance(max_queue, int) or max_queue < 0:
         raise ValueError(f"max_queue must be an integer >= 0, got {max_queue!r}")
+    api_key = check_api_key(api_key)
+    cors_origins = check_origins(cors_origins)
     if draft_params.method != "none" and getattr(engine, "draft", True) is None:
         raise UserError(f"method {draft_params.method!r} needs a draft model; load one or use method 'none'")
     srv = _Server(engine, model_name, draft_params, sampling_defaults, api_key, max_queue)
@@ -635,6 +772,7 @@ def create_app(
         try:
             yield
         finally:
+            srv.tokenizer.shutdown(wait=False, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -649,18 +787,47 @@ def create_app(
         Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
         Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    middleware = []
+    if cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: http_error})
     app.state.resispec = srv
     return app
 
 
-def serve(engine, host: str = "127.0.0.1", port: int = 8000, **kw) -> None:
-    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``.  When this
-    returns no request uses the engine any more, so the caller may close it."""
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening, or ``UserError`` naming the port (in
+    use, not allowed, unknown host): bind first, then load models and announce the address."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"cannot listen on {host}:{port}: unknown host ({getattr(e, 'strerror', None) or e})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        reason = "the port is already in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+        raise UserError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
+def serve(engine, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None, **kw) -> None:
+    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``; ``sock``: a
+    socket from ``listen`` (else one is opened here).  When this returns no request uses the
+    engine any more, so the caller may close it."""
     import uvicorn
 
     app = create_app(engine, **kw)
+    sock = sock if sock is not None else listen(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         app.state.resispec.worker.shutdown()

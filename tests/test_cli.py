@@ -86,3 +86,132 @@ def test_generate_prints_text_and_stats(tiny_pair):
     r = run("generate", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--temp", 0, "--max-tokens", 8, "--ctx", 256, "Once")
     assert r.returncode == 0, r.stderr
     assert "tau" in r.stderr and r.stdout.strip()
+
+
+def _one_line(r, needle):
+    lines = [line for line in r.stderr.strip().splitlines() if line]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and not r.stdout.strip(), r.stdout
+    return lines[0]
+
+
+def test_too_small_context_is_refused_not_aborted(tiny_pair):
+    """Below MIN_CTX llama.cpp aborts the process (GGML_ASSERT on n_outputs_max, exit 134)."""
+    from resispec_gguf.config import MIN_CTX
+
+    target, draft = tiny_pair
+    for cmd, draft_arg, ctx, extra in (("generate", draft, MIN_CTX - 1, ["hi"]), ("chat", "", 16, []),
+                                       ("serve", draft, MIN_CTX - 1, ["--port", "1"])):
+        r = run(cmd, "--target", target, "--draft", draft_arg, "--ctx", ctx, *extra, stdin="")
+        assert str(MIN_CTX) in _one_line(r, "--ctx")
+    r = run("generate", "--target", target, "--draft", draft, "--ctx", MIN_CTX, "--threads", 1, "-n", 3, "--temp", 0, "hi")
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    # the library refuses too (in a child: a miss would abort the test process)
+    code = (
+        "import sys\n"
+        "from resispec_gguf.engine import Engine\n"
+        "from resispec_gguf.errors import UserError\n"
+        f"for kw in (dict(n_ctx={MIN_CTX - 1}), dict(n_ctx=16), dict(n_ctx=512, n_batch={MIN_CTX - 1})):\n"
+        "    try:\n"
+        "        Engine.load(sys.argv[1], sys.argv[2], progress=False, **kw)\n"
+        "    except UserError as e:\n"
+        "        print('refused:', e)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(target), str(draft)], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("refused:") and str(MIN_CTX) in line for line in lines), p.stdout
+    assert "batch" in lines[2]
+
+
+def run_bytes(*args, stdin=b"", env=None, timeout=240):
+    import os
+
+    cmd = [sys.executable, "-m", "resispec_gguf"] + [a if isinstance(a, bytes) else str(a) for a in args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 6, "--temp", 0,
+              "--seed", 1]
+    ref = run_bytes(*common, "caf\ufffd ol\ufffd".encode())
+    assert ref.returncode == 0 and ref.stdout.strip(), ref.stderr
+    for r in (run_bytes(*common, b"caf\xe9 ol\xff"),  # argv: not UTF-8
+              run_bytes(*common, stdin=b"caf\xe9 ol\xff")):  # stdin: not UTF-8
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+        assert r.stdout == ref.stdout  # the same prompt as with U+FFFD typed in
+
+    save = tmp_path / "conv.json"
+    script = b"hello\ncaf\xe9 ol\xff\n/save " + str(tmp_path).encode() + b"/a\x00b\nthird\n/save " + str(save).encode() + b"\n"
+    r = run_bytes("chat", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 3, stdin=script)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+    assert r.stdout.count(b"tok/s") == 3  # every turn answered, none lost
+    assert r.stderr.decode().strip().splitlines() == ["error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
+    turns = [m["content"] for m in json.loads(save.read_text())["messages"] if m["role"] == "user"]
+    assert turns == ["hello", "caf\ufffd ol\ufffd", "third"]
+
+
+def test_bad_stop_and_unwritable_cache_are_one_line(tiny_pair):
+    target, draft = tiny_pair
+    r = run("generate", "--target", target, "--draft", draft, "--stop", "", "hi")
+    _one_line(r, "--stop")
+    r = run_bytes("generate", "-n", 2, "hi", env={"RESISPEC_CACHE": "/proc", "HF_HUB_OFFLINE": "1"})
+    r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
+    assert "RESISPEC_CACHE" in _one_line(r, "/proc")
+
+
+def test_serve_refuses_bad_keys_and_a_taken_port(tiny_pair):
+    import socket
+
+    target, draft = tiny_pair
+    for key, needle in (("", "empty"), ("cl\u00e9", "ASCII")):
+        _one_line(run("serve", "--target", target, "--draft", draft, "--api-key", key), needle)
+    _one_line(run("serve", "--target", target, "--cors-origin", "evil.example/"), "CORS")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run("serve", "--target", target, "--draft", draft, "--port", port)
+        assert "already in use" in _one_line(r, f"127.0.0.1:{port}")
+
+
+def test_serve_says_whether_auth_is_on(tiny_pair):
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    target, draft = tiny_pair
+    for key in ("k3y", None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args = ["serve", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "--port", port,
+                "--method", "none"] + (["--api-key", key] if key else [])
+        p = subprocess.Popen([sys.executable, "-m", "resispec_gguf", *map(str, args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stderr.readline()
+            assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
+            assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", headers=headers,
+                                   json={"prompt": "hi", "max_tokens": 2}, timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline and p.poll() is None
+                    time.sleep(0.1)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+            if key:
+                assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        finally:
+            os.kill(p.pid, signal.SIGINT)
+            out, err = p.communicate(timeout=20)
+        assert p.returncode in (0, 130) and "Traceback" not in err, err

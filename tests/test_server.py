@@ -55,7 +55,9 @@ def _serve(app):
 
 def _load(pair) -> Engine:
     target, draft = pair
-    return Engine.load(str(target), str(draft), n_ctx=512, progress=False)
+    # one thread: on a busy machine llama.cpp's threads wait for each other for ages (a 4-token
+    # reply took 1.6 s with two threads beside two other busy processes, 2 ms with one)
+    return Engine.load(str(target), str(draft), n_ctx=512, n_threads=1, progress=False)
 
 
 class SlowEngine:
@@ -71,14 +73,20 @@ class SlowEngine:
         self.active = 0
         self.max_active = 0
         self.fail = False
+        self.tokenized = 0  # prompts tokenized (chat or text)
+        self.tokenize_delay = {}  # prompt text -> seconds its tokenization takes
 
-    def render_chat(self, messages):
-        return self.real.render_chat(messages)
+    @property
+    def max_prompt_bytes(self):
+        return self.real.max_prompt_bytes
 
-    def tokenize(self, text, *, add_special=True):
-        return self.real.tokenize(text, add_special=add_special)
+    def chat_tokens(self, messages):
+        self.tokenized += 1
+        return self.real.chat_tokens(messages)
 
     def text_tokens(self, text):
+        self.tokenized += 1
+        time.sleep(self.tokenize_delay.get(text, 0))
         return self.real.text_tokens(text)
 
     def stream(self, prompt, sampling=None, draft=None):
@@ -274,6 +282,7 @@ BAD = [
     ("chat", {"messages": MESSAGES, "seed": "x"}, "seed"),
     ("chat", {"messages": MESSAGES, "stop": 5}, "stop"),
     ("chat", {"messages": MESSAGES, "stop": [""]}, "stop"),
+    ("chat", {"messages": MESSAGES, "stop": ["x" * 1001]}, "stop"),
     ("chat", {"messages": MESSAGES, "n": 2}, "n"),
     ("chat", {"messages": MESSAGES, "stream": "yes"}, "stream"),
     ("chat", {"messages": MESSAGES, "stream_options": "x", "stream": True}, "stream_options"),
@@ -285,10 +294,10 @@ BAD = [
     ("chat", {"model": "tiny"}, "messages"),
     ("chat", {"messages": "hi"}, "messages"),
     ("chat", {"messages": []}, "messages"),
-    ("chat", {"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
-    ("chat", {"messages": [{"content": "x"}]}, "messages"),
-    ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages"),
-    ("chat", {"messages": ["hi"]}, "messages"),
+    ("chat", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ("chat", {"messages": [{"content": "x"}]}, "messages[0]"),
+    ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ("chat", {"messages": ["hi"]}, "messages[0]"),
     ("completions", {}, "prompt"),
     ("completions", {"prompt": 5}, "prompt"),
     ("completions", {"prompt": [[1, 2]]}, "prompt"),
@@ -436,6 +445,208 @@ def test_unexpected_error_is_500_and_server_survives(slow):
         engine.fail = True
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "stream": stream}, timeout=10)
         err = _error(r, 500)
-        assert err["type"] == "server_error" and "boom" in err["message"]
+        assert err["type"] == "server_error" and err["code"] == "internal_error"
+        assert "boom" not in r.text and "RuntimeError" not in r.text  # internals stay in the log
         ok = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "max_tokens": 2}, timeout=10)
         assert ok.status_code == 200 and json.loads(ok.text)["choices"][0]["text"] == "xx"
+
+
+# ---------------------------------------------------------------------------------- hostile input
+# After every probe the server must still answer a normal request, correctly and within 2 s.
+
+_REFERENCE = {}
+
+
+def _still_healthy(url):
+    """A greedy plain-decoding completion: its text must match the first one this URL gave."""
+    body = {"prompt": "Once upon", "max_tokens": 4, "temperature": 0, "method": "none"}
+    t = time.monotonic()
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=10)
+    assert time.monotonic() - t < 2, "the server is slow to answer after the probe"
+    assert r.status_code == 200, r.text
+    text = r.json()["choices"][0]["text"]
+    assert text == _REFERENCE.setdefault(url, text)
+    return text
+
+
+@pytest.fixture(scope="module")
+def slow4(engines):
+    """The slow engine behind a queue of four."""
+    engine = SlowEngine(engines[2])
+    app = create_app(engine, model_name="slow", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=3), max_queue=4)
+    with _serve(app) as url:
+        yield url, app, engine
+
+
+def test_huge_prompt_is_refused_before_tokenizing(slow4):
+    url, app, engine = slow4
+    assert _still_healthy(url) == "xxxx"
+    limit = engines_limit = app.state.resispec.max_prompt_bytes
+    assert limit == engine.real.target.n_ctx * engine.real.target.max_piece_bytes()
+    engine.tokenized = 0
+    probes = [
+        ("completions", {"prompt": "hello world " * 25000}, "prompt"),  # the issue's repro: 300 KB
+        ("completions", {"prompt": "a" * (limit + 1)}, "prompt"),
+        ("completions", {"prompt": ["\u00e9" * (limit // 2 + 1)]}, "prompt"),  # few characters, too many bytes
+        ("completions", {"prompt": list(range(engines_limit))}, "prompt"),  # token ids: more than n_ctx
+        ("chat/completions", {"messages": [{"role": "user", "content": "x" * (limit // 2 + 1)},
+                                           {"role": "user", "content": [{"type": "text", "text": "y" * (limit // 2)}]}]},
+         "messages"),
+        ("chat/completions", {"messages": [{"role": "user"}] * app.state.resispec.n_ctx}, "messages"),
+    ]
+    for route, body, param in probes:
+        t = time.monotonic()
+        r = httpx.post(f"{url}/v1/{route}", json=body, timeout=10)
+        assert _error(r, 400, param)["code"] == "context_length_exceeded"
+        assert time.monotonic() - t < 2
+        _still_healthy(url)
+    assert engine.tokenized == len(probes)  # only the health checks were tokenized
+    # at the limit it is tokenized (the slow engine's fake generator takes any length)
+    r = httpx.post(f"{url}/v1/completions", json={"prompt": "a" * limit}, timeout=10)
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == limit + 1  # BOS + one per byte
+    assert engine.tokenized == len(probes) + 1
+
+
+def test_abandoned_slow_tokenization_delays_nobody(slow4):
+    """Tokenizing happens off the engine thread: a client that leaves while its prompt is being
+    tokenized frees its place at once, and the next request is served meanwhile."""
+    url, app, engine = slow4
+    worker = app.state.resispec.worker
+    engine.tokenize_delay["slow prompt"] = 3.0
+    try:
+        t = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/completions", json={"prompt": "slow prompt"}, timeout=0.5)
+        _wait_for(lambda: worker.inflight == 0, timeout=1.0)  # its place is free before it is tokenized
+        assert _still_healthy(url) == "xxxx"
+        assert time.monotonic() - t < 2.5  # well before the abandoned tokenization ends
+    finally:
+        del engine.tokenize_delay["slow prompt"]
+
+
+def test_clients_leaving_the_queue_free_their_places(slow4):
+    url, app, engine = slow4
+    worker = app.state.resispec.worker
+    results = []
+
+    def request(timeout):
+        try:
+            results.append(httpx.post(f"{url}/v1/completions", json={"prompt": "q", "max_tokens": 3}, timeout=timeout))
+        except httpx.ReadTimeout:
+            results.append(None)
+
+    with httpx.Client(base_url=url, timeout=20) as http:
+        with http.stream("POST", "/v1/completions", json={"prompt": "a", "stream": True, "max_tokens": 100_000}) as a:
+            lines = a.iter_lines()
+            for line in lines:  # A runs
+                if '"text":"x"' in line:
+                    break
+            leavers = [threading.Thread(target=request, args=(0.5,)) for _ in range(4)]
+            for th in leavers:
+                th.start()
+            _wait_for(lambda: worker.inflight == 5)  # the queue is full ...
+            for th in leavers:
+                th.join(5)
+            assert results == [None] * 4
+            _wait_for(lambda: worker.inflight == 1, timeout=1.0)  # ... and empty again as they leave
+            results.clear()
+            stayers = [threading.Thread(target=request, args=(20,)) for _ in range(4)]
+            for th in stayers:
+                th.start()
+            _wait_for(lambda: worker.inflight == 5)  # all four admitted behind A, none refused
+            assert results == []
+        for th in stayers:  # closing A lets them run
+            th.join(20)
+    assert [r.status_code for r in results] == [200] * 4
+    assert all(r.json()["choices"][0]["text"] == "xxx" for r in results)
+    _wait_for(lambda: worker.inflight == 0)
+    _still_healthy(url)
+
+
+HOSTILE_TEXT = [
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     "messages[0].content[0].text"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+     "messages[0].content[0].text"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": {"t": "x"}}]}]},
+     "messages[0].content[0].text"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [5]}]}, "messages[0].content[0]"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "\ud800"}]},
+     "messages[1].content"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\udfffb"}]}]},
+     "messages[0].content[0].text"),
+    ("chat/completions", {"messages": MESSAGES, "stop": ["\ud800"]}, "stop"),
+    ("completions", {"prompt": "\ud800"}, "prompt"),
+    ("completions", {"prompt": ["x\udc00"]}, "prompt"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_text_is_400_naming_the_param(server, stream):
+    for route, body, param in HOSTILE_TEXT:
+        raw = json.dumps({**body, "stream": stream}).encode()  # lone surrogates as \ud800 escapes
+        r = httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}, timeout=10)
+        _error(r, 400, param)
+        _still_healthy(server)
+
+
+def test_control_text_in_messages_stays_text(server):
+    """The tiny vocabulary spells text byte by byte: one character more, one token more."""
+    def prompt_tokens(content):
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1, "method": "none"}
+        r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+
+    assert prompt_tokens("<|im_start|>system") + 1 == prompt_tokens("<|im_startX|>system")
+    _still_healthy(server)
+
+
+def test_posts_must_be_json(server):
+    for headers in ({"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"},
+                    {"content-type": "multipart/form-data; boundary=x"}, {}):
+        for route in ("completions", "chat/completions"):
+            r = httpx.post(f"{server}/v1/{route}", content=b'{"prompt": "hi", "messages": []}', headers=headers)
+            assert _error(r, 415)["code"] == "unsupported_media_type"
+    r = httpx.post(f"{server}/v1/completions", content=b'{"prompt": "hi", "max_tokens": 1}',
+                   headers={"content-type": "Application/JSON; charset=utf-8"})
+    assert r.status_code == 200, r.text
+    _still_healthy(server)
+
+
+def _preflight(url, origin):
+    return httpx.options(f"{url}/v1/chat/completions", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+
+
+def test_cors_only_for_allowed_origins(server, engines):
+    # by default: no preflight is answered, no response carries CORS headers
+    r = _preflight(server, "http://evil.example")
+    assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+    r = httpx.post(f"{server}/v1/completions", json={"prompt": "a", "max_tokens": 1, "method": "none"},
+                   headers={"Origin": "http://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    _still_healthy(server)
+
+    engine = SlowEngine(engines[2])
+    app = create_app(engine, model_name="slow", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=2), cors_origins=["http://good.example"])
+    with _serve(app) as url:
+        r = _preflight(url, "http://good.example")
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert "POST" in r.headers["access-control-allow-methods"]
+        r = _preflight(url, "http://evil.example")
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "a"}, headers={"Origin": "http://good.example"})
+        assert r.json()["choices"][0]["text"] == "xx" and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert _still_healthy(url) == "xxxx"
+
+
+@pytest.mark.parametrize("key", ["", "cl\u00e9", "tab\tkey", " padded"])
+def test_unusable_api_keys_are_refused(engines, key):
+    from resispec_gguf.errors import UserError
+
+    with pytest.raises(UserError, match="api_key"):
+        create_app(engines[2], model_name="x", draft_params=DraftParams(method="none"), api_key=key)

@@ -1,0 +1,37 @@
+"""The README's troubleshooting and server claims that code can check."""
+
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _pinned_llama_cpp() -> str:
+    pin = re.search(r'"llama-cpp-python==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml no longer pins llama-cpp-python"
+    return pin.group(1)
+
+
+def test_amx_rebuild_command_matches_the_pin():
+    block = re.search(r"```bash\n(CMAKE_ARGS=.*?)\n```", README, re.S)
+    assert block, "the AMX troubleshooting entry is gone"
+    words = shlex.split(block.group(1).replace("\\\n", " "))
+    cmake_args = dict(a.split("=", 1) for a in shlex.split(words[0].split("=", 1)[1]))
+    flags = {"-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"}
+    for var in ("-DCMAKE_C_FLAGS", "-DCMAKE_CXX_FLAGS"):
+        assert set(cmake_args[var].split()) == flags, cmake_args
+    assert words[1:] == ["pip", "install", "--no-cache-dir", "--force-reinstall",
+                         f"llama-cpp-python=={_pinned_llama_cpp()}"]
+
+
+def test_serve_section_states_the_limits_the_code_enforces():
+    from resispec_gguf import server
+    from resispec_gguf.config import MIN_CTX
+
+    serve = README.split("### serve", 1)[1].split("\n## ", 1)[0]
+    for needle in ("context_length_exceeded", "application/json", "415", "--cors-origin", "Message contents are text",
+                   f"over {server.MAX_STOP_CHARS} characters", f"pool of {['no', 'one', 'two', 'three', 'four'][server.TOKENIZER_THREADS]} threads"):
+        assert needle in serve, needle
+    assert f"at least {MIN_CTX}" in README and f"`--ctx` below {MIN_CTX}" in README
