@@ -299,7 +299,7 @@ class AutoTuner:
             if arm.rate > best_rate:
                 best, best_rate = name, arm.rate
         if best is not None:
-            return self._plan(best, pending, f"{best}: {best_rate:.2f} tok/s > plain {self.plain_rate:.2f}")
+            return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
         # nothing wins now: count down to the next probe of each kind
         due = None
         for name, arm in self.arms.items():
@@ -341,6 +341,6 @@ class AutoTuner:
         self._acc_n = self._acc_n * self.decay + 1.0
 
     def summary(self) -> str:
-        arms = ", ".join(f"{n} {a.rate:.2f} tok/s over {a.steps} steps" for n, a in self.arms.items())
-        return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tok/s predicted; "
+        arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps" for n, a in self.arms.items())
+        return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
                 f"{arms}; acceptance per node {self.accept:.2f}")

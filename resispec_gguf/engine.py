@@ -223,7 +223,7 @@ class _Generation:
             self.stats.total_time += time.perf_counter() - t_start
             self.stats.tokens = len(self.out)
             if self.tuner is not None:
-                self.stats.auto = self.tuner.summary()
+                self.stats.auto = f"{self.tuner.summary()}; measured {self.stats.tokens_per_s:.2f} tokens/s"
 
     def _emit(self, tokens: list[int]) -> Iterator[str]:
         e = self.e
