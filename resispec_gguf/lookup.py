@@ -36,13 +36,6 @@ class NgramIndex:
                 nxt[tuple(toks[i - n : i])] = i
             toks.append(int(t))
 
-    def truncate(self, n: int) -> None:
-        """Keep the first ``n`` tokens (rebuilds the index; rare)."""
-        if n < len(self.tokens):
-            keep = self.tokens[:n]
-            self.tokens, self._next = [], {}
-            self.extend(keep)
-
     def propose(self, suffix: Sequence[int]) -> tuple[int, int]:
         """``(token, n)``: the token that followed the latest earlier occurrence of the
         longest suffix of ``suffix`` (the context's last tokens, most recent last) of length

@@ -25,7 +25,6 @@ from numba import njit
 __all__ = [
     "probs_sparse",
     "probs_dense",
-    "top_tokens",
     "sample_iid",
     "sample_without_replacement",
     "sample_dense",
@@ -383,19 +382,6 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out
-
-
-def top_tokens(logits, k: int) -> np.ndarray:
-    """The ``k`` highest-logit token ids, best first (greedy candidates).
-
-    Ties go to the lower id; -inf entries are never returned, so fewer than ``k`` ids come
-    back when fewer entries are finite.
-    """
-    logits = _check_logits(logits, need_finite=False)
-    k = int(k)
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    return _top_k_ids(logits, k)
 
 
 def sample_iid(ids, probs, u) -> np.ndarray:

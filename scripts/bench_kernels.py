@@ -120,7 +120,6 @@ x = np.linspace(-3, 3, 50).astype(np.float32)
 p = sampling.probs_dense(x)
 sampling.probs_dense(x, 0.6, 40, 0.95)
 ids, q = sampling.probs_sparse(x + 0.1, cap=8)
-sampling.top_tokens(x, 4)
 d = sampling.sample_iid(ids, q, np.full(4, 0.3))
 for m in ("specinfer", "resispec"):
     verify.verify_node_sparse(m, p, ids, q, d, np.full(5, 0.5))

@@ -4,7 +4,8 @@
    (temperature -> top-k -> top-p -> min-p -> renormalise, then the draft's support cap), on
    random rows of every awkward shape: V from 1 to 5000, -inf entries, one finite entry,
    logits of magnitude 1e4, ties.
-2. ``top_tokens`` against a lexsort.
+2. The top-k selection kernel (``_top_k_ids``, which ``probs_sparse`` filters with) against a
+   lexsort.
 3. ``sample_iid`` / ``sample_dense`` against ``np.searchsorted`` on the cumulative sum;
    ``sample_without_replacement`` against a sequential reference and, statistically, the
    exact law of ordered pairs.
@@ -18,12 +19,12 @@ import pytest
 from scipy import special, stats
 
 from resispec_gguf.sampling import (
+    _top_k_ids,
     probs_dense,
     probs_sparse,
     sample_dense,
     sample_iid,
     sample_without_replacement,
-    top_tokens,
 )
 
 RTOL = 1e-12
@@ -245,8 +246,6 @@ def test_bad_logits_raise(name, x):
         probs_dense(x)
     with pytest.raises(ValueError):
         probs_sparse(x, temperature=0.0)
-    with pytest.raises(ValueError):
-        top_tokens(x, 2)
 
 
 def test_no_finite_logit_raises():
@@ -256,22 +255,17 @@ def test_no_finite_logit_raises():
             probs_sparse(x, t)
         with pytest.raises(ValueError):
             probs_dense(x, t)
-    assert top_tokens(x, 2).shape == (0,)
 
 
-# --------------------------------------------------------------------------- top_tokens
+# --------------------------------------------------------------------------- top-k selection
 
 
-def test_top_tokens_matches_lexsort():
+def test_top_k_kernel_matches_lexsort():
     for (name, logits), k in itertools.product(ROWS, (0, 1, 2, 5, 40, 6000)):
-        got = top_tokens(logits, k)
+        got = _top_k_ids(np.ascontiguousarray(logits, np.float32), k)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, ref_order(logits)[:k], err_msg=f"{name} k={k}")
-
-
-def test_top_tokens_rejects_negative_k():
-    with pytest.raises(ValueError):
-        top_tokens(np.zeros(3, np.float32), -1)
+    assert _top_k_ids(np.full(4, -np.inf, np.float32), 2).shape == (0,)
 
 
 # --------------------------------------------------------------------------- draws
