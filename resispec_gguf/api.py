@@ -15,8 +15,12 @@ from .config import DraftParams, SamplingParams
 
 
 def finish_reason(engine_reason: str) -> str:
-    """OpenAI's vocabulary: an end-of-generation token or a stop string are both "stop"."""
-    return "length" if engine_reason == "length" else "stop"
+    """OpenAI's vocabulary: an end-of-generation token or a stop string are both "stop".
+
+    An "interrupted" result (its stream was closed or failed before the end) keeps that
+    name, which OpenAI's vocabulary lacks; the server never sends one, since a request is
+    interrupted only when its client has gone or the server is stopping (503)."""
+    return {"eos": "stop", "stop": "stop"}.get(engine_reason, engine_reason)
 
 
 def stats_dict(result) -> dict:
@@ -70,10 +74,10 @@ def create_chat_completion(
     engine,
     messages: list[dict],
     *,
-    temperature: float = 0.8,
-    top_p: float = 0.95,
-    top_k: int = 40,
-    min_p: float = 0.05,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
     max_tokens: int | None = None,
     stop=None,
     seed: int | None = None,
@@ -82,12 +86,12 @@ def create_chat_completion(
     draft: DraftParams | None = None,
 ):
     """Chat completion in OpenAI's shape: a dict, or an iterator of chunk dicts when
-    ``stream=True``.  The extra ``speculative`` key carries the step statistics."""
-    sp = SamplingParams(
-        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        max_tokens=max_tokens or SamplingParams().max_tokens, seed=seed,
-        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-    )
+    ``stream=True``.  The extra ``speculative`` key carries the step statistics.  A sampling
+    argument left at None takes ``SamplingParams``' default; ``draft`` None the engine's
+    (``DraftParams()``)."""
+    given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, max_tokens=max_tokens,
+                 stop=stop, seed=seed)
+    sp = SamplingParams(**{k: v for k, v in given.items() if v is not None})
     prompt = engine.chat_tokens(messages)
     meta = new_meta(model, chat=True)
     if not stream:

@@ -32,9 +32,10 @@ import numpy as np
 
 import llama_cpp as _ll
 
+from . import vocab
 from .errors import ContextFullError, UserError
 
-__all__ = ["LlamaModel", "VocabInfo", "set_verbose", "llama_cpp_version", "supports_gpu_offload"]
+__all__ = ["LlamaModel", "VocabInfo", "open_models", "set_verbose"]
 
 _GGUF_MAGIC = b"GGUF"
 _verbose = False
@@ -57,14 +58,6 @@ def set_verbose(verbose: bool) -> None:
     """Let llama.cpp's own logging through to stderr (silenced by default)."""
     global _verbose
     _verbose = bool(verbose)
-
-
-def llama_cpp_version() -> str:
-    return _ll.__version__
-
-
-def supports_gpu_offload() -> bool:
-    return bool(_ll.llama_supports_gpu_offload())
 
 
 @dataclass(frozen=True)
@@ -232,6 +225,19 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
+
+    def describe(self) -> dict:
+        """This model's file and settings, and the backend library, for reports."""
+        return {
+            "path": self.path,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_threads": self.n_threads,
+            "n_gpu_layers": self.n_gpu_layers,
+            "flash_attn": self.flash_attn,
+            "llama_cpp_python": _ll.__version__,
+            "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
+        }
 
     def cost_key(self) -> str:
         """This file (path, size, mtime) and the settings a decode's cost depends on."""
@@ -484,13 +490,6 @@ class LlamaModel:
             for lst in (self._nodes_seq, self._nodes_parent, self._nodes_pos, self._nodes_tok):
                 lst.clear()
 
-    def truncate(self, n: int) -> None:
-        """Keep only the first ``n`` committed tokens."""
-        self.drop_uncommitted()
-        if n < self.n_past:
-            _ll.llama_memory_seq_rm(self._mem, 0, n, -1)
-            del self.cached[n:]
-
     def reset(self) -> None:
         self.drop_uncommitted()
         _ll.llama_memory_clear(self._mem, True)
@@ -522,3 +521,24 @@ class LlamaModel:
                 rows.append(self._logits(n))
             self.cached.extend(chunk)
         return rows
+
+
+def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[LlamaModel, LlamaModel | None]:
+    """The target and (unless ``draft_path`` is None) the draft, opened with a
+    ``config.ModelParams``'s settings and ``n_seq_max`` sequences each, after checking that
+    they share a vocabulary (``vocab.check_compatible``).  Nothing stays open on failure."""
+    common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
+                  flash_attn=params.flash_attn)
+    draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
+    target = LlamaModel(target_path, n_gpu_layers=params.n_gpu_layers, **common)
+    draft = None
+    try:
+        if draft_path is not None:
+            draft = LlamaModel(draft_path, n_gpu_layers=draft_layers, **common)
+            vocab.check_compatible(target.vocab_info(), draft.vocab_info())
+    except BaseException:
+        target.close()
+        if draft is not None:
+            draft.close()
+        raise
+    return target, draft

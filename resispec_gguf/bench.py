@@ -3,7 +3,8 @@
 ``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
 warm-up, so the ratios it prints hold on a noisy machine.  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
-acceptance per method and K (verification.md §5), with the optimum alpha*.
+acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
+with the optimum alpha*.
 
 Only surfaces: they call the engine and the verify module, print tables, write JSON.
 """
@@ -19,7 +20,8 @@ import sys
 
 import numpy as np
 
-from .config import METHODS, DraftParams, SamplingParams
+from .config import METHODS, DraftParams, ModelParams, SamplingParams
+from .engine import Stats
 from .errors import UserError
 from .workloads import WORKLOADS
 
@@ -97,29 +99,25 @@ def summarise(runs: list, baseline: dict) -> dict:
     """Aggregate one method's runs (``(prompt_index, Stats)``) against the baseline's
     tokens/s per prompt run."""
     st = [s for _, s in runs]
-    steps = sum(s.steps for s in st) or 1
-    acc = [sum(x) for x in _zip_pad([s.accepted_by_depth for s in st])]
-    reach = [sum(x) for x in _zip_pad([s.reached_by_depth for s in st])]
+    total = Stats()
+    for s in st:
+        total.merge(s)
+    steps = total.steps or 1
     speedups = [s.tokens_per_s / baseline[key] for key, s in runs if baseline.get(key)]
     return {
         "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
         "speedup_vs_none": statistics.median(speedups) if speedups else None,
-        "tau": sum(s.tokens for s in st) / max(1, sum(s.target_calls for s in st)),
-        "accept_by_depth": [a / r if r else None for a, r in zip(acc, reach)],
-        "acceptance_rate": sum(acc) / sum(reach) if sum(reach) else None,
-        "nodes_per_step": sum(s.tree_nodes for s in st) / steps,
-        "draft_ms_per_step": 1000 * sum(s.draft_time for s in st) / steps,
-        "target_ms_per_step": 1000 * sum(s.target_time for s in st) / steps,
-        "overhead_ms_per_step": 1000 * sum(s.overhead_time for s in st) / steps,
-        "overhead_fraction": sum(s.overhead_time for s in st) / max(1e-12, sum(s.total_time for s in st)),
-        "tokens": sum(s.tokens for s in st),
+        "tau": total.tau,
+        "accept_by_depth": total.acceptance_by_depth,
+        "acceptance_rate": total.acceptance_rate if sum(total.reached_by_depth) else None,
+        "nodes_per_step": total.nodes_per_step,
+        "draft_ms_per_step": 1000 * total.draft_time / steps,
+        "target_ms_per_step": 1000 * total.target_time / steps,
+        "overhead_ms_per_step": 1000 * total.overhead_time / steps,
+        "overhead_fraction": total.overhead_time / max(1e-12, total.total_time),
+        "tokens": total.tokens,
         "runs": len(st),
     }
-
-
-def _zip_pad(lists):
-    n = max((len(x) for x in lists), default=0)
-    return [[x[i] if i < len(x) else 0 for x in lists] for i in range(n)]
 
 
 def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True):
@@ -175,20 +173,18 @@ def format_table(results) -> str:
 
 
 def machine_info(engine) -> dict:
-    import llama_cpp
     import numba
 
-    from . import backend
-
+    target = engine.info()["target"]
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
-        "llama_cpp_python": llama_cpp.__version__,
+        "llama_cpp_python": target["llama_cpp_python"],
         "numpy": np.__version__,
         "numba": numba.__version__,
-        "gpu_offload_supported": backend.supports_gpu_offload(),
+        "gpu_offload_supported": target["gpu_offload_supported"],
         "threads": engine.n_threads,
     }
 
@@ -199,48 +195,34 @@ def model_info(path: str) -> dict:
     return {"path": path, "bytes": os.path.getsize(path), "sha256": models.file_sha256(path)}
 
 
-def _cmd_bench(args) -> int:
-    from .cli import draft_from_args, load_engine
-
-    methods = parse_methods(args.methods)
-    prompts = select_prompts(args.prompts, args.workload)
-    if args.repeat < 1:
-        raise UserError(f"--repeat must be >= 1, got {args.repeat}")
-    temps = args.temperature
-    for t in temps:
-        if not 0 <= t <= 100:
-            raise UserError(f"--temperature must be in [0, 100], got {t}")
-    from .cli import SAMPLING_FLAGS
-
-    try:
-        sp = SamplingParams(temperature=temps[0], **{k: getattr(args, k) for k in SAMPLING_FLAGS if k != "temperature"})
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    dp = draft_from_args(args)
-    with load_engine(args) as engine:
-        results = run_bench(engine, prompts, methods, temps, sp, dp, repeat=args.repeat)
-        print(format_table(results))
-        print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
-        report = {
-            "config": {
-                "target": args.target, "draft": args.draft, "methods": methods, "temperatures": temps,
-                "max_tokens": sp.max_tokens, "seed": sp.seed, "repeat": args.repeat, "prompts": prompts,
-                "sampling": {k: getattr(sp, k) for k in ("top_k", "top_p", "min_p")},
-                "draft_params": {k: getattr(dp, k) for k in ("draws", "depth", "budget", "draft_support", "policy")},
-                "n_ctx": engine.target.n_ctx, "n_gpu_layers": engine.target.n_gpu_layers,
-            },
-            "machine": machine_info(engine),
-            "models": {"target": model_info(engine.target.path), "draft": model_info(engine.draft.path) if engine.draft else None},
-            "peak_rss_mb": _peak_rss_mb(),
-            "results": results,
-            "methods": results[0]["methods"],
-        }
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=2)
-        if args.plot:
-            plot(results, args.plot)
-    return 0
+def bench_command(engine, model: ModelParams, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, *,
+          repeat: int = 1, json_path: str | None = None, plot_path: str | None = None) -> dict:
+    """``bench``: run, print the table, write the JSON report and the plot when asked;
+    returns the report.  ``model``: what was asked to load (recorded in the report)."""
+    results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat)
+    print(format_table(results))
+    print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
+    info = engine.info()
+    report = {
+        "config": {
+            "target": model.target, "draft": model.draft, "methods": list(methods), "temperatures": list(temperatures),
+            "max_tokens": sp.max_tokens, "seed": sp.seed, "repeat": repeat, "prompts": workloads,
+            "sampling": {k: getattr(sp, k) for k in ("top_k", "top_p", "min_p")},
+            "draft_params": {k: getattr(dp, k) for k in ("draws", "depth", "budget", "draft_support", "policy")},
+            "n_ctx": info["target"]["n_ctx"], "n_gpu_layers": info["target"]["n_gpu_layers"],
+        },
+        "machine": machine_info(engine),
+        "models": {role: model_info(m["path"]) if m else None for role, m in info.items()},
+        "peak_rss_mb": _peak_rss_mb(),
+        "results": results,
+        "methods": results[0]["methods"],
+    }
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    if plot_path:
+        plot(results, plot_path)
+    return report
 
 
 def plot(results, path: str) -> None:
@@ -281,8 +263,8 @@ def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samp
             res = engine.generate(pt, SamplingParams(temperature=t, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, seed=seed + i), DraftParams(method="none"))
             seq = pt + res.tokens
             n0 = len(pt) - 1
-            tl = engine.target.logits_of_sequence(seq)[n0:]
-            dl = engine.draft.logits_of_sequence(seq)[n0:]
+            tl = engine.reference_logits(seq)[n0:]
+            dl = engine.reference_logits(seq, draft=True)[n0:]
             rng = np.random.default_rng(seed + i)
             for a, b in zip(tl, dl):
                 p = sampling.probs_dense(a, t)
@@ -298,8 +280,6 @@ def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samp
                     if rrs_samples:
                         row[("rrs", k)] = _rrs_monte_carlo(p, ids, probs, k, rrs_samples, rng)
                 rows.append(row)
-            engine.target.reset()
-            engine.draft.reset()
         table = {}
         for k in ks:
             entry = {name: float(np.mean([r[(name, k)] for r in rows])) for name in ("specinfer", "resispec", "optimal", "distinct")}
@@ -337,59 +317,21 @@ def format_analysis(results) -> str:
     return "\n".join(lines)
 
 
-def _cmd_analyze(args) -> int:
-    from .cli import load_engine
-
-    prompts = [p for items in select_prompts(args.prompts, args.workload).values() for p in items]
-    ks = [int(k) for k in args.k.split(",") if k.strip()]
-    if not ks or min(ks) < 1 or max(ks) > 64:
-        raise UserError(f"-k must list draw counts in 1..64, got {args.k!r}")
-    if args.max_tokens < 1:
-        raise UserError("--max-tokens must be >= 1")
-    with load_engine(args) as engine:
-        if engine.draft is None:
-            raise UserError("analyze needs a draft model")
-        results = analyze(engine, prompts, args.temperature, ks, args.max_tokens, args.draft_support, seed=args.seed, rrs_samples=args.rrs_samples)
-        print(format_analysis(results))
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump({"config": vars_json(args), "machine": machine_info(engine), "results": results}, f, indent=2)
-    return 0
-
-
-def vars_json(args) -> dict:
-    return {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, list, type(None), bool))}
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_parsers(sub, parser_class, add_model_flags, add_dataclass_flags) -> None:
-    from .cli import DRAFT_FLAGS, SAMPLING_FLAGS
-
-    b = sub.add_parser("bench", help="measure methods against plain decoding on this machine")
-    add_model_flags(b)
-    sampling_flags = {k: v for k, v in SAMPLING_FLAGS.items() if k != "temperature"}
-    add_dataclass_flags(b, SamplingParams, sampling_flags, "sampling", defaults={"max_tokens": 128, "seed": 0})
-    add_dataclass_flags(b, DraftParams, {k: v for k, v in DRAFT_FLAGS.items() if k != "method"}, "speculation")
-    b.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat (default: all; one table each)")
-    b.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line (instead of --workload)")
-    b.add_argument("--methods", default="none,chain,specinfer,rrs,resispec,auto", help="comma-separated methods; none is always included")
-    b.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6], help="one or more temperatures (default: 1.0 0.6)")
-    b.add_argument("--repeat", type=int, default=1, help="runs per prompt and method (default: 1)")
-    b.add_argument("--json", default=None, help="write the full report to this JSON file")
-    b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
-    b.set_defaults(func=_cmd_bench, method="none")
-
-    a = sub.add_parser("analyze", help="exact expected acceptance per method on sampled answers")
-    add_model_flags(a)
-    a.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, comma-separated (default: all)")
-    a.add_argument("--prompts", default=None, help="JSONL prompt file (instead of --workload)")
-    a.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
-    a.add_argument("-k", default="1,4,16", help="comma-separated draw counts (default: 1,4,16)")
-    a.add_argument("--max-tokens", type=int, default=96, help="answer tokens per prompt (default: 96)")
-    a.add_argument("--draft-support", type=int, default=0, help="cap the draft distribution (0 = whole vocabulary)")
-    a.add_argument("--rrs-samples", type=int, default=0, help="estimate rrs acceptance with this many sampled draw sequences per position")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--json", default=None, help="write the results to this JSON file")
-    a.set_defaults(func=_cmd_analyze)
+def analyze_command(engine, model: ModelParams, prompts, temperatures, ks, *, max_tokens: int, cap: int, seed: int,
+                    rrs_samples: int = 0, json_path: str | None = None) -> dict:
+    """``analyze``: compute, print the table, write the JSON when asked; returns the JSON."""
+    if not engine.has_draft:
+        raise UserError("analyze needs a draft model")
+    results = analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=seed, rrs_samples=rrs_samples)
+    print(format_analysis(results))
+    report = {
+        "config": {"target": model.target, "draft": model.draft, "temperatures": list(temperatures), "k": list(ks),
+                   "max_tokens": max_tokens, "draft_support": cap, "seed": seed, "rrs_samples": rrs_samples,
+                   "prompts": prompts},
+        "machine": machine_info(engine),
+        "results": results,
+    }
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return report

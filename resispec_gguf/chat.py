@@ -12,7 +12,9 @@ import dataclasses
 import json
 import sys
 
+from . import config
 from .config import DraftParams, SamplingParams
+from .display import stats_line, stats_report
 from .engine import Stats
 from .errors import ContextFullError, UserError
 
@@ -27,59 +29,31 @@ HELP = """commands:
   /exit              quit (so does Ctrl-D)
 Ctrl-C stops a reply."""
 
-_ALIASES = {"temp": "temperature", "k": "draws", "top-k": "top_k", "top-p": "top_p", "min-p": "min_p",
-            "max-tokens": "max_tokens", "draft-support": "draft_support"}
+# what /set can change: every sampling and draft setting that takes one value
+_SETTABLE = (SamplingParams, DraftParams)
 
 
-def stats_line(st: Stats) -> str:
-    acc = f"{st.acceptance_rate:.0%}" if st.reached_by_depth else "-"
-    return (
-        f"[{st.tokens} tokens, {st.tokens_per_s:.1f} tok/s, tau {st.tau:.2f} tokens/target call, "
-        f"acceptance {acc}, {st.method}]"
-    )
+def _settable(cls) -> list:
+    return [f for f in config.settings(cls) if not config.kind(cls, f.name).many]
 
 
-def stats_report(st: Stats) -> str:
-    lines = [
-        f"tokens {st.tokens}  steps {st.steps}  target calls {st.target_calls}  draft calls {st.draft_calls}",
-        f"tau {st.tau:.2f}  tokens/s {st.tokens_per_s:.1f}  acceptance {st.acceptance_rate:.1%}  nodes/step {st.nodes_per_step:.1f}",
-        f"time: draft {st.draft_time:.2f}s  target {st.target_time:.2f}s  overhead {st.overhead_time:.2f}s  prompt {st.prompt_time:.2f}s",
-    ]
-    if st.auto:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(st.steps_by_kind.items()))
-        lines.append(f"steps by kind: {kinds}")
-        lines.append(st.auto)
-    if st.reached_by_depth:
-        lines.append("acceptance by depth:")
-        for d, (a, r) in enumerate(zip(st.accepted_by_depth, st.reached_by_depth), 1):
-            lines.append(f"  depth {d:>2}: {a:>6}/{r:<6} {a / r if r else 0:.1%}")
-    return "\n".join(lines)
+def setting_names() -> str:
+    return ", ".join(config.short_name(f) for cls in _SETTABLE for f in _settable(cls))
 
 
 def apply_setting(sp: SamplingParams, dp: DraftParams, name: str, value: str):
-    """Return new (sp, dp) with one field changed; raises UserError on a bad name/value."""
-    name = _ALIASES.get(name, name).replace("-", "_")
-    for obj in (sp, dp):
-        fields = {f.name: f for f in dataclasses.fields(obj)}
-        if name in fields and name != "stop":
-            current = getattr(obj, name)
-            try:
-                if name == "seed" and value.lower() in ("none", "random", "-"):
-                    new = None
-                elif isinstance(current, bool):
-                    new = value.lower() in ("1", "true", "yes", "on")
-                elif isinstance(current, int) or name == "seed":
-                    new = int(value)
-                elif isinstance(current, float):
-                    new = float(value)
-                else:
-                    new = value
-                obj = obj.replace(**{name: new})
-            except ValueError as e:
-                raise UserError(f"/set {name}: {e}") from None
-            return (obj, dp) if isinstance(obj, SamplingParams) else (sp, obj)
-    names = [f.name for f in dataclasses.fields(SamplingParams) if f.name != "stop"] + [f.name for f in dataclasses.fields(DraftParams)]
-    raise UserError(f"/set: unknown setting {name!r}; try one of {', '.join(names)}")
+    """Return new (sp, dp) with one setting changed; ``name`` is a field name or one of its
+    flags (``temp``, ``top-k``, ``K``).  Raises UserError on a bad name or value."""
+    try:
+        cls, field = config.find_setting(_SETTABLE, name)
+        if config.kind(cls, field).many:
+            raise config.ConfigError(field, f"{field} cannot be set here; try one of {setting_names()}")
+        new = config.parse_field(cls, field, value)
+        if cls is SamplingParams:
+            return sp.replace(**{field: new}), dp
+        return sp, dp.replace(**{field: new})
+    except config.ConfigError as e:
+        raise UserError(f"/set {name}: {e}") from None
 
 
 class ChatSession:
@@ -105,21 +79,19 @@ class ChatSession:
         try:
             prompt = self.engine.chat_tokens(messages)
             stream = self.engine.stream(prompt, self.sp, self.dp)
-            interrupted = False
             try:
                 for piece in stream:
                     self.out.write(piece)
                     self.out.flush()
             except KeyboardInterrupt:
-                interrupted = True
-                stream.close()
+                stream.close()  # the result says "interrupted"
         except ContextFullError as e:
             self.out.write("\n")
             print(f"{e} — /reset starts a new conversation; /retry sends your message again.", file=self.err)
             return
         res = self.engine.last_result
         self.out.write("\n")
-        if interrupted:
+        if res.finish_reason == "interrupted":
             print("[stopped]", file=self.err)
         self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": res.text}]
         self.total.merge(res.stats)
@@ -134,8 +106,7 @@ class ChatSession:
         if cmd in ("/exit", "/quit"):
             return False
         if cmd == "/help":
-            names = ", ".join(["temp", "top_k", "top_p", "min_p", "max_tokens", "seed", "method", "draws", "depth", "budget", "draft_support", "policy"])
-            print(HELP.format(names=names), file=self.out)
+            print(HELP.format(names=setting_names()), file=self.out)
         elif cmd == "/reset":
             self.messages.clear()
             print("[conversation cleared]", file=self.out)
@@ -154,9 +125,9 @@ class ChatSession:
                 print("[system prompt set]", file=self.out)
             else:
                 try:
-                    self.sp, self.dp = apply_setting(self.sp, self.dp, parts[1], parts[2])
-                    if self.dp.method != "none" and self.engine.draft is None:
-                        raise UserError("no draft model is loaded; only method none works")
+                    sp, dp = apply_setting(self.sp, self.dp, parts[1], parts[2])
+                    self.engine.check_draft_params(dp)
+                    self.sp, self.dp = sp, dp
                     print(f"[{parts[1]} = {parts[2]}]", file=self.out)
                 except UserError as e:
                     print(f"error: {e}", file=self.err)
@@ -202,24 +173,21 @@ def _read_lines(interactive: bool):
             yield line.rstrip("\n")
 
 
-def run_chat(args) -> int:
-    from .cli import draft_from_args, load_engine, sampling_from_args
-
-    sp, dp = sampling_from_args(args), draft_from_args(args)
+def run_chat(engine, sp: SamplingParams, dp: DraftParams, system: str | None = None) -> int:
+    """The chat loop on a loaded engine: turns from the terminal, or one per line of stdin."""
     interactive = sys.stdin.isatty()
-    with load_engine(args) as engine:
-        session = ChatSession(engine, sp, dp, args.system)
-        if interactive:
-            print("resispec-gguf chat — /help for commands, Ctrl-D to quit", file=sys.stderr)
-        for line in _read_lines(interactive):
-            if not line.strip():
-                continue
-            if line.startswith("/"):
-                if not session.command(line):
-                    break
-                continue
-            try:
-                session.say(line)
-            except UserError as e:
-                print(f"error: {e}", file=sys.stderr)
+    session = ChatSession(engine, sp, dp, system)
+    if interactive:
+        print("resispec-gguf chat — /help for commands, Ctrl-D to quit", file=sys.stderr)
+    for line in _read_lines(interactive):
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            if not session.command(line):
+                break
+            continue
+        try:
+            session.say(line)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
     return 0

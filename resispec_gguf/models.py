@@ -41,6 +41,7 @@ __all__ = [
     "ROLES",
     "cache_dir",
     "cached_model_path",
+    "draft_spec",
     "ensure_model",
     "fetch_from_mirror",
     "file_sha256",
@@ -295,6 +296,15 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     if spec in PRESETS:
         return "preset", spec
     return "path", spec
+
+
+def draft_spec(target: str, draft: str | None) -> str:
+    """The draft to load for ``target``: ``draft`` when given (``""``: none), else the
+    preset's own draft for a preset target and none for a path or ``hf:`` target."""
+    if draft is not None:
+        return draft
+    kind, _ = parse_model_spec(target)
+    return target if kind == "preset" else ""
 
 
 def _split_hf(value: str) -> tuple[str, str]:

@@ -31,8 +31,8 @@ generic message, both as ``{"error": {"message", "type", "param", "code"}}``.
 
 What this module may not do: import llama_cpp or touch the backend; it uses only the engine's
 public API (``stream``, ``last_result``, ``chat_tokens``, ``text_tokens``,
-``max_prompt_bytes``, ``target.n_ctx``, ``draft``) and the settings dataclasses, which do all
-range validation.
+``max_prompt_bytes``, ``n_ctx``, ``check_draft_params``) and the settings dataclasses, which do
+all range validation and name the field of a bad value (``ConfigError.field``).
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ from starlette.routing import Route
 
 from . import api
 from .chat_format import MessageError, check_messages
-from .config import DraftParams, SamplingParams
+from .config import ConfigError, DraftParams, SamplingParams, ServerParams
 from .errors import ContextFullError, UserError
 
-__all__ = ["create_app", "serve", "check_api_key", "check_origins", "listen"]
+__all__ = ["create_app", "serve", "listen"]
 
 log = logging.getLogger("resispec_gguf.server")
 
@@ -237,13 +237,8 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
             raise _bad("only best_of=1 is supported", "best_of", "unsupported_value")
 
 
-def _settings_error(e: ValueError, given: dict) -> _ApiError:
-    msg = str(e)
-    first = msg.split(" ", 1)[0]
-    param = first if first in given else None
-    if param is None and msg.startswith("rrs"):
-        param = "draws"
-    return _bad(msg, param, "invalid_value")
+def _settings_error(e: ConfigError) -> _ApiError:
+    return _bad(str(e), e.field, "invalid_value")  # the request fields are named as the settings
 
 
 @dataclass
@@ -322,12 +317,9 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     draft = {k: v for k, v in draft.items() if v is not None}
     try:
         sp = sp0.replace(**sampling)
-    except ValueError as e:
-        raise _settings_error(e, sampling) from None
-    try:
         dp = dp0.replace(**draft)
-    except ValueError as e:
-        raise _settings_error(e, draft) from None
+    except ConfigError as e:
+        raise _settings_error(e) from None
 
     stream = bool(_boolean(body, "stream"))
     opts = body.get("stream_options")
@@ -520,17 +512,16 @@ async def _wait_disconnect(receive) -> None:
 
 
 class _Server:
-    def __init__(self, engine, model_name: str, draft_params: DraftParams, sampling_defaults: SamplingParams,
-                 api_key: str | None, max_queue: int):
+    def __init__(self, engine, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams):
         self.engine = engine
-        self.model_name = model_name
+        self.model_name = params.model_name or "resispec-gguf"
         self.draft_params = draft_params
         self.sampling_defaults = sampling_defaults
-        self.api_key = api_key
-        self.max_queue = max_queue
+        self.api_key = params.api_key
+        self.max_queue = params.max_queue
         self.worker = _Worker()
         self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="resispec-tokenize")
-        self.n_ctx = int(engine.target.n_ctx)
+        self.n_ctx = int(engine.n_ctx)
         self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
         self.created = int(time.time())
 
@@ -710,43 +701,22 @@ class _Server:
 # ---------------------------------------------------------------------------------- public API
 
 
-def check_api_key(key: str | None, name: str = "api_key") -> str | None:
-    """``key`` if it can work as a bearer token, else ``UserError``: an empty key would turn auth
-    off without a word, and one that is not printable ASCII without surrounding blanks can
-    never match what a client sends."""
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key:
-        raise UserError(f"{name} is empty; give a real key, or none to serve without auth")
-    if not key.isascii() or not key.isprintable():
-        raise UserError(f"{name} must be printable ASCII (an HTTP header cannot carry anything else)")
-    if key != key.strip():
-        raise UserError(f"{name} must not start or end with a blank")
-    return key
-
-
-def check_origins(origins) -> list[str]:
-    """The CORS origins as given, or ``UserError`` for one that is not ``*`` or scheme://host[:port]."""
-    out = []
-    for origin in origins or ():
-        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))) \
-                or origin.endswith("/") or origin.strip() != origin:
-            raise UserError(f"a CORS origin is '*' or scheme://host[:port] without a path, got {origin!r}")
-        out.append(origin)
-    return out
+def _server_params(params: ServerParams | None, settings: dict) -> ServerParams:
+    if params is not None and settings:
+        raise TypeError("give a ServerParams or its fields as arguments, not both")
+    return params if params is not None else ServerParams(**settings)
 
 
 def create_app(
     engine,
+    params: ServerParams | None = None,
     *,
-    model_name: str,
     draft_params: DraftParams | None = None,
     sampling_defaults: SamplingParams | None = None,
-    api_key: str | None = None,
-    max_queue: int = 8,
-    cors_origins: list[str] | None = None,
+    **settings,
 ) -> Starlette:
-    """The Starlette app serving ``engine`` under ``model_name``.
+    """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
+    fields as arguments: ``model_name``, ``api_key``, ``max_queue``, ``cors_origins``) say.
 
     ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
     ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
@@ -757,15 +727,11 @@ def create_app(
     admitted requests).  On shutdown the app cancels its requests and waits until the engine
     is idle.
     """
+    params = _server_params(params, settings)
     draft_params = draft_params if draft_params is not None else DraftParams()
     sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
-    if not isinstance(max_queue, int) or max_queue < 0:
-        raise ValueError(f"max_queue must be an integer >= 0, got {max_queue!r}")
-    api_key = check_api_key(api_key)
-    cors_origins = check_origins(cors_origins)
-    if draft_params.method != "none" and getattr(engine, "draft", True) is None:
-        raise UserError(f"method {draft_params.method!r} needs a draft model; load one or use method 'none'")
-    srv = _Server(engine, model_name, draft_params, sampling_defaults, api_key, max_queue)
+    engine.check_draft_params(draft_params)
+    srv = _Server(engine, params, draft_params, sampling_defaults)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -788,9 +754,10 @@ def create_app(
         Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
     ]
     middleware = []
-    if cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
-                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    if params.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(params.cors_origins),
+                                     allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"],
+                                     max_age=600))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})
     app.state.resispec = srv
@@ -817,14 +784,17 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(engine, host: str = "127.0.0.1", port: int = 8000, *, sock: socket.socket | None = None, **kw) -> None:
-    """Serve ``engine`` with uvicorn until interrupted; ``kw`` go to ``create_app``; ``sock``: a
-    socket from ``listen`` (else one is opened here).  When this returns no request uses the
-    engine any more, so the caller may close it."""
+def serve(engine, params: ServerParams | None = None, *, sock: socket.socket | None = None,
+          draft_params: DraftParams | None = None, sampling_defaults: SamplingParams | None = None,
+          **settings) -> None:
+    """Serve ``engine`` with uvicorn until interrupted, on ``params``' host and port (or
+    ``sock``, a socket from ``listen``); the rest as ``create_app``.  When this returns no
+    request uses the engine any more, so the caller may close it."""
     import uvicorn
 
-    app = create_app(engine, **kw)
-    sock = sock if sock is not None else listen(host, port)
+    params = _server_params(params, settings)
+    app = create_app(engine, params, draft_params=draft_params, sampling_defaults=sampling_defaults)
+    sock = sock if sock is not None else listen(params.host, params.port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     try:
         server.run(sockets=[sock])

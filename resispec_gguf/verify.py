@@ -1,5 +1,8 @@
 """Exact multi-candidate verification at one tree node.
 
+The rules below, and why each keeps the output law exactly p, are derived step by step in
+``docs/verification.md``.
+
 Terms, used the same way everywhere in the project:
 
 * ``p`` — the target's next-token distribution after the sampling transforms, dense ``[V]``.
@@ -59,8 +62,9 @@ import operator
 import numpy as np
 from numba import njit
 
+from .config import SPEC_METHODS
+
 __all__ = [
-    "METHODS",
     "verify_node",
     "verify_node_sparse",
     "verify_prepared",
@@ -73,9 +77,8 @@ __all__ = [
     "expected_distinct",
 ]
 
-METHODS = ("chain", "specinfer", "rrs", "resispec")
-_CODE = {m: i for i, m in enumerate(METHODS)}
-_CHAIN, _SPECINFER, _RRS, _RESISPEC = 0, 1, 2, 3
+_CODE = {m: i for i, m in enumerate(SPEC_METHODS)}
+_CHAIN, _SPECINFER, _RRS, _RESISPEC = (_CODE[m] for m in ("chain", "specinfer", "rrs", "resispec"))
 _BISECTIONS = 64
 _NO_IDS = np.empty(0, np.int64)  # the q of a node without draws
 _NO_PROBS = np.empty(0, np.float64)
@@ -393,7 +396,7 @@ def _method_code(method: str) -> int:
     try:
         return _CODE[method]
     except KeyError:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}") from None
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(SPEC_METHODS)}") from None
 
 
 def _check_dist(name: str, a, size: int | None = None) -> np.ndarray:
@@ -474,7 +477,8 @@ def verify_node(method: str, p, q, draws, u) -> tuple[int, int]:
     q = _check_dist("q", q, p.shape[0])
     qids = np.flatnonzero(q)
     draws, u = _check_draws(code, lambda d: (d < q.shape[0]) & (q[np.minimum(d, q.shape[0] - 1)] > 0), draws, u)
-    return _verify_checked(code, p, qids, q[qids], draws, u)
+    tok, idx = _verify(code, p, qids, q[qids], draws, u)
+    return int(tok), int(idx)
 
 
 def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
@@ -483,10 +487,6 @@ def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int
     p = _check_dist("p", p)
     qids, qprobs = _check_sparse(p, qids, qprobs)
     draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u)
-    return _verify_checked(code, p, qids, qprobs, draws, u)
-
-
-def _verify_checked(code, p, qids, qprobs, draws, u):
     tok, idx = _verify(code, p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 

@@ -33,6 +33,18 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
     return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_pair):
+    """The tiny pair as an ``Engine``: one thread (on a busy machine llama.cpp's threads wait
+    for each other), flash attention off (so a tree decode's logits equal a sequential
+    decode's, which the KV-cache tests compare)."""
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, n_threads=1, flash_attn=False,
+                     progress=False) as e:
+        yield e
+
+
 @pytest.fixture(scope="session")
 def incompatible_draft(tmp_path_factory) -> Path:
     """A draft with the same vocab type/size/specials as ``tiny_pair`` but different token text."""

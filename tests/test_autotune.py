@@ -111,3 +111,15 @@ def test_auto_backs_off_with_a_useless_draft_on_cpu_costs():
     target, draft = _fake_pair(8.0)  # the draft is nearly random
     res = Engine(target, draft, cost_curves=(CPU_T, CPU_D)).generate([1, 2], sp, LIMITS)
     assert res.stats.steps_by_kind.get("none", 0) >= 0.7 * res.stats.steps
+
+
+def test_cost_curve_cache_roundtrip(tmp_path):
+    curve = autotune.measure_curve(lambda n: None, rows=(1, 2, 4), repeats=1)
+    assert list(curve.rows) == [1, 2, 4] and all(b >= a for a, b in zip(curve.seconds, curve.seconds[1:]))
+    cache = str(tmp_path / "c.json")
+    key = autotune.curve_cache_key('["m.gguf", 1, 2]')
+    assert key != autotune.curve_cache_key('["m.gguf", 1, 3]')
+    assert autotune.load_cached_curve(cache, key) is None
+    autotune.store_cached_curve(cache, key, curve)
+    assert autotune.load_cached_curve(cache, key) == curve
+    assert curve(3) == pytest.approx((curve.seconds[1] + curve.seconds[2]) / 2)

@@ -1,11 +1,9 @@
-"""The llama.cpp backend on tiny GGUF models: tree decoding, KV commit, vocab checks, bad files."""
+"""The llama.cpp backend on tiny GGUF models: tree decoding, KV commit, pieces, bad files."""
 
 import numpy as np
 import pytest
 
-from resispec_gguf import vocab
-from resispec_gguf.backend import LlamaModel, VocabInfo
-from resispec_gguf.engine import Engine
+from resispec_gguf.backend import LlamaModel
 from resispec_gguf.errors import ContextFullError, UserError
 from resispec_gguf.textstream import TextAssembler
 
@@ -122,42 +120,6 @@ def test_tokenize_roundtrip_and_incremental_utf8(models):
     out = [asm.push(p) for p in pieces]
     assert all("\ufffd" not in s for s in out)
     assert "".join(out) + asm.flush() == text
-
-
-def test_text_assembler_stop_strings():
-    asm = TextAssembler(("STOP", "\n\n"))
-    out = "".join(asm.push(c.encode()) for c in "abc ST")
-    assert out == "abc " and not asm.stopped  # "ST" is held back: it may begin STOP
-    out += asm.push(b"OP and more")
-    assert asm.stopped and out == "abc "
-    asm = TextAssembler(("STOP",))
-    out = "".join(asm.push(c.encode()) for c in "a STa")
-    assert out + asm.flush() == "a STa"
-
-
-def _info(**kw):
-    base = dict(vocab_type=2, n_vocab=10, bos=1, eos=2, add_bos=False, add_eos=False, texts=tuple(b"t%d" % i for i in range(10)))
-    base.update(kw)
-    return VocabInfo(**base)
-
-
-def test_vocab_check_rules():
-    assert vocab.first_mismatch(_info(), _info()) is None
-    assert "types differ" in vocab.first_mismatch(_info(), _info(vocab_type=1))
-    assert "BOS" in vocab.first_mismatch(_info(add_bos=True), _info(add_bos=True, bos=3))
-    assert vocab.first_mismatch(_info(bos=5), _info(bos=6)) is None  # BOS unused
-    texts = list(_info().texts)
-    texts[7] = b"other"
-    assert "token 7" in vocab.first_mismatch(_info(), _info(texts=tuple(texts)))
-    texts[7], texts[3] = b"t7", b"other"
-    assert vocab.first_mismatch(_info(), _info(texts=tuple(texts))) is None  # ids < 5 unchecked
-    big = _info(n_vocab=200, texts=tuple(b"t%d" % i for i in range(200)))
-    assert "sizes differ" in vocab.first_mismatch(_info(), big)
-
-
-def test_incompatible_pair_refused(tiny_pair, incompatible_draft):
-    with pytest.raises(UserError, match=r"incompatible.*token 5"):
-        Engine.load(str(tiny_pair[0]), str(incompatible_draft), n_ctx=128, progress=False)
 
 
 def test_bad_files(tmp_path, not_gguf_file, truncated_gguf):

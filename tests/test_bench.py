@@ -1,13 +1,12 @@
-"""bench/analyze surfaces and the auto cost model."""
+"""bench/analyze: prompt files, workloads, the report and the analysis table."""
 
 import json
 
 import pytest
 
-from resispec_gguf import autotune, bench
-from resispec_gguf.api import create_chat_completion
-from resispec_gguf.config import DraftParams, SamplingParams
-from resispec_gguf.engine import Engine
+from resispec_gguf import bench
+from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
+from resispec_gguf.engine import Stats
 from resispec_gguf.errors import UserError
 
 
@@ -46,25 +45,7 @@ def test_parse_methods():
         bench.parse_methods("none,fast")
 
 
-def test_cost_curve_cache_roundtrip(tmp_path):
-    curve = autotune.measure_curve(lambda n: None, rows=(1, 2, 4), repeats=1)
-    assert list(curve.rows) == [1, 2, 4] and all(b >= a for a, b in zip(curve.seconds, curve.seconds[1:]))
-    cache = str(tmp_path / "c.json")
-    key = autotune.curve_cache_key('["m.gguf", 1, 2]')
-    assert key != autotune.curve_cache_key('["m.gguf", 1, 3]')
-    assert autotune.load_cached_curve(cache, key) is None
-    autotune.store_cached_curve(cache, key, curve)
-    assert autotune.load_cached_curve(cache, key) == curve
-    assert curve(3) == pytest.approx((curve.seconds[1] + curve.seconds[2]) / 2)
-
-
 # --------------------------------------------------------------------------- on the tiny pair
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_pair):
-    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, progress=False, n_threads=1) as e:
-        yield e
 
 
 def test_bench_report_schema(engine):
@@ -96,20 +77,47 @@ def test_analyze_table(engine):
     assert "alpha*" in bench.format_analysis(out)
 
 
-def test_create_chat_completion_shapes(engine):
-    msgs = [{"role": "user", "content": "Hi"}]
-    out = create_chat_completion(engine, msgs, temperature=0.0, max_tokens=8)
-    assert out["object"] == "chat.completion"
-    assert out["choices"][0]["message"]["role"] == "assistant"
-    assert out["usage"]["completion_tokens"] == out["speculative"]["tokens"]
-    chunks = list(create_chat_completion(engine, msgs, temperature=0.0, max_tokens=8, stream=True))
-    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
-    assert text == out["choices"][0]["message"]["content"]
-    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
-
-
 def test_workload_selection():
     assert list(bench.select_prompts(None, "edit,code")) == ["edit", "code"]
     assert all(6 <= len(bench.WORKLOADS[w]) <= 8 for w in ("code", "edit", "chat"))
     with pytest.raises(UserError, match="unknown workload"):
         bench.select_prompts(None, "code,poetry")
+
+
+def test_summary_is_the_merged_stats():
+    a = Stats(method="resispec", tokens=10, steps=4, target_calls=4, tree_nodes=20, accepted_by_depth=[3, 1],
+              reached_by_depth=[4, 3], draft_time=0.2, target_time=0.4, total_time=1.0)
+    b = Stats(method="resispec", tokens=6, steps=2, target_calls=2, tree_nodes=8, accepted_by_depth=[2, 0, 0],
+              reached_by_depth=[2, 2, 1], draft_time=0.1, target_time=0.2, total_time=0.5)
+    row = bench.summarise([((0, 0), a), ((0, 1), b)], {(0, 0): 5.0, (0, 1): 6.0})
+    assert row["tau"] == pytest.approx(16 / 6) and row["tokens"] == 16 and row["runs"] == 2
+    assert row["accept_by_depth"] == [pytest.approx(5 / 6), pytest.approx(1 / 5), 0.0]
+    assert row["acceptance_rate"] == pytest.approx(6 / 12)
+    assert row["nodes_per_step"] == pytest.approx(28 / 6)
+    assert row["overhead_ms_per_step"] == pytest.approx(1000 * 0.6 / 6)
+    assert row["speedup_vs_none"] == pytest.approx(((10 / 1.0) / 5.0 + (6 / 0.5) / 6.0) / 2)
+    none = bench.summarise([((0, 0), Stats(tokens=3, steps=3, target_calls=3, total_time=1.0))], {(0, 0): 3.0})
+    assert none["acceptance_rate"] is None and none["accept_by_depth"] == []
+
+
+def test_bench_command_writes_the_report(engine, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    report = bench.bench_command(engine, ModelParams(target="t.gguf", draft="d.gguf"), {"code": bench.WORKLOADS["code"][:1]},
+                                 ["none", "chain"], [0.0], SamplingParams(max_tokens=4, seed=0), DraftParams(),
+                                 json_path=str(out))
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["config"]["target"] == "t.gguf" and report["config"]["n_ctx"] == engine.n_ctx
+    info = engine.info()
+    assert report["models"]["target"]["path"] == info["target"]["path"]
+    assert report["models"]["draft"]["sha256"] == bench.model_info(info["draft"]["path"])["sha256"]
+    machine = report["machine"]
+    assert machine["llama_cpp_python"] == info["target"]["llama_cpp_python"] and machine["threads"] == 1
+    assert "chain" in capsys.readouterr().out
+
+
+def test_analyze_command_needs_a_draft(tiny_pair):
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(tiny_pair[0]), "", n_ctx=128, n_threads=1, progress=False) as e:
+        with pytest.raises(UserError, match="needs a draft"):
+            bench.analyze_command(e, ModelParams(), bench.WORKLOADS["chat"][:1], [1.0], [1], max_tokens=2, cap=0, seed=0)

@@ -29,9 +29,16 @@ def test_help_lists_subcommands():
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["chat", "--temp", "hot"], "invalid float value"),
+        (["chat", "--temp", "hot"], "--temp/--temperature: temperature must be a number"),
         (["chat", "--temp", "-1"], "temperature"),
-        (["chat", "--method", "magic"], "invalid choice"),
+        (["chat", "--method", "magic"], "method must be one of"),
+        (["chat", "--seed", "-3"], "seed must be >= 0"),
+        (["serve", "--port", "70000"], "--port: port must be in [1, 65535]"),
+        (["serve", "--max-queue", "-1"], "max_queue"),
+        (["analyze", "-k", "1,99"], "-k: draws must be in [1, 64]"),
+        (["bench", "--temperature", "1", "500"], "--temperature: temperature must be in [0, 100]"),
+        (["bench", "--repeat", "0"], "--repeat"),
+        (["generate", "--draws", "8", "--draft-support", "4", "--method", "rrs", "hi"], "draft_support"),
         (["chat", "--top-p", "0"], "top_p"),
         (["chat", "--draws", "0"], "draws"),
         (["chat", "--ctx", "4"], "--ctx"),
