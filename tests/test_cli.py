@@ -222,3 +222,18 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             os.kill(p.pid, signal.SIGINT)
             out, err = p.communicate(timeout=20)
         assert p.returncode in (0, 130) and "Traceback" not in err, err
+
+
+def test_a_path_target_without_draft_says_so(tiny_pair):
+    r = run("generate", "--target", tiny_pair[0], "--ctx", 256, "--threads", 1, "-n", 3, "--temp", 0, "hi")
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    note, stats = r.stderr.strip().splitlines()
+    assert "no draft model" in note and "--draft" in note and "auto" in stats
+    r = run("generate", "--target", tiny_pair[0], "--method", "resispec", "--ctx", 256, "hi")
+    assert "needs a draft model" in _one_line_after_note(r)
+
+
+def _one_line_after_note(r):
+    lines = [line for line in r.stderr.strip().splitlines() if line and "note:" not in line]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
