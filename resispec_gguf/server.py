@@ -74,6 +74,8 @@ MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1000
 TOKENIZER_THREADS = 4
+# JSON integers are unbounded; these keep them within what NumPy and the kernels take.  The
+# settings' own bounds are the dataclasses' (config.py), checked after these.
 _INT32 = 2**31 - 1
 _SEED_LIMIT = 2**64 - 1
 
@@ -168,14 +170,15 @@ def _number(body: dict, name: str) -> float | None:
     return f
 
 
-def _integer(body: dict, name: str, lo: int, hi: int) -> int | None:
+def _integer(body: dict, name: str, limit: int = _INT32) -> int | None:
+    """An integer field of at most ``limit`` in size; its range is the setting's to check."""
     v = body.get(name)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise _bad(f"{name} must be an integer, got {json.dumps(v)[:80]}", name, "invalid_type")
-    if not lo <= v <= hi:
-        raise _bad(f"{name} must be in [{lo}, {hi}], got {v}", name, "invalid_value")
+    if abs(v) > limit:
+        raise _bad(f"{name} is out of range: at most {limit} in size, got {v}", name, "invalid_value")
     return v
 
 
@@ -214,7 +217,7 @@ def _stop(body: dict) -> tuple[str, ...] | None:
 
 
 def _refuse_unsupported(body: dict, chat: bool) -> None:
-    n = _integer(body, "n", 0, _INT32)
+    n = _integer(body, "n")
     if n is not None and n != 1:
         raise _bad("only n=1 is supported", "n", "unsupported_value")
     if chat:
@@ -237,8 +240,9 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
             raise _bad("only best_of=1 is supported", "best_of", "unsupported_value")
 
 
-def _settings_error(e: ConfigError) -> _ApiError:
-    return _bad(str(e), e.field, "invalid_value")  # the request fields are named as the settings
+def _settings_error(e: ConfigError, fields: dict) -> _ApiError:
+    """``fields``: the request field behind a setting, where it is not named as the setting."""
+    return _bad(str(e), fields.get(e.field, e.field), "invalid_value")
 
 
 @dataclass
@@ -297,21 +301,23 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
         "temperature": _number(body, "temperature"),
         "top_p": _number(body, "top_p"),
         "min_p": _number(body, "min_p"),
-        "top_k": _integer(body, "top_k", 0, _INT32),
-        "seed": _integer(body, "seed", 0, _SEED_LIMIT),
+        "top_k": _integer(body, "top_k"),
+        "seed": _integer(body, "seed", _SEED_LIMIT),
         "stop": _stop(body),
     }
-    max_tokens = _integer(body, "max_tokens", 1, MAX_TOKENS_LIMIT)
+    max_tokens = _integer(body, "max_tokens", MAX_TOKENS_LIMIT)
+    renamed: dict[str, str] = {}
     if chat:
-        mct = _integer(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT)
+        mct = _integer(body, "max_completion_tokens", MAX_TOKENS_LIMIT)
         if mct is not None:
             max_tokens = mct
+            renamed["max_tokens"] = "max_completion_tokens"
     sampling["max_tokens"] = max_tokens
     draft: dict[str, Any] = {
         "method": _string(body, "method"),
-        "draws": _integer(body, "draws", 1, _INT32),
-        "depth": _integer(body, "depth", 1, _INT32),
-        "budget": _integer(body, "budget", 1, _INT32),
+        "draws": _integer(body, "draws"),
+        "depth": _integer(body, "depth"),
+        "budget": _integer(body, "budget"),
     }
     sampling = {k: v for k, v in sampling.items() if v is not None}
     draft = {k: v for k, v in draft.items() if v is not None}
@@ -319,7 +325,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
         sp = sp0.replace(**sampling)
         dp = dp0.replace(**draft)
     except ConfigError as e:
-        raise _settings_error(e) from None
+        raise _settings_error(e, renamed) from None
 
     stream = bool(_boolean(body, "stream"))
     opts = body.get("stream_options")
