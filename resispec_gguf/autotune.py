@@ -7,10 +7,11 @@ steers a choice, so the same seed gives the same output):
   machine and settings (measured once, cached on disk by the engine).
 * **Values** — ``Calibration``: the chance that the verifier accepts a candidate, learnt
   online (with decay) from this request's verified nodes, by the candidate's draft
-  probability q, or by the match length of a context-lookup candidate.  A node's score is
+  probability q, or by the copy run a context-lookup candidate would continue.  A node's score is
   the product of those chances along its path: the estimated probability that its token is
   emitted as an accepted candidate.  A step yields ``E = 1 + sum of node scores`` tokens on
-  average and costs ``T = draft calls + target(1 + nodes) + overhead``.
+  average and costs ``T = draft calls + target(1 + nodes) + overhead``, where the overhead
+  counts the host work on every logits row it processes (measured once per vocabulary).
 
 Growth (``StepPlan.width`` / ``StepPlan.leaves``, called by ``tree.grow`` before a level
 draws): take the new children best-first and expand one while its marginal value per
@@ -118,24 +119,33 @@ def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
 
 # --------------------------------------------------------------------------- values
 
-# bins of a draft candidate's probability q; a lookup candidate is binned by match length
+# bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
-_LOOKUP_BINS = 4  # match length 1..4
+# a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
+# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match
+_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
+
+
+def lookup_bin(match: int, run: int) -> int:
+    """The calibration bin of a lookup candidate: ``match`` tokens of context matched, and
+    the ``run`` tokens before it were each what lookup predicted."""
+    return min(run, 3) if match >= 2 else 4
 
 
 class Calibration:
     """Decayed acceptance counts per candidate bin, with a prior worth ``prior_weight``
     observations: a draft candidate of probability q is accepted with chance about
-    ``q ** 0.5`` and a lookup candidate with chance 0.3 to 0.6 by match length, until the
-    request's own counts say otherwise."""
+    ``q ** 0.5``, a lookup candidate with 0.15 to 0.7 by bin (``lookup_bin``), until the
+    request's own counts say otherwise.  An observation may be a 0/1 outcome or, where it
+    is known, the exact chance of acceptance."""
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
         mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
         self.decay = decay
         self.draft_acc = np.sqrt(np.minimum(mids, 1.0)) * prior_weight
         self.draft_seen = np.full(len(mids), prior_weight)
-        self.look_acc = np.array([0.3, 0.4, 0.5, 0.6]) * prior_weight
-        self.look_seen = np.full(_LOOKUP_BINS, prior_weight)
+        self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
+        self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
 
     @staticmethod
     def _qbin(q: float) -> int:
@@ -145,17 +155,15 @@ class Calibration:
         b = self._qbin(q)
         return float(self.draft_acc[b] / self.draft_seen[b])
 
-    def lookup(self, n: int) -> float:
-        b = min(max(n, 1), _LOOKUP_BINS) - 1
+    def lookup(self, b: int) -> float:
         return float(self.look_acc[b] / self.look_seen[b])
 
-    def observe_draft(self, q: float, accepted: bool) -> None:
+    def observe_draft(self, q: float, accepted: float) -> None:
         b = self._qbin(q)
         self.draft_acc[b] = self.draft_acc[b] * self.decay + float(accepted)
         self.draft_seen[b] = self.draft_seen[b] * self.decay + 1.0
 
-    def observe_lookup(self, n: int, accepted: bool) -> None:
-        b = min(max(n, 1), _LOOKUP_BINS) - 1
+    def observe_lookup(self, b: int, accepted: float) -> None:
         self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)
         self.look_seen[b] = self.look_seen[b] * self.decay + 1.0
 
@@ -180,14 +188,15 @@ class StepPlan:
     accept: float  # expected accepted tokens below a reached, expanded node
     overhead_s: float
     pending: int = 1  # draft rows of the level-0 call
+    row_s: float = 0.0  # host seconds to process one logits row (measured once per vocabulary)
     value: float = 1.0
     cost: float = 0.0
     n_nodes: int = 0
     draft_cost: float = 0.0
 
     def __post_init__(self):
-        self.draft_cost = self.draft(self.pending) if self.kind == "draft" else 0.0
-        self.cost = self.draft_cost + self.target(1) + self.overhead_s
+        self.draft_cost = self.draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
+        self.cost = self.draft_cost + self.target(1) + self.overhead_s + self.row_s
 
     def _row(self, extra: int = 1) -> float:
         """Marginal seconds of ``extra`` more target rows."""
@@ -201,17 +210,17 @@ class StepPlan:
         while that marginal value per marginal second beats the step's E / T."""
         w = 0
         for s in scores:
-            d_draft = self.draft(w + 1) - self.draft(w) if self.kind == "draft" else 0.0
+            d_draft = self.draft(w + 1) - self.draft(w) + self.row_s if self.kind == "draft" else 0.0
             d_value = s * (1.0 + self.accept)
-            d_cost = d_draft + self._row(2)
+            d_cost = d_draft + self._row(2) + self.row_s * s * (1.0 + self.accept)
             if d_value * self.cost <= self.value * d_cost:
                 break
             w += 1
             self.value += s
-            self.cost += d_draft + self._row(1)
+            self.cost += d_draft + self._row(1) + self.row_s * s
             self.n_nodes += 1
         if w and self.kind == "draft":
-            self.draft_cost += self.draft(w)
+            self.draft_cost += self.draft(w) + w * self.row_s
         return w
 
     def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int:
@@ -219,10 +228,11 @@ class StepPlan:
         worth its score (the bonus token after it) for one target row."""
         self.n_nodes = len(expanded_scores)
         self.value = 1.0 + sum(expanded_scores)
-        self.cost = self.draft_cost + self.target(1 + self.n_nodes) + self.overhead_s
+        self.cost = (self.draft_cost + self.target(1 + self.n_nodes) + self.overhead_s
+                     + self.row_s * (1.0 + sum(expanded_scores)))
         n = 0
         for s in leaf_scores:
-            d_cost = self._row()
+            d_cost = self._row() + self.row_s * s
             if s * self.cost <= self.value * d_cost:
                 break
             n += 1
@@ -256,8 +266,10 @@ class AutoTuner:
     """Per request: choose plain decoding or a ``StepPlan`` for each step (module docstring)."""
 
     def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
-                 has_draft: bool = True, overhead_s: float = 0.0005, decay: float = 0.8, margin: float = 1.0):
+                 has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.8,
+                 margin: float = 1.0):
         self.target, self.draft = target, draft
+        self.row_s = row_s
         self.limits = limits
         self.overhead_s = overhead_s
         self.decay = decay
@@ -265,7 +277,7 @@ class AutoTuner:
         self.calibration = Calibration()
         self.accept = 0.6  # accepted tokens per reached expanded node, decayed (prior)
         self._acc_n = 2.0
-        self.plain_rate = 1.0 / (target(1) + overhead_s)
+        self.plain_rate = 1.0 / (target(1) + overhead_s + row_s)
         # an arm that cannot beat plain decoding even if every candidate were accepted is
         # never tried: on such a machine auto is plain decoding, probes included
         kinds = ("draft", "lookup") if has_draft and draft is not None else ("lookup",)
@@ -279,9 +291,9 @@ class AutoTuner:
         """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
         best = 0.0
         for depth in range(1, int(self.limits.depth) + 1):
-            t = self.target(depth + 1) + self.overhead_s
+            t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
             if kind == "draft":
-                t += depth * self.draft(1)
+                t += depth * (self.draft(1) + self.row_s)
             best = max(best, (depth + 1) / t)
         return best
 
@@ -320,7 +332,7 @@ class AutoTuner:
         self.last_choice, self.reason = kind, reason
         self.predicted_rate = self.arms[kind].rate or self.plain_rate
         plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
-                        accept=self.accept, overhead_s=self.overhead_s, pending=pending)
+                        accept=self.accept, overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
         return plan
 
     # -------------------------------------------------------------- learning
@@ -329,7 +341,7 @@ class AutoTuner:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
         arm = self.arms[plan.kind]
         arm.observe(tokens, seconds, self.decay)
-        if arm.rate < self.plain_rate * self.margin:
+        if arm.rate <= self.plain_rate * self.margin:  # not better than plain: try again later
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
         else:

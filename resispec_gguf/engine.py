@@ -30,6 +30,7 @@ from .config import MAX_TREE_NODES, DraftParams, ModelParams, SamplingParams
 from .errors import ContextFullError, UserError
 from .protocol import ModelBackend
 from .textstream import TextAssembler
+from .autotune import lookup_bin
 from .lookup import NgramIndex
 from .tree import DraftTree, Draw, GrowthLimits, grow
 from .verify import verify_greedy, verify_prepared, verify_prepared_with_candidate
@@ -174,6 +175,7 @@ class _Generation:
         self.draft_pending: list[int] = []
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         self.lookup = NgramIndex(self.prompt) if use_lookup else None
+        self.copy_run = 0  # emitted tokens in a row that lookup had predicted
 
     # ------------------------------------------------------------------ distributions
 
@@ -262,7 +264,19 @@ class _Generation:
         logits = rows[0]
         self.stats.target_time += time.perf_counter() - t
         self.stats.target_calls += 1
-        tok = self._sample_p(logits)
+        if self.sp.greedy:
+            tok = int(np.argmax(logits))
+            p_of = (lambda x: float(x == tok))
+        else:
+            p = self._p(logits)
+            tok = sampling.sample_dense(p, self.rng.random())
+            p_of = p.__getitem__
+        if self.lookup is not None:
+            # what a lookup candidate would have been accepted with, learnt for free
+            x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
+            if x0 >= 0 and self.tuner is not None:
+                self.tuner.calibration.observe_lookup(lookup_bin(match, self.copy_run), p_of(x0))
+            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
         e.target.commit([0])
         return [tok]
 
@@ -344,17 +358,25 @@ class _Generation:
     # -------------------------------------------------------------- candidates
 
     def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
-        """The context-lookup candidate after ``node``: ``(token, match length)``."""
+        """The context-lookup candidate after ``node`` and its calibration bin:
+        ``(token, bin)``, token -1 when the context has no match."""
         if self.lookup is None:
             return -1, 0
         path = []
+        run, counting = 0, True
         while node > 0:
+            par = tree.parent[node]
+            counting = counting and tree.tokens[node] == tree.lookup[par]
+            run += counting
             path.append(tree.tokens[node])
-            node = tree.parent[node]
+            node = par
         path.reverse()
+        if counting:
+            run += self.copy_run
         n = self.lookup.max_n
         # the index holds the prompt and the output so far, which ends with the root
-        return self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+        x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+        return x0, lookup_bin(match, run)
 
     def _weights(self, qx: dict, x0: int, n: int) -> dict:
         """Score factors of a node's candidates: calibrated acceptance chances under auto,
@@ -407,23 +429,30 @@ class _Generation:
             draws, x0 = tree.draws[node], tree.lookup[node]
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample_p(logits))
+                self.copy_run = 0
                 return emitted, path
             if self.sp.greedy:
-                tok, idx = verify_greedy(int(np.argmax(logits)), tree.candidates(node))
+                top = int(np.argmax(logits))
+                tok, idx = verify_greedy(top, tree.candidates(node))
                 is_lookup = x0 >= 0 and idx == 0
-            elif x0 >= 0:
-                qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
-                u = self.rng.random(len(draws) + 2)
-                tok, idx = verify_prepared_with_candidate(self.dp.method, self._p(logits), x0, qids, qprobs, draws, u)
-                is_lookup = idx == 0
+                p_of = (lambda x, top=top: float(x == top))
             else:
-                qids, qprobs = tree.q[node]
-                u = self.rng.random(len(draws) + 1)
-                tok, idx = verify_prepared(self.dp.method, self._p(logits), qids, qprobs, draws, u)
-                is_lookup = False
+                p = self._p(logits)
+                p_of = p.__getitem__
+                if x0 >= 0:
+                    qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
+                    u = self.rng.random(len(draws) + 2)
+                    tok, idx = verify_prepared_with_candidate(self.dp.method, p, x0, qids, qprobs, draws, u)
+                    is_lookup = idx == 0
+                else:
+                    qids, qprobs = tree.q[node]
+                    u = self.rng.random(len(draws) + 1)
+                    tok, idx = verify_prepared(self.dp.method, p, qids, qprobs, draws, u)
+                    is_lookup = False
             st._count(tree.depth[node] + 1, idx >= 0)
             if self.tuner is not None:
-                self._learn(tree, node, tok, idx >= 0, is_lookup)
+                self._learn(tree, node, tok, idx >= 0, is_lookup, p_of)
+            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
@@ -431,16 +460,26 @@ class _Generation:
             node = child
             path.append(node)
 
-    def _learn(self, tree: DraftTree, node: int, tok: int, accepted: bool, is_lookup: bool) -> None:
-        """Tell auto's calibration how the node's candidates fared."""
+    def _learn(self, tree: DraftTree, node: int, tok: int, accepted: bool, is_lookup: bool, p_of) -> None:
+        """Tell auto's calibration how the node's candidates fared.  Where the chance of
+        acceptance is known exactly it is learnt instead of the 0/1 outcome (less noise):
+        p(x0) for a lookup candidate, min(1, p'/q) for a chain's single draw."""
         qx, n = tree.info[node]
         cal = self.tuner.calibration
         x0 = tree.lookup[node]
+        scale = 1.0
         if x0 >= 0:
-            cal.observe_lookup(n, is_lookup)
-        if not is_lookup:  # the draws were reached
+            p0 = p_of(x0)
+            cal.observe_lookup(n, p0)
+            scale = 1.0 / (1.0 - p0) if p0 < 1.0 else 0.0
+        if not is_lookup:  # the draws were reached, against p without x0
+            draws = tree.draws[node]
             for x, q in qx.items():
-                if x != x0:
+                if x == x0:
+                    continue
+                if len(draws) == 1 and q > 0.0 and not self.sp.greedy:
+                    cal.observe_draft(q, min(1.0, p_of(x) * scale / q))
+                else:
                     cal.observe_draft(q, accepted and tok == x)
         self.tuner.observe_node(accepted)
 
@@ -502,6 +541,7 @@ class Engine:
         self._chat_template = chat_template
         self.last_result: Result | None = None
         self._auto = cost_curves
+        self._row_s = 0.0 if cost_curves is not None else None  # host seconds per row, for auto
         self.n_threads = target.n_threads
 
     @classmethod
@@ -590,7 +630,33 @@ class Engine:
 
         if self._auto is None:
             self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft) if self.draft is not None else None)
-        return autotune.AutoTuner(self._auto[0], self._auto[1], dp, has_draft=self.draft is not None)
+        if self._row_s is None:
+            self._row_s = self._host_row_seconds()
+        return autotune.AutoTuner(self._auto[0], self._auto[1], dp, has_draft=self.draft is not None, row_s=self._row_s)
+
+    def _host_row_seconds(self) -> float:
+        """Host time to turn one logits row of this vocabulary into a distribution and verify
+        on it (measured once, cached beside the cost curves, so choices stay deterministic)."""
+        from . import autotune, models
+
+        cache = os.environ.get("RESISPEC_COSTS") or str(models.cache_dir() / "costs.json")
+        key = autotune.curve_cache_key(f"host-row:{self.n_vocab}")
+        cached = autotune.load_cached_curve(cache, key)
+        if cached is not None:
+            return cached.seconds[0]
+        row = np.random.default_rng(0).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            p = sampling.probs_dense(row, 0.8, 40, 0.95, 0.05)
+            sampling.sample_dense(p, 0.5)
+            sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05, 64)
+            best = min(best, time.perf_counter() - t)
+        try:
+            autotune.store_cached_curve(cache, key, autotune.CostCurve((1,), (best,)))
+        except OSError:
+            pass
+        return best
 
     def _cost_curve(self, model):
         from . import autotune, models

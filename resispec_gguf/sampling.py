@@ -95,26 +95,37 @@ def _top_k_heap(logits, cand, k):
     return idx[order]
 
 
-_STRIDE = 16
-
-
 @njit(cache=True)
-def _top_k_ids(logits, k):
-    """Ids of the k largest finite logits (ties: lower id first), sorted descending."""
-    # logits: [V] float32 -> ids [min(k, #finite)] int64
+def _top_k_ids(logits, k, cand):
+    """Ids of the k largest finite logits (ties: lower id first), sorted descending, among
+    ``cand`` (ascending ids known to hold them all) or, when ``cand`` is empty, the row."""
+    # logits: [V] float32, cand: [m] int64 -> ids [min(k, #finite)] int64
     if k <= 0:  # the heap needs a root
         return np.empty(0, np.int64)
+    if cand.shape[0] == 0:
+        cand = np.arange(logits.shape[0])
+    return _top_k_heap(logits, cand, k)
+
+
+_STRIDE = 64
+_NO_CAND = np.empty(0, np.int64)
+
+
+def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ascending ids that surely hold the row's k largest finite logits, found with NumPy's
+    vectorised passes; empty (meaning: all of them) when the shortcut does not apply.
+
+    The k-th largest of a subset never exceeds the k-th largest of the whole row, so the
+    k-th largest of every 64th entry is a threshold that keeps every answer, ties included.
+    """
     V = logits.shape[0]
-    if V >= 4096 and V >= 64 * k:
-        # The k-th largest of a subset never exceeds the k-th largest of the whole row, so
-        # the k-th largest of every 16th entry is a threshold that keeps every answer (ties
-        # included); one vectorised comparison then leaves a few hundred candidates.
-        sample = np.arange(0, V, _STRIDE)
-        sk = _top_k_heap(logits, sample, k)
-        if sk.shape[0] == k:
-            cand = np.nonzero(logits >= logits[sk[k - 1]])[0].astype(np.int64)
-            return _top_k_heap(logits, cand, k)
-    return _top_k_heap(logits, np.arange(V), k)
+    if k <= 0 or V < 4096 or V < 256 * k:
+        return _NO_CAND
+    sample = logits[::_STRIDE]
+    thr = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
+    if not thr > -np.inf:
+        return _NO_CAND
+    return np.flatnonzero(logits >= thr)
 
 
 @njit(cache=True)
@@ -177,10 +188,11 @@ def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
 
 
 @njit(cache=True)
-def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best):
+def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand):
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
-    # best: the argmax (first maximum), which NumPy finds with SIMD.
+    # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: ascending ids
+    # holding the top max(top_k, cap) logits (empty: the whole row; see _candidates).
     V = logits.shape[0]
     bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
@@ -200,14 +212,14 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best):
             # The cap comes after top-p: the nucleus is measured on the uncapped (top-k)
             # distribution, so top-p needs that distribution's normaliser.
             if k < V:
-                ids = _top_k_ids(logits, k)
+                ids = _top_k_ids(logits, k, cand)
                 z_all = _weight_sum(logits, ids, np.float64(bv), inv_t)
                 ids = ids[:kc]
             else:
-                ids = _top_k_ids(logits, kc)
+                ids = _top_k_ids(logits, kc, cand)
                 z_all = z_row if z_row > 0.0 else _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
         else:
-            ids = _top_k_ids(logits, kc)
+            ids = _top_k_ids(logits, kc, cand)
     else:
         # No count limit.  Tokens whose probability is below (1 - top_p) / V can never be in
         # the nucleus (everything at or below them weighs < 1 - top_p), nor above min_p's
@@ -328,18 +340,21 @@ def _sample_dense(p, u):
 # --------------------------------------------------------------------------- wrappers
 
 
-def _check_logits(logits: np.ndarray, need_finite: bool = True) -> np.ndarray:
+def _check_logits(logits: np.ndarray, need_finite: bool = True) -> tuple[np.ndarray, int]:
+    """The row as contiguous float32 and its argmax (first maximum), in one pass."""
     logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
     if logits.ndim != 1 or logits.shape[0] == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
     logits = np.ascontiguousarray(logits)
-    # max propagates NaN, so one pass screens NaN, +inf and an all -inf row
-    if not np.isfinite(logits.max()):
-        if np.isnan(logits).any() or np.isposinf(logits).any():
+    # argmax stops at the first NaN, so the value it points to screens NaN, +inf and an
+    # all -inf row in the same pass
+    best = int(np.argmax(logits))
+    if not np.isfinite(logits[best]):
+        if np.isnan(logits[best]) or np.isposinf(logits).any():
             raise ValueError("logits contain NaN or +inf")
         if need_finite:
             raise ValueError("logits have no finite entry")
-    return logits
+    return logits, best
 
 
 def _row_normaliser(logits, temperature):
@@ -357,28 +372,31 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     ``top_k``/``cap`` of 0 mean no limit.  Requires a 1-D logits row with at least one finite
     entry; returns at least one token.
     """
-    logits = _check_logits(logits)
+    logits, best = _check_logits(logits)
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
     V = logits.shape[0]
     z_row = -1.0
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
         # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
         z_row = _row_normaliser(logits, temperature)
-    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, int(np.argmax(logits)))
+    limit = max(top_k if 0 < top_k < V else 0, cap if 0 < cap < V else 0)
+    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, _candidates(logits, limit))
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     """Sampling distribution of one logits row as a dense float64 ``[V]`` array."""
-    logits = _check_logits(logits)
+    logits, best = _check_logits(logits)
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and min_p <= 0.0:
         # a plain softmax: NumPy's vectorised exp is ~3x faster than Numba's scalar one here
         out = logits.astype(np.float64)
-        out -= out.max()
+        out -= out[best]
         out *= 1.0 / float(temperature)
         np.exp(out, out=out)
         out /= out.sum()
         return out
-    ids, probs = _probs_sparse(logits, float(temperature), int(top_k), float(top_p), float(min_p), 0, -1.0, int(np.argmax(logits)))
+    top_k = int(top_k)
+    cand = _candidates(logits, top_k if 0 < top_k < logits.shape[0] else 0)
+    ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, -1.0, best, cand)
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out

@@ -78,8 +78,9 @@ def test_calibration_learns_from_the_request():
     assert cal.draft(0.9) < 0.1 < before
     assert cal.draft(0.2) == pytest.approx(autotune.Calibration().draft(0.2))
     for _ in range(30):
-        cal.observe_lookup(3, True)
-    assert cal.lookup(3) > 0.9 and cal.lookup(1) < 0.5
+        cal.observe_lookup(autotune.lookup_bin(4, 3), 0.97)  # known chances count too
+    assert cal.lookup(autotune.lookup_bin(4, 5)) > 0.9 and cal.lookup(autotune.lookup_bin(1, 5)) < 0.5
+    assert autotune.lookup_bin(1, 9) != autotune.lookup_bin(2, 0)
 
 
 def _fake_pair(draft_noise):

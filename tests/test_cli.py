@@ -210,12 +210,12 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             while True:
                 try:
                     r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", headers=headers,
-                                   json={"prompt": "hi", "max_tokens": 2}, timeout=5)
+                                   json={"prompt": "hi", "max_tokens": 2, "seed": 0}, timeout=5)
                     break
                 except httpx.TransportError:
                     assert time.monotonic() < deadline and p.poll() is None
                     time.sleep(0.1)
-            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] in (1, 2)  # 1: an end token
             if key:
                 assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
         finally:

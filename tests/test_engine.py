@@ -213,6 +213,13 @@ def test_method_without_draft_is_refused(tiny_pair):
         assert e.generate("x", SamplingParams(max_tokens=3, seed=0), DraftParams(method="none")).tokens
         with pytest.raises(Exception, match="needs a draft"):
             e.generate("x", SamplingParams(max_tokens=3), DraftParams(method="resispec"))
+        # context lookup drafts without a draft model: greedy output is the target's own
+        sp = SamplingParams(temperature=0.0, max_tokens=40)
+        prompt = "abc abc abc abc abc abc"
+        ref = e.generate(prompt, sp, DraftParams(method="none"))
+        for dp in (DraftParams(method="chain", lookup=True), DraftParams(method="auto")):
+            res = e.generate(prompt, sp, dp)
+            assert res.tokens == ref.tokens, dp
 
 
 def test_load_takes_model_params_or_their_fields(tiny_pair):

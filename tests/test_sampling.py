@@ -19,6 +19,7 @@ import pytest
 from scipy import special, stats
 
 from resispec_gguf.sampling import (
+    _candidates,
     _top_k_ids,
     probs_dense,
     probs_sparse,
@@ -262,10 +263,11 @@ def test_no_finite_logit_raises():
 
 def test_top_k_kernel_matches_lexsort():
     for (name, logits), k in itertools.product(ROWS, (0, 1, 2, 5, 40, 6000)):
-        got = _top_k_ids(np.ascontiguousarray(logits, np.float32), k)
+        x = np.ascontiguousarray(logits, np.float32)
+        got = _top_k_ids(x, k, _candidates(x, k))
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, ref_order(logits)[:k], err_msg=f"{name} k={k}")
-    assert _top_k_ids(np.full(4, -np.inf, np.float32), 2).shape == (0,)
+    assert _top_k_ids(np.full(4, -np.inf, np.float32), 2, np.empty(0, np.int64)).shape == (0,)
 
 
 # --------------------------------------------------------------------------- draws
@@ -357,7 +359,7 @@ def test_kernel_computes_row_normaliser_itself():
         for kw in (dict(temperature=0.7, top_p=0.9), dict(temperature=1.0, top_p=0.25, min_p=0.05)):
             ids, probs = probs_sparse(logits, cap=3, **kw)
             x = np.ascontiguousarray(logits, np.float32)
-            kids, kprobs = _probs_sparse(x, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0, int(np.argmax(x)))
+            kids, kprobs = _probs_sparse(x, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0, int(np.argmax(x)), np.empty(0, np.int64))
             np.testing.assert_array_equal(kids, ids, err_msg=name)
             np.testing.assert_allclose(kprobs, probs, rtol=RTOL, atol=ATOL, err_msg=name)
 
@@ -373,3 +375,24 @@ def test_low_temperature_support_has_no_zero_probabilities(temperature):
             ids, probs = probs_sparse(x, temperature, 0, 1.0, 0.0, cap)
             assert (probs > 0).all() and abs(probs.sum() - 1) < 1e-12
             assert ids[0] == int(np.argmax(x))
+
+
+def test_vectorised_prefilter_keeps_the_top_k_at_qwen_vocabulary():
+    """The candidates found from a strided sample hold the k largest logits, ties included."""
+    rng = np.random.default_rng(11)
+    V = 151_936
+    for trial in range(6):
+        x = rng.normal(0, 3, V).astype(np.float32)
+        if trial % 2:
+            x = np.round(x, 1)  # many ties
+        if trial == 4:
+            x[rng.random(V) < 0.9] = -np.inf
+        for k in (1, 40, 64, 500):
+            cand = _candidates(x, k)
+            assert cand.shape[0] < V and (cand.shape[0] >= k or (trial == 4 and k == 500 and cand.shape[0] == 0))
+            np.testing.assert_array_equal(_top_k_ids(x, k, cand), ref_order(x)[:k])
+        for kw in (dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05), dict(temperature=1.0, top_k=0, top_p=0.9)):
+            ids, probs = probs_sparse(x, cap=64, **kw)
+            rids, rprobs = ref_probs(x, cap=64, **kw)
+            np.testing.assert_array_equal(ids, rids)
+            np.testing.assert_allclose(probs, rprobs, rtol=RTOL, atol=ATOL)
