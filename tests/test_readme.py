@@ -35,3 +35,32 @@ def test_serve_section_states_the_limits_the_code_enforces():
                    f"over {server.MAX_STOP_CHARS} characters", f"pool of {['no', 'one', 'two', 'three', 'four'][server.TOKENIZER_THREADS]} threads"):
         assert needle in serve, needle
     assert f"at least {MIN_CTX}" in README and f"`--ctx` below {MIN_CTX}" in README
+
+
+def test_flag_table_defaults_are_the_settings_defaults():
+    """The README's flag table repeats defaults for the reader; they must be config.py's."""
+    from resispec_gguf import config
+
+    flag_field = {flag: (cls, f) for cls in (config.SamplingParams, config.DraftParams, config.ModelParams)
+                  for f in config.settings(cls) for flag in f.metadata["flags"]}
+    table = README.split("| flag | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    checked = 0
+    for row in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        flags = [f for f in re.findall(r"`(-[^`/ ]+)", cells[0]) if f in flag_field]
+        defaults = [d.strip().strip("`") for d in cells[1].split(",")]
+        if not flags or len(defaults) != len(flags) and len(defaults) != 1:
+            continue
+        for flag, shown in zip(flags, defaults):
+            default = flag_field[flag][1].default
+            if default is None:  # the table says in words what None means
+                continue
+            if isinstance(default, bool):
+                expect = "on" if default else "off"
+            elif isinstance(default, float):
+                expect = f"{default:g}"
+            else:
+                expect = str(default) if default != () else "none"
+            assert shown == expect, (flag, shown, expect)
+            checked += 1
+    assert checked >= 14, checked
