@@ -1,7 +1,7 @@
 """resispec-gguf: exact multi-candidate speculative sampling for GGUF models on llama.cpp."""
 
 from .api import create_chat_completion
-from .config import DraftParams, SamplingParams
+from .config import ConfigError, DraftParams, ModelParams, SamplingParams
 from .engine import Engine, Result, Stats
 from .errors import ContextFullError, UserError
 
@@ -11,8 +11,10 @@ __all__ = [
     "Stats",
     "SamplingParams",
     "DraftParams",
+    "ModelParams",
     "create_chat_completion",
     "UserError",
+    "ConfigError",
     "ContextFullError",
 ]
 __version__ = "0.1.0"

@@ -9,6 +9,9 @@ needs, in NumPy terms:
 * ``commit(path)``: keep one root-to-node path of uncommitted nodes, drop every other;
 * ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
 
+``open_models`` opens a target and a draft as a ``config.ModelParams`` says and checks that
+they share a vocabulary; ``describe`` reports a model's file and settings.
+
 KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
 sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
 same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
