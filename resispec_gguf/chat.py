@@ -46,8 +46,11 @@ def apply_setting(sp: SamplingParams, dp: DraftParams, name: str, value: str):
     flags (``temp``, ``top-k``, ``K``).  Raises UserError on a bad name or value."""
     try:
         cls, field = config.find_setting(_SETTABLE, name)
-        if config.kind(cls, field).many:
-            raise config.ConfigError(field, f"{field} cannot be set here; try one of {setting_names()}")
+    except config.ConfigError:
+        raise UserError(f"/set: unknown setting {name!r}; try one of {setting_names()}") from None
+    if config.kind(cls, field).many:
+        raise UserError(f"/set: {field} cannot be set here; try one of {setting_names()}")
+    try:
         new = config.parse_field(cls, field, value)
         if cls is SamplingParams:
             return sp.replace(**{field: new}), dp
