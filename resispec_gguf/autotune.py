@@ -284,8 +284,6 @@ class AutoTuner:
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         self.last_choice = "none"
         self.reason = "start: probe"
-        self.predicted_rate = self.plain_rate
-        self._probe_order = list(self.arms)
 
     def best_case(self, kind: str) -> float:
         """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
@@ -301,7 +299,7 @@ class AutoTuner:
 
     def choose(self, pending: int = 1) -> StepPlan | None:
         """The next step's plan, or None for a plain step."""
-        for name in self._probe_order:  # every kind is probed once at the start
+        for name in self.arms:  # every kind is probed once at the start
             if self.arms[name].steps == 0:
                 return self._plan(name, pending, f"probe {name}")
         best, best_rate = None, self.plain_rate * self.margin
@@ -321,7 +319,7 @@ class AutoTuner:
                     due = name
         if due is not None:
             return self._plan(due, pending, f"re-probe {due} after backing off")
-        self.last_choice, self.reason, self.predicted_rate = "none", "plain: speculation lost its last probe", self.plain_rate
+        self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
 
     def _plan(self, kind: str, pending: int, reason: str) -> StepPlan:
@@ -330,7 +328,6 @@ class AutoTuner:
         method = "chain" if k == 1 else "resispec"
         params = lim.replace(method=method, draws=max(k, 1), policy="budget")
         self.last_choice, self.reason = kind, reason
-        self.predicted_rate = self.arms[kind].rate or self.plain_rate
         plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
                         accept=self.accept, overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
         return plan

@@ -264,13 +264,8 @@ class _Generation:
         logits = rows[0]
         self.stats.target_time += time.perf_counter() - t
         self.stats.target_calls += 1
-        if self.sp.greedy:
-            tok = int(np.argmax(logits))
-            p_of = (lambda x: float(x == tok))
-        else:
-            p = self._p(logits)
-            tok = sampling.sample_dense(p, self.rng.random())
-            p_of = p.__getitem__
+        p, top, p_of = self._target_dist(logits)
+        tok = self._sample(p, top)
         if self.lookup is not None:
             # what a lookup candidate would have been accepted with, learnt for free
             x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
@@ -431,14 +426,11 @@ class _Generation:
                 emitted.append(self._sample_p(logits))
                 self.copy_run = 0
                 return emitted, path
-            if self.sp.greedy:
-                top = int(np.argmax(logits))
+            p, top, p_of = self._target_dist(logits)
+            if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))
                 is_lookup = x0 >= 0 and idx == 0
-                p_of = (lambda x, top=top: float(x == top))
             else:
-                p = self._p(logits)
-                p_of = p.__getitem__
                 if x0 >= 0:
                     qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
                     u = self.rng.random(len(draws) + 2)
@@ -483,10 +475,22 @@ class _Generation:
                     cal.observe_draft(q, accepted and tok == x)
         self.tuner.observe_node(accepted)
 
-    def _sample_p(self, logits) -> int:
+    def _target_dist(self, logits) -> tuple[np.ndarray | None, int, object]:
+        """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and
+        ``p_of`` one-hot on the argmax when greedy; ``p_of(x)`` is the probability of x."""
         if self.sp.greedy:
-            return int(np.argmax(logits))
-        return sampling.sample_dense(self._p(logits), self.rng.random())
+            top = int(np.argmax(logits))
+            return None, top, (lambda x: float(x == top))
+        p = self._p(logits)
+        return p, -1, p.__getitem__
+
+    def _sample_p(self, logits) -> int:
+        p, top, _ = self._target_dist(logits)
+        return self._sample(p, top)
+
+    def _sample(self, p, top: int) -> int:
+        """A token from ``_target_dist``'s ``(p, argmax)``."""
+        return top if p is None else sampling.sample_dense(p, self.rng.random())
 
     def _commit(self, tree: DraftTree, draft_index: dict[int, int] | None, emitted: list[int], path: list[int]) -> None:
         e = self.e
@@ -634,38 +638,46 @@ class Engine:
             self._row_s = self._host_row_seconds()
         return autotune.AutoTuner(self._auto[0], self._auto[1], dp, has_draft=self.draft is not None, row_s=self._row_s)
 
-    def _host_row_seconds(self) -> float:
-        """Host time to turn one logits row of this vocabulary into a distribution and verify
-        on it (measured once, cached beside the cost curves, so choices stay deterministic)."""
+    @staticmethod
+    def _measured(identity: str, measure):
+        """``measure()``'s CostCurve for ``identity``, measured once and cached on disk (so
+        auto's choices stay deterministic); a cache that cannot be written is skipped."""
         from . import autotune, models
 
         cache = os.environ.get("RESISPEC_COSTS") or str(models.cache_dir() / "costs.json")
-        key = autotune.curve_cache_key(f"host-row:{self.n_vocab}")
-        cached = autotune.load_cached_curve(cache, key)
-        if cached is not None:
-            return cached.seconds[0]
-        row = np.random.default_rng(0).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
-        best = float("inf")
-        for _ in range(5):
-            t = time.perf_counter()
-            p = sampling.probs_dense(row, 0.8, 40, 0.95, 0.05)
-            sampling.sample_dense(p, 0.5)
-            sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05, 64)
-            best = min(best, time.perf_counter() - t)
-        try:
-            autotune.store_cached_curve(cache, key, autotune.CostCurve((1,), (best,)))
-        except OSError:
-            pass
-        return best
-
-    def _cost_curve(self, model):
-        from . import autotune, models
-
-        cache = os.environ.get("RESISPEC_COSTS") or str(models.cache_dir() / "costs.json")
-        key = autotune.curve_cache_key(model.cost_key())
+        key = autotune.curve_cache_key(identity)
         curve = autotune.load_cached_curve(cache, key)
         if curve is None:
+            curve = measure()
+            try:
+                autotune.store_cached_curve(cache, key, curve)
+            except OSError:
+                pass
+        return curve
 
+    def _host_row_seconds(self) -> float:
+        """Host time to turn one logits row of this vocabulary into a distribution and verify
+        on it."""
+        from . import autotune
+
+        def measure():
+            row = np.random.default_rng(0).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
+            best = float("inf")
+            for _ in range(5):
+                t = time.perf_counter()
+                p = sampling.probs_dense(row, 0.8, 40, 0.95, 0.05)
+                sampling.sample_dense(p, 0.5)
+                sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05, 64)
+                best = min(best, time.perf_counter() - t)
+            return autotune.CostCurve((1,), (best,))
+
+        return self._measured(f"host-row:{self.n_vocab}", measure).seconds[0]
+
+    def _cost_curve(self, model):
+        """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes."""
+        from . import autotune
+
+        def measure():
             if model.n_past + max(autotune.ROW_COUNTS) + 1 > model.n_ctx:
                 model.reset()
 
@@ -673,12 +685,9 @@ class Engine:
                 model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
                 model.drop_uncommitted()
 
-            curve = autotune.measure_curve(rows)
-            try:
-                autotune.store_cached_curve(cache, key, curve)
-            except OSError:
-                pass
-        return curve
+            return autotune.measure_curve(rows)
+
+        return self._measured(model.cost_key(), measure)
 
     # ------------------------------------------------------------------ text
 
