@@ -208,53 +208,72 @@ def check_law(counts: Counter, law: dict[tuple, float], label: str) -> dict:
 # --------------------------------------------------------------------------- the grid
 
 
-@pytest.mark.parametrize("room", list(ROOMS))
-@pytest.mark.parametrize("temp", list(TEMPERATURES))
-@pytest.mark.parametrize("policy", ["budget", "static"])
-@pytest.mark.parametrize("method", METHODS)
-def test_engine_output_law_is_exact(method, policy, temp, room):
+# The stochastic grid.  Each case builder returns ``(engine, target, prompt, sp, dp, plain
+# steps)``; the tests below and scripts/exactness_report.py both run them.
+LOOKUP_ROOMS = ("ample", "target-room")
+COST_REGIMES = {"gpu": (FLAT, FLAT), "cpu": (CPU_T, CPU_D), "gpu no draft": (FLAT, None)}
+TREE_GRID = (METHODS, ("budget", "static"), tuple(TEMPERATURES), tuple(ROOMS))
+LOOKUP_GRID = (METHODS + ("lookup only",), ("T1", "T0.6-filters"), LOOKUP_ROOMS)
+AUTO_GRID = (tuple(COST_REGIMES), tuple(TEMPERATURES), LOOKUP_ROOMS)
+
+
+def tree_case(method, policy, temp, room):
     target_ctx, draft_ctx, draft_seq, plain = ROOMS[room](len(PROMPT))
     target, draft = _pair(target_ctx, draft_ctx, draft_seq)
-    engine = Engine(target, draft)
-    sp = TEMPERATURES[temp]
     dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy)
-    counts = sample(engine, sp, dp, RUNS, plain)
-    check_law(counts, exact_law(target, PROMPT, sp, N_TOKENS), f"{method}/{policy}/{temp}/{room}")
+    return Engine(target, draft), target, PROMPT, TEMPERATURES[temp], dp, plain
 
 
-LOOKUP_ROOMS = ("ample", "target-room")
-
-
-@pytest.mark.parametrize("room", LOOKUP_ROOMS)
-@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
-@pytest.mark.parametrize("method", METHODS + ("lookup only",))
-def test_lookup_candidates_keep_the_law_exact(method, temp, room):
-    """A context-lookup candidate at every node, checked before the draws (or alone, with no
-    draft model)."""
+def lookup_case(method, temp, room):
     target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
     target, draft = _pair(target_ctx, draft_ctx, draft_seq)
     if method == "lookup only":
         engine, method = Engine(target, None), "chain"
     else:
         engine = Engine(target, draft)
-    sp = TEMPERATURES[temp]
     dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=True)
-    counts = sample(engine, sp, dp, RUNS)
-    check_law(counts, exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS), f"lookup/{method}/{temp}/{room}")
+    return engine, target, LOOKUP_PROMPT, TEMPERATURES[temp], dp, 0
 
 
-@pytest.mark.parametrize("room", LOOKUP_ROOMS)
-@pytest.mark.parametrize("temp", list(TEMPERATURES))
-@pytest.mark.parametrize("costs", ["gpu", "cpu", "gpu no draft"])
-def test_auto_output_law_is_exact(costs, temp, room):
-    """auto's own choices: plain or tree per step, dynamic width and depth, lookup."""
+def auto_case(costs, temp, room):
     target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
     target, draft = _pair(target_ctx, draft_ctx, draft_seq)
-    curves = {"gpu": (FLAT, FLAT), "cpu": (CPU_T, CPU_D), "gpu no draft": (FLAT, None)}[costs]
+    curves = COST_REGIMES[costs]
     engine = Engine(target, None if curves[1] is None else draft, cost_curves=curves)
-    sp = TEMPERATURES[temp]
-    counts = sample(engine, sp, DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4), RUNS)
-    check_law(counts, exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS), f"auto/{costs}/{temp}/{room}")
+    dp = DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
+    return engine, target, LOOKUP_PROMPT, TEMPERATURES[temp], dp, 0
+
+
+def run_case(case, label: str) -> dict:
+    """Sample a case RUNS times and check it against its exact law (``check_law``)."""
+    engine, target, prompt, sp, dp, plain = case
+    counts = sample(engine, sp, dp, RUNS, plain)
+    return check_law(counts, exact_law(target, prompt, sp, N_TOKENS), label)
+
+
+@pytest.mark.parametrize("room", TREE_GRID[3])
+@pytest.mark.parametrize("temp", TREE_GRID[2])
+@pytest.mark.parametrize("policy", TREE_GRID[1])
+@pytest.mark.parametrize("method", TREE_GRID[0])
+def test_engine_output_law_is_exact(method, policy, temp, room):
+    run_case(tree_case(method, policy, temp, room), f"{method}/{policy}/{temp}/{room}")
+
+
+@pytest.mark.parametrize("room", LOOKUP_GRID[2])
+@pytest.mark.parametrize("temp", LOOKUP_GRID[1])
+@pytest.mark.parametrize("method", LOOKUP_GRID[0])
+def test_lookup_candidates_keep_the_law_exact(method, temp, room):
+    """A context-lookup candidate at every node, checked before the draws (or alone, with no
+    draft model)."""
+    run_case(lookup_case(method, temp, room), f"lookup/{method}/{temp}/{room}")
+
+
+@pytest.mark.parametrize("room", AUTO_GRID[2])
+@pytest.mark.parametrize("temp", AUTO_GRID[1])
+@pytest.mark.parametrize("costs", AUTO_GRID[0])
+def test_auto_output_law_is_exact(costs, temp, room):
+    """auto's own choices: plain or tree per step, dynamic width and depth, lookup."""
+    run_case(auto_case(costs, temp, room), f"auto/{costs}/{temp}/{room}")
 
 
 @pytest.mark.parametrize("temp", list(TEMPERATURES))
