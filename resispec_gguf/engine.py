@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from .lookup import NgramIndex
 from .tree import DraftTree, Draw, GrowthLimits, grow
 from .verify import verify_greedy, verify_prepared, verify_prepared_with_candidate
 
-__all__ = ["Engine", "Result", "Stats"]
+__all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
 
 
 @dataclass
@@ -139,6 +139,17 @@ class Stats:
         }
 
 
+class TokenLogprob(NamedTuple):
+    """One emitted token's log-probability under the target at temperature 1 before any
+    filter (the model's own distribution, as OpenAI and vLLM report it), read from the row the
+    token was verified or sampled against, and the ``top`` most likely tokens there as
+    ``(token, logprob)`` pairs, descending."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
 @dataclass
 class Result:
     tokens: list[int]
@@ -148,6 +159,8 @@ class Result:
     finish_reason: str
     stats: Stats
     seed: int
+    # one entry per token of ``tokens`` when the request asked for logprobs, else None
+    logprobs: list[TokenLogprob] | None = None
 
 
 _PLAIN = DraftParams(method="none")
@@ -159,7 +172,8 @@ _LOOKUP_WEIGHT = 0.5
 class _Generation:
     """One request: owns its RNG, text assembly and stats; drives the models step by step."""
 
-    def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams):
+    def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams,
+                 logprobs: int | None = None):
         self.e = engine
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -176,6 +190,21 @@ class _Generation:
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         self.lookup = NgramIndex(self.prompt) if use_lookup else None
         self.copy_run = 0  # emitted tokens in a row that lookup had predicted
+        # logprobs: None (off: nothing is computed), else the number of alternatives per token
+        self.n_logprobs = logprobs
+        self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
+        self._step_logprobs: list[TokenLogprob] = []  # this step's emitted tokens', in order
+
+    def result(self) -> Result:
+        return Result(tokens=list(self.out), text=self.text.text, finish_reason=self.finish_reason or "interrupted",
+                      stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs))
+
+    def _note(self, logits, token: int) -> None:
+        """Record ``token``'s logprobs at the target row ``logits`` it was drawn against (a
+        no-op unless asked for: it costs a pass over the row)."""
+        if self.logprobs is not None:
+            lp, ids, lps = sampling.token_logprob(logits, token, self.n_logprobs)
+            self._step_logprobs.append(TokenLogprob(int(token), lp, tuple(zip(ids.tolist(), lps.tolist()))))
 
     # ------------------------------------------------------------------ distributions
 
@@ -236,10 +265,15 @@ class _Generation:
 
     def _emit(self, tokens: list[int]) -> Iterator[str]:
         e = self.e
-        for tok in tokens:
+        notes, self._step_logprobs = self._step_logprobs, []
+        for i, tok in enumerate(tokens):
             self.out.append(tok)
+            if self.logprobs is not None:
+                self.logprobs.append(notes[i])
             if e.target.is_eog(tok):
                 self.out.pop()
+                if self.logprobs is not None:
+                    self.logprobs.pop()
                 self.finish_reason = "eos"
                 return
             piece = self.text.push(e.target.token_piece(tok))
@@ -266,6 +300,7 @@ class _Generation:
         self.stats.target_calls += 1
         p, top, p_of = self._target_dist(logits)
         tok = self._sample(p, top)
+        self._note(logits, tok)
         if self.lookup is not None:
             # what a lookup candidate would have been accepted with, learnt for free
             x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
@@ -424,6 +459,7 @@ class _Generation:
             draws, x0 = tree.draws[node], tree.lookup[node]
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample_p(logits))
+                self._note(logits, emitted[-1])
                 self.copy_run = 0
                 return emitted, path
             p, top, p_of = self._target_dist(logits)
@@ -446,6 +482,7 @@ class _Generation:
                 self._learn(tree, node, tok, idx >= 0, is_lookup, p_of)
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
+            self._note(logits, tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
                 return emitted, path
@@ -695,6 +732,10 @@ class Engine:
     def chat_template(self) -> str | None:
         return self._chat_template
 
+    def token_piece(self, token: int) -> bytes:
+        """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""
+        return self.target.token_piece(int(token))
+
     def _special_text(self, token: int) -> str:
         if token is None or not 0 <= token < self.n_vocab:
             return ""
@@ -787,7 +828,10 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def _prepare(self, prompt, sampling_params, draft_params):
+    def _prepare(self, prompt, sampling_params, draft_params, logprobs: int | None = None):
+        if logprobs is not None and not (isinstance(logprobs, int) and 0 <= logprobs <= self.n_vocab):
+            raise UserError(f"logprobs must be None or a number of alternatives from 0 to {self.n_vocab}, "
+                            f"got {logprobs!r}")
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
         self.check_draft_params(dp)
@@ -800,28 +844,49 @@ class Engine:
                 raise UserError(f"prompt token {bad[0]} is outside the vocabulary (0..{self.n_vocab - 1})")
         if not tokens:
             raise UserError("the prompt is empty")
-        return _Generation(self, tokens, sp, dp)
+        return _Generation(self, tokens, sp, dp, logprobs)
 
-    def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Iterator[str]:
+    def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+               logprobs: int | None = None) -> Iterator[str]:
         """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
         When the iterator ends, ``engine.last_result`` holds the full ``Result``; closed or
-        interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted"."""
-        gen = self._prepare(prompt, sampling, draft)
+        interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted".
+        ``logprobs``: see ``generate``."""
+        gen = self._prepare(prompt, sampling, draft, logprobs)
         self.last_result = None
         try:
             yield from gen.run()
         finally:
-            self.last_result = Result(
-                tokens=list(gen.out),
-                text=gen.text.text,
-                finish_reason=gen.finish_reason or "interrupted",
-                stats=gen.stats,
-                seed=gen.seed,
-            )
+            self.last_result = gen.result()
 
-    def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Result:
-        """Generate a completion of ``prompt`` (a string or a list of token ids)."""
-        for _ in self.stream(prompt, sampling, draft):
+    def stream_logprobs(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None,
+                        logprobs: int = 0) -> Iterator[tuple[str, list[TokenLogprob]]]:
+        """``stream`` with logprobs: yields ``(piece, entries)``, ``entries`` the
+        ``TokenLogprob`` of the tokens emitted since the previous piece (text and tokens do not
+        align one to one: a token may hold part of a character, or text a stop string may
+        still swallow).  The yielded lists, concatenated, are a prefix of
+        ``last_result.logprobs``; what follows it (tokens whose text never became final, such
+        as a stop string's) is only there."""
+        gen = self._prepare(prompt, sampling, draft, logprobs)
+        self.last_result = None
+        sent = 0
+        try:
+            for piece in gen.run():
+                n = len(gen.logprobs)
+                yield piece, gen.logprobs[sent:n]
+                sent = n
+        finally:
+            self.last_result = gen.result()
+
+    def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+                 logprobs: int | None = None) -> Result:
+        """Generate a completion of ``prompt`` (a string or a list of token ids).
+
+        ``logprobs``: None (the default) computes nothing; an integer n >= 0 fills
+        ``Result.logprobs`` with each token's ``TokenLogprob`` and its n most likely
+        alternatives, read from the target rows the step already has (no extra model call;
+        one pass over the row per token)."""
+        for _ in self.stream(prompt, sampling, draft, logprobs=logprobs):
             pass
         assert self.last_result is not None
         return self.last_result

@@ -28,6 +28,7 @@ __all__ = [
     "sample_iid",
     "sample_without_replacement",
     "sample_dense",
+    "token_logprob",
 ]
 
 
@@ -417,3 +418,15 @@ def sample_without_replacement(ids, probs, u) -> np.ndarray:
 def sample_dense(p, u: float) -> int:
     """One inverse-CDF draw from a dense distribution ``p`` ``[V]``."""
     return int(_sample_dense(np.asarray(p, np.float64), float(u)))
+
+
+def token_logprob(logits, token: int, n_top: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
+    """The model's own log-probability of ``token`` at this row, at temperature 1 and before
+    any filter (what OpenAI and vLLM report as ``logprobs``), and the ``n_top`` most likely
+    tokens with theirs: ``(logprob, top_ids, top_logprobs)``, ``top_*`` ``[min(n_top, #finite)]``
+    sorted by log-probability descending (ties: lower id first).  A token whose logit is
+    -inf gets -inf."""
+    logits, best = _check_logits(logits)
+    lse = float(logits[best]) + math.log(_row_normaliser(logits, 1.0))  # log sum exp, in float64
+    ids = _top_k_ids(logits, int(n_top), _candidates(logits, int(n_top))) if n_top > 0 else _NO_CAND
+    return float(logits[int(token)]) - lse, ids, logits[ids].astype(np.float64) - lse
