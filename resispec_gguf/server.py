@@ -8,7 +8,7 @@ request may set ``top_k`` and ``min_p`` and override the draft parameters with `
 ``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
 ``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
 ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
-features that cannot be honoured (``n`` > 1, logprobs, echo, tools, JSON mode) are refused.
+features that cannot be honoured (``n`` > 1, echo, tools, JSON mode) are refused.
 
 Input: POST bodies must be ``application/json`` (else 415), at most ``MAX_BODY_BYTES``.  A
 prompt that cannot fit the context whatever its text (more UTF-8 bytes than
@@ -16,6 +16,11 @@ prompt that cannot fit the context whatever its text (more UTF-8 bytes than
 tokenized.  Message contents are tokenized as text: only the chat template's own text can
 become control tokens (``Engine.chat_tokens``).  Cross-origin browser requests are refused
 unless ``cors_origins`` allows the origin.
+
+Logprobs: chat's ``logprobs``/``top_logprobs`` and completions' ``logprobs`` (0 to
+``MAX_TOP_LOGPROBS`` alternatives) add the target's log-probabilities at T = 1 before filters,
+shaped by ``api.LogprobsFormatter``; streamed, each chunk carries its tokens' and the finish
+chunk the rest.
 
 Concurrency: the engine is not thread-safe, so every generation runs on one dedicated worker
 thread, one request at a time, in the order their prompts are ready.  Rendering and
@@ -30,7 +35,7 @@ Errors never kill the server: bad input gets a 4xx and anything unexpected a log
 generic message, both as ``{"error": {"message", "type", "param", "code"}}``.
 
 What this module may not do: import llama_cpp or touch the backend; it uses only the engine's
-public API (``stream``, ``last_result``, ``chat_tokens``, ``text_tokens``,
+public API (``stream``, ``stream_logprobs``, ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``,
 ``max_prompt_bytes``, ``n_ctx``, ``check_draft_params``) and the settings dataclasses, which do
 all range validation and name the field of a bad value (``ConfigError.field``).
 """
@@ -73,6 +78,7 @@ MAX_BODY_BYTES = 16 << 20
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1000
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on chat's top_logprobs; the same for completions' logprobs
 TOKENIZER_THREADS = 4
 # JSON integers are unbounded; these keep them within what NumPy and the kernels take.  The
 # settings' own bounds are the dataclasses' (config.py), checked after these.
@@ -221,16 +227,12 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     if n is not None and n != 1:
         raise _bad("only n=1 is supported", "n", "unsupported_value")
     if chat:
-        if body.get("logprobs") or body.get("top_logprobs"):
-            raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
         if body.get("tools") or body.get("functions"):
             raise _bad("tools and functions are not supported", "tools", "unsupported_value")
         rf = body.get("response_format")
         if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
             raise _bad("only the text response_format is supported", "response_format", "unsupported_value")
     else:
-        if body.get("logprobs") is not None and body.get("logprobs") is not False:
-            raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
         if body.get("echo"):
             raise _bad("echo is not supported", "echo", "unsupported_value")
         if body.get("suffix"):
@@ -238,6 +240,26 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
         best_of = body.get("best_of")
         if best_of is not None and best_of != 1:
             raise _bad("only best_of=1 is supported", "best_of", "unsupported_value")
+
+
+def _logprobs_option(body: dict, chat: bool) -> int | None:
+    """The number of alternatives per token the request wants logprobs with, None for none.
+    Chat: ``logprobs`` (a boolean) and ``top_logprobs`` (0-20, only with ``logprobs``);
+    completions: ``logprobs`` (an integer 0-20; false or null for none)."""
+    if chat:
+        on = bool(_boolean(body, "logprobs"))
+        top = _integer(body, "top_logprobs")
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise _bad(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}", "top_logprobs", "invalid_value")
+        if top is not None and not on:
+            raise _bad("top_logprobs needs logprobs set to true", "top_logprobs", "invalid_value")
+        return (top or 0) if on else None
+    if body.get("logprobs") is False:
+        return None
+    n = _integer(body, "logprobs")
+    if n is not None and not 0 <= n <= MAX_TOP_LOGPROBS:
+        raise _bad(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {n}", "logprobs", "invalid_value")
+    return n
 
 
 def _settings_error(e: ConfigError, fields: dict) -> _ApiError:
@@ -253,6 +275,7 @@ class _Request:
     draft: DraftParams
     stream: bool
     include_usage: bool
+    logprobs: int | None = None  # alternatives per token when logprobs are asked for
 
     @property
     def prompt_param(self) -> str:
@@ -332,7 +355,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     if opts is not None and not isinstance(opts, dict):
         raise _bad("stream_options must be an object", "stream_options", "invalid_type")
     include_usage = bool(_boolean(opts or {}, "include_usage"))
-    return _Request(kind, prompt, sp, dp, stream, include_usage)
+    return _Request(kind, prompt, sp, dp, stream, include_usage, logprobs=_logprobs_option(body, chat))
 
 
 # ---------------------------------------------------------------------------------- the worker
@@ -372,7 +395,10 @@ class _Job:
             self._put("cancelled", None)
             return
         try:
-            pieces = self.engine.stream(self.prompt, self.req.sampling, self.req.draft)
+            if self.req.logprobs is None:
+                pieces = self.engine.stream(self.prompt, self.req.sampling, self.req.draft)
+            else:  # pieces are (text, logprobs entries)
+                pieces = self.engine.stream_logprobs(self.prompt, self.req.sampling, self.req.draft, self.req.logprobs)
             try:
                 for piece in pieces:
                     if self.req.stream:
@@ -660,7 +686,9 @@ class _Server:
             self._raise_for(event, req)
             meta = api.new_meta(self.model_name, chat=kind == "chat")
             if not req.stream:
-                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1]))
+                lp = self._logprobs_formatter(req)
+                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1],
+                                                          logprobs=lp and lp.format(event[1].logprobs)))
             response = _SSEResponse(self._events(job, req, meta, event), job)
             handed_over = True
             return response
@@ -668,11 +696,19 @@ class _Server:
             if not handed_over:
                 self.worker.withdraw(job)  # a waiting request leaves the queue at once
 
+    def _logprobs_formatter(self, req: _Request) -> api.LogprobsFormatter | None:
+        if req.logprobs is None:
+            return None
+        return api.LogprobsFormatter(req.kind == "chat", self.engine.token_piece)
+
     async def _events(self, job: _Job, req: _Request, meta: dict, event):
         chat = req.kind == "chat"
+        lp = self._logprobs_formatter(req)
+        lp_sent = 0  # logprobs entries sent so far: the finish chunk carries the rest
 
-        def chunk(content: str | None, finish: str | None, *, role: bool = False) -> dict:
-            out = api.chunk_object(chat, meta, content, finish, role=role)
+        def chunk(content: str | None, finish: str | None, *, role: bool = False, logprobs=None) -> dict:
+            out = api.chunk_object(chat, meta, content, finish, role=role,
+                                   logprobs=None if logprobs is None else lp.format(logprobs))
             if req.include_usage:
                 out["usage"] = None
             return out
@@ -683,9 +719,14 @@ class _Server:
             while True:
                 kind, value = event
                 if kind == "piece":
-                    yield _sse(chunk(value, None))
+                    if lp is None:
+                        yield _sse(chunk(value, None))
+                    else:
+                        lp_sent += len(value[1])
+                        yield _sse(chunk(value[0], None, logprobs=value[1]))
                 elif kind == "done":
-                    last = chunk(None, api.finish_reason(value.finish_reason))
+                    rest = value.logprobs[lp_sent:] if lp is not None and value.logprobs[lp_sent:] else None
+                    last = chunk(None, api.finish_reason(value.finish_reason), logprobs=rest)
                     if req.include_usage:
                         yield _sse(last)
                         last = {**api.chunk_object(chat, meta, None, None), "choices": [], "usage": api.usage(value)}

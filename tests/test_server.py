@@ -291,7 +291,11 @@ BAD = [
     ("chat", {"messages": MESSAGES, "method": 3}, "method"),
     ("chat", {"messages": MESSAGES, "draws": 0}, "draws"),
     ("chat", {"messages": MESSAGES, "depth": 100}, "depth"),
-    ("chat", {"messages": MESSAGES, "logprobs": True}, "logprobs"),
+    ("chat", {"messages": MESSAGES, "logprobs": "yes"}, "logprobs"),
+    ("chat", {"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("chat", {"messages": MESSAGES, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ("chat", {"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs"),
+    ("chat", {"messages": MESSAGES, "logprobs": False, "top_logprobs": 2}, "top_logprobs"),
     ("chat", {"model": "tiny"}, "messages"),
     ("chat", {"messages": "hi"}, "messages"),
     ("chat", {"messages": []}, "messages"),
@@ -305,6 +309,9 @@ BAD = [
     ("completions", {"prompt": []}, "prompt"),
     ("completions", {"prompt": "a", "n": 3}, "n"),
     ("completions", {"prompt": "a", "echo": True}, "echo"),
+    ("completions", {"prompt": "a", "logprobs": 21}, "logprobs"),
+    ("completions", {"prompt": "a", "logprobs": True}, "logprobs"),
+    ("completions", {"prompt": "a", "logprobs": "2"}, "logprobs"),
     ("completions", {"prompt": "a", "max_tokens": -5}, "max_tokens"),
     ("completions", {"prompt": [100000]}, None),  # token id outside the vocabulary: the engine's UserError
 ]
