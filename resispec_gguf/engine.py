@@ -18,6 +18,7 @@ prints; it returns tokens, text and a ``Stats`` object.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from . import sampling
+from . import fim, sampling
 from .config import MAX_TREE_NODES, DraftParams, ModelParams, SamplingParams
 from .errors import ContextFullError, UserError
 from .protocol import ModelBackend
@@ -731,6 +732,36 @@ class Engine:
     @property
     def chat_template(self) -> str | None:
         return self._chat_template
+
+    @functools.cached_property
+    def fim_tokens(self) -> fim.FimTokens | None:
+        """The target's fill-in-the-middle tokens (``fim.find_fim_tokens`` among its special
+        tokens), None when it has none."""
+        return fim.find_fim_tokens((text, i) for text, i, *_ in self.target.special_tokens())
+
+    def infill_tokens(self, prefix: str, suffix: str, *, middle: str = "", extra=(), repo_level: bool = False,
+                      reserve: int = 0) -> tuple[list[int], bool]:
+        """The prompt for filling in between ``prefix`` and ``suffix`` with the target's FIM
+        tokens, laid out by ``fim.infill_prompt`` (``middle``, ``extra`` ``(filename, text)``
+        pairs and ``repo_level`` as there), and whether anything was cut so that the prompt
+        leaves ``reserve`` tokens of the context for the answer.  Texts stay text (special
+        tokens are not parsed); BOS comes first when the model wants it.  ``UserError`` when
+        the model has no FIM tokens, or a text is longer than ``max_prompt_bytes``."""
+        tokens = self.fim_tokens
+        if tokens is None:
+            raise UserError("this model has no fill-in-the-middle tokens (such as <|fim_prefix|>, <|fim_suffix|>, "
+                            "<|fim_middle|>)")
+        for text in (prefix, suffix, middle, *(t for pair in extra for t in pair)):
+            self._check_prompt_size(text)
+        bos = [self.target.bos] if self.target.add_bos else []
+        budget = max(0, self.n_ctx - 1 - len(bos) - max(0, int(reserve)))
+        try:
+            body, truncated = fim.infill_prompt(
+                tokens, lambda s: self.target.tokenize(s, add_special=False, parse_special=False) if s else [],
+                prefix, suffix, middle=middle, extra=extra, repo_level=repo_level, budget=budget)
+        except ValueError as e:
+            raise ContextFullError(str(e)) from None
+        return bos + body, truncated
 
     def token_piece(self, token: int) -> bytes:
         """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""

@@ -64,6 +64,13 @@ def truncated_gguf(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def fim_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """``tiny_pair``'s models with fill-in-the-middle control tokens (Qwen2.5-Coder's
+    spellings, ``tiny_gguf.FIM_TOKENS``) added to the vocabulary."""
+    return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("fim"), vocab_variant="fim")
+
+
+@pytest.fixture(scope="session")
 def noisy_pair(tmp_path_factory) -> tuple[Path, Path]:
     """A pair whose draft is much noisier (acceptance ~0.4): fallbacks are frequent, which
     gives the engine's exactness tests power against a wrong residual."""

@@ -63,7 +63,7 @@ def test_only_the_backend_imports_llama_cpp():
 
 def test_kernels_and_settings_import_no_surface_and_no_engine():
     for name in ("config", "errors", "sampling", "verify", "tree", "lookup", "protocol", "textstream", "vocab",
-                 "chat_format", "autotune", "workloads", "models"):
+                 "chat_format", "autotune", "workloads", "models", "fim"):
         assert not GRAPH[name] & (set(SURFACES) | {"engine", "backend"}), (name, GRAPH[name])
 
 

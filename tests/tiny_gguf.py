@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_DRAFT_NOISE",
     "write_tiny_llama",
     "write_tiny_pair",
+    "FIM_TOKENS",
     "write_incompatible_draft",
     "write_not_gguf",
     "write_truncated_gguf",
@@ -59,6 +60,10 @@ BYTE0_ID = 3
 SPACE_ID = 259
 IM_START_ID, IM_END_ID = 260, 261
 N_VOCAB = 262
+
+#: The ``"fim"`` vocabulary variant's extra control tokens (Qwen2.5-Coder's spellings), ids
+#: ``N_VOCAB`` on: prefix, suffix, middle, pad, repo name, file separator.
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 
 #: Relative noise of the draft in ``write_tiny_pair`` (acceptance ~0.73, see module docstring).
 DEFAULT_DRAFT_NOISE = 0.15
@@ -90,6 +95,9 @@ def _vocab(variant: str = "default") -> tuple[list[str], list[int], list[float]]
         tokens[BYTE0_ID:BYTE0_ID + 256] = [f"<0x{b:02X}>" for b in byte_values]
         tokens += [f"<extra_{i}>" for i in range(200)]
         types += [gguf.TokenType.USER_DEFINED] * 200
+    elif variant == "fim":  # same as default, plus fill-in-the-middle tokens
+        tokens += list(FIM_TOKENS)
+        types += [gguf.TokenType.CONTROL] * len(FIM_TOKENS)
     elif variant not in ("default", "reversed_bytes"):
         raise ValueError(f"unknown vocab variant {variant!r}")
     scores = [0.0] * len(tokens)
@@ -149,7 +157,8 @@ def write_tiny_llama(
     matrix gets added ``noise * init_std * N(0, 1)`` drawn from ``seed`` (norm weights stay
     ones).  Same arguments give byte-identical files.  ``vocab_variant``: ``"default"``,
     ``"reversed_bytes"`` (byte tokens in reverse order: same size/type/specials, different
-    token text from id 3) or ``"extra_tokens"`` (200 extra tokens at the end).
+    token text from id 3), ``"extra_tokens"`` (200 extra tokens at the end) or ``"fim"``
+    (``FIM_TOKENS`` at the end, as control tokens).
     """
     if n_embd % n_head or n_head % n_head_kv:
         raise ValueError("n_embd must divide by n_head and n_head by n_head_kv")
@@ -205,13 +214,14 @@ def write_tiny_llama(
 
 
 def write_tiny_pair(dirpath: str | Path, seed: int = 0,
-                    noise: float = DEFAULT_DRAFT_NOISE) -> tuple[Path, Path]:
-    """Write ``target.gguf`` and ``draft.gguf`` (same base weights + noise) into ``dirpath``."""
+                    noise: float = DEFAULT_DRAFT_NOISE, vocab_variant: str = "default") -> tuple[Path, Path]:
+    """Write ``target.gguf`` and ``draft.gguf`` (same base weights + noise, same vocabulary
+    variant) into ``dirpath``."""
     dirpath = Path(dirpath)
     target = write_tiny_llama(dirpath / "target.gguf", seed=seed, base_seed=seed,
-                              name="tiny-llama-target")
+                              name="tiny-llama-target", vocab_variant=vocab_variant)
     draft = write_tiny_llama(dirpath / "draft.gguf", seed=seed + 1, base_seed=seed,
-                             noise=noise, name="tiny-llama-draft")
+                             noise=noise, name="tiny-llama-draft", vocab_variant=vocab_variant)
     return target, draft
 
 
