@@ -126,6 +126,73 @@ def chunk_object(chat: bool, meta: dict, content: str | None, finish: str | None
     return {**_header(meta, "chat.completion.chunk" if chat else "text_completion"), "choices": [choice]}
 
 
+# ---------------------------------------------------------------------------------- llama.cpp's /infill
+
+
+def _timings(stats) -> dict:
+    """llama.cpp's ``timings``: prompt (the tokens not reused from the cache) and generation."""
+    prompt_n = max(0, int(stats.prompt_tokens) - int(stats.prompt_reused))
+    prompt_ms, predicted_ms = 1000.0 * stats.prompt_time, 1000.0 * stats.total_time
+    n = int(stats.tokens)
+    return {
+        "cache_n": int(stats.prompt_reused),
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+        "predicted_n": n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / n if n else 0.0,
+        "predicted_per_second": 1000.0 * n / predicted_ms if predicted_ms > 0 else 0.0,
+    }
+
+
+def infill_object(result, model: str, *, truncated: bool, settings: dict) -> dict:
+    """llama.cpp server's ``/infill`` (and ``/completion``) answer, as far as it applies here,
+    with the ``speculative`` extra.  ``stop_type``: "eos", "word" (a stop string) or "limit"."""
+    st = result.stats
+    return {
+        "index": 0,
+        "content": result.text,
+        "tokens": [],
+        "id_slot": 0,
+        "stop": True,
+        "model": model,
+        "tokens_predicted": len(result.tokens),
+        "tokens_evaluated": int(st.prompt_tokens),
+        "generation_settings": settings,
+        "has_new_line": "\n" in result.text,
+        "truncated": bool(truncated),
+        "stop_type": {"eos": "eos", "stop": "word", "length": "limit"}.get(result.finish_reason, "none"),
+        "stopping_word": "",
+        "tokens_cached": int(st.prompt_tokens) + len(result.tokens),
+        "timings": _timings(st),
+        "speculative": stats_dict(result),
+    }
+
+
+def infill_chunk(content: str) -> dict:
+    """One piece of a streamed ``/infill`` answer."""
+    return {"index": 0, "content": content, "tokens": [], "stop": False, "id_slot": -1}
+
+
+def nested_fields(obj: dict, paths) -> dict:
+    """llama.cpp's ``response_fields``: only the values at these paths (``"timings/prompt_n"``
+    reads ``obj["timings"]["prompt_n"]``), under the path itself; missing paths are left out."""
+    out = {}
+    for path in paths:
+        cur, ok = obj, True
+        for key in path.split("/"):
+            if isinstance(cur, dict) and key in cur:
+                cur = cur[key]
+            else:
+                ok = False
+                break
+        if ok:
+            out[path] = cur
+    return out
+
+
 def create_chat_completion(
     engine,
     messages: list[dict],

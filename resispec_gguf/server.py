@@ -1,6 +1,6 @@
 """An OpenAI-compatible HTTP API for one loaded ``Engine`` (Starlette app, served by uvicorn).
 
-Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
+Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /infill``,
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (both streaming as server-sent events
 and non-streaming).  Besides the OpenAI fields (``temperature``, ``top_p``, ``max_tokens``,
 ``max_completion_tokens``, ``stop``, ``seed``, ``n`` = 1, ``stream_options.include_usage``) a
@@ -16,6 +16,11 @@ prompt that cannot fit the context whatever its text (more UTF-8 bytes than
 tokenized.  Message contents are tokenized as text: only the chat template's own text can
 become control tokens (``Engine.chat_tokens``).  Cross-origin browser requests are refused
 unless ``cors_origins`` allows the origin.
+
+Code infill: ``/v1/completions`` with a non-empty ``suffix`` and llama.cpp's ``POST /infill``
+(``_parse_infill``; answered in llama.cpp's shape, ``api.infill_object``) fill in between a
+prefix and a suffix with the model's FIM tokens (``Engine.infill_tokens``, ``fim.py``); a model
+without them gets a 400.
 
 Logprobs: chat's ``logprobs``/``top_logprobs`` and completions' ``logprobs`` (0 to
 ``MAX_TOP_LOGPROBS`` alternatives) add the target's log-probabilities at T = 1 before filters,
@@ -36,7 +41,7 @@ generic message, both as ``{"error": {"message", "type", "param", "code"}}``.
 
 What this module may not do: import llama_cpp or touch the backend; it uses only the engine's
 public API (``stream``, ``stream_logprobs``, ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``,
-``max_prompt_bytes``, ``n_ctx``, ``check_draft_params``) and the settings dataclasses, which do
+``max_prompt_bytes``, ``n_ctx``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``) and the settings dataclasses, which do
 all range validation and name the field of a bad value (``ConfigError.field``).
 """
 
@@ -235,8 +240,6 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     else:
         if body.get("echo"):
             raise _bad("echo is not supported", "echo", "unsupported_value")
-        if body.get("suffix"):
-            raise _bad("suffix is not supported", "suffix", "unsupported_value")
         best_of = body.get("best_of")
         if best_of is not None and best_of != 1:
             raise _bad("only best_of=1 is supported", "best_of", "unsupported_value")
@@ -262,9 +265,114 @@ def _logprobs_option(body: dict, chat: bool) -> int | None:
     return n
 
 
+def _text_field(body: dict, name: str, limit: int, n_ctx: int, *, required: bool) -> str | None:
+    """A string field holding prompt text: present if ``required``, at most ``limit`` bytes."""
+    if body.get(name) is None:
+        if required:
+            raise _bad(f"{name} is required", name, "missing_field")
+        return None
+    text = _string(body, name)
+    if len(text) > limit or _utf8_size(text, name) > limit:
+        raise _too_long(len(text), limit, n_ctx, name)
+    return text
+
+
+def _with_suffix(body: dict, prompt, limit: int, n_ctx: int):
+    """A completion's prompt, or with a non-empty ``suffix`` the fill-in-the-middle prompt
+    between them."""
+    suffix = _text_field(body, "suffix", limit, n_ctx, required=False)
+    if not suffix:
+        return prompt
+    if not isinstance(prompt, str):
+        raise _bad("with a suffix, prompt must be text", "prompt", "invalid_type")
+    return _Infill(prompt, suffix)
+
+
+def _input_extra(body: dict, limit: int, n_ctx: int) -> tuple:
+    """``/infill``'s ``input_extra``: ``[{filename, text}]`` as ``(filename, text)`` pairs; every
+    chunk costs a token or more, and all their text together must fit ``limit`` bytes."""
+    chunks = body.get("input_extra")
+    if chunks is None:
+        return ()
+    if not isinstance(chunks, list):
+        raise _bad("input_extra must be a list of {filename, text} objects", "input_extra", "invalid_type")
+    if len(chunks) >= n_ctx:
+        raise _bad(f"input_extra has {len(chunks)} chunks; the context holds {n_ctx} tokens", "input_extra",
+                   "context_length_exceeded")
+    out, size = [], 0
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict):
+            raise _bad("input_extra items must be {filename, text} objects", f"input_extra[{i}]", "invalid_type")
+        try:
+            text = _typed(chunk, "text", str, "a string") or ""
+            filename = _typed(chunk, "filename", str, "a string") or "tmp"  # llama.cpp's default name
+        except _ApiError as e:
+            raise _bad(e.message.replace(e.param, f"input_extra[{i}].{e.param}", 1), f"input_extra[{i}].{e.param}",
+                       e.code) from None
+        size += len(text) + len(filename)  # characters first: a lower bound on the bytes, free to get
+        if size <= limit:
+            size += (_utf8_size(text, f"input_extra[{i}].text") - len(text)
+                     + _utf8_size(filename, f"input_extra[{i}].filename") - len(filename))
+        if size > limit:
+            raise _bad(f"input_extra is too large: more than {limit} bytes of text cannot fit the context "
+                       f"({n_ctx} tokens)", "input_extra", "context_length_exceeded")
+        out.append((filename, text))
+    return tuple(out)
+
+
+def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> _Request:
+    """llama.cpp's ``/infill`` fields: ``input_prefix``, ``input_suffix`` (required),
+    ``input_extra``, ``prompt`` (text after the prefix), ``n_predict`` (-1: until the context
+    is full), ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``,
+    ``stream``, ``response_fields``, and this server's draft parameters.  Other llama.cpp
+    fields (``n_indent``, ``samplers``, ``cache_prompt``, ``t_max_*_ms``, ...) are ignored."""
+    prefix = _text_field(body, "input_prefix", limit, n_ctx, required=True)
+    suffix = _text_field(body, "input_suffix", limit, n_ctx, required=True)
+    middle = _text_field(body, "prompt", limit, n_ctx, required=False) or ""
+    extra = _input_extra(body, limit, n_ctx)
+    if body.get("seed") == -1:
+        body = {k: v for k, v in body.items() if k != "seed"}
+    n_predict = _integer(body, "n_predict", MAX_TOKENS_LIMIT)
+    fields = body.get("response_fields")
+    if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
+        raise _bad("response_fields must be a list of strings", "response_fields", "invalid_type")
+    sampling = {
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "min_p": _number(body, "min_p"),
+        "top_k": _integer(body, "top_k"),
+        "seed": _integer(body, "seed", _SEED_LIMIT),
+        "stop": _stop(body),
+        "max_tokens": n_ctx if n_predict == -1 else n_predict,
+    }
+    draft = {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
+             "budget": _integer(body, "budget")}
+    try:
+        sp = sp0.replace(**{k: v for k, v in sampling.items() if v is not None})
+        dp = dp0.replace(**{k: v for k, v in draft.items() if v is not None})
+    except ConfigError as e:
+        raise _settings_error(e, {"max_tokens": "n_predict"}) from None
+    prompt = _Infill(prefix, suffix, middle, extra, repo_level=True)
+    return _Request("infill", prompt, sp, dp, bool(_boolean(body, "stream")), False,
+                    response_fields=None if fields is None else tuple(fields))
+
+
 def _settings_error(e: ConfigError, fields: dict) -> _ApiError:
     """``fields``: the request field behind a setting, where it is not named as the setting."""
     return _bad(str(e), fields.get(e.field, e.field), "invalid_value")
+
+
+@dataclass
+class _Infill:
+    """A fill-in-the-middle prompt (``Engine.infill_tokens``'s arguments); ``truncated`` is set
+    when it is tokenized."""
+
+    prefix: str
+    suffix: str
+    middle: str = ""
+    extra: tuple = ()  # (filename, text) pairs
+    repo_level: bool = False
+    truncated: bool = False
 
 
 @dataclass
@@ -276,6 +384,7 @@ class _Request:
     stream: bool
     include_usage: bool
     logprobs: int | None = None  # alternatives per token when logprobs are asked for
+    response_fields: tuple | None = None  # /infill: only these (nested "a/b") fields, flattened
 
     @property
     def prompt_param(self) -> str:
@@ -319,6 +428,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
                        "prompt", "invalid_type")
         if isinstance(prompt, str) and (len(prompt) > limit or _utf8_size(prompt, "prompt") > limit):
             raise _too_long(len(prompt), limit, n_ctx, "prompt")
+        prompt = _with_suffix(body, prompt, limit, n_ctx)
 
     sampling: dict[str, Any] = {
         "temperature": _number(body, "temperature"),
@@ -418,6 +528,12 @@ class _Job:
 def _prompt_tokens(engine, req: _Request) -> list[int]:
     """Render and tokenize a request's prompt (on a tokenizer thread: this only reads the
     vocabulary, so it may run while the engine thread decodes)."""
+    if isinstance(req.prompt, _Infill):
+        p = req.prompt
+        tokens, p.truncated = engine.infill_tokens(p.prefix, p.suffix, middle=p.middle, extra=p.extra,
+                                                   repo_level=p.repo_level,
+                                                   reserve=min(req.sampling.max_tokens, int(engine.n_ctx) // 2))
+        return tokens
     if req.kind == "chat":
         try:
             return engine.chat_tokens(req.prompt)
@@ -555,6 +671,7 @@ class _Server:
         self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="resispec-tokenize")
         self.n_ctx = int(engine.n_ctx)
         self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
+        self.has_fim = engine.fim_tokens is not None
         self.created = int(time.time())
 
     # ------------------------------------------------------------------ plumbing
@@ -659,9 +776,23 @@ class _Server:
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, "completion")
 
+    async def infill(self, request: Request) -> Response:
+        return await self._complete(request, "infill")
+
+    def _check_fim(self, req: _Request) -> None:
+        if isinstance(req.prompt, _Infill) and not self.has_fim:
+            raise _bad("this model has no fill-in-the-middle tokens (such as <|fim_prefix|>, <|fim_suffix|>, "
+                       "<|fim_middle|>), so it cannot fill in code between a prefix and a suffix",
+                       "suffix" if req.kind == "completion" else None, "unsupported_value")
+
     async def _complete(self, request: Request, kind: str) -> Response:
         body = await self._read_body(request)
-        req = _parse_request(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx)
+        if kind == "infill":
+            req = _parse_infill(body, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx)
+        else:
+            req = _parse_request(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes,
+                                 self.n_ctx)
+        self._check_fim(req)
         job = _Job(self.engine, req, asyncio.get_running_loop())
         if not self.worker.admit(job, self.max_queue + 1):
             raise _ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
@@ -685,16 +816,51 @@ class _Server:
                 return Response(status_code=499)
             self._raise_for(event, req)
             meta = api.new_meta(self.model_name, chat=kind == "chat")
+            if not req.stream and req.kind == "infill":
+                return JSONResponse(self._infill_object(req, event[1]))
             if not req.stream:
                 lp = self._logprobs_formatter(req)
                 return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1],
                                                           logprobs=lp and lp.format(event[1].logprobs)))
-            response = _SSEResponse(self._events(job, req, meta, event), job)
+            events = self._infill_events if req.kind == "infill" else self._events
+            response = _SSEResponse(events(job, req, meta, event), job)
             handed_over = True
             return response
         finally:
             if not handed_over:
                 self.worker.withdraw(job)  # a waiting request leaves the queue at once
+
+    def _infill_object(self, req: _Request, result, *, final_chunk: bool = False) -> dict:
+        sp = req.sampling
+        settings = {"n_predict": sp.max_tokens, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+                    "min_p": sp.min_p, "seed": result.seed, "stop": list(sp.stop), "stream": req.stream,
+                    "method": req.draft.method}
+        out = api.infill_object(result, self.model_name, truncated=req.prompt.truncated, settings=settings)
+        if final_chunk:
+            out["content"] = ""  # the pieces went before
+        elif req.response_fields is not None:
+            out = api.nested_fields(out, req.response_fields)
+        return out
+
+    async def _infill_events(self, job: _Job, req: _Request, meta: dict, event):
+        """llama.cpp's ``/infill`` stream: ``data: {"content", "stop": false, ...}`` per piece, then
+        the final object with ``"stop": true`` (no ``[DONE]``)."""
+        try:
+            while True:
+                kind, value = event
+                if kind == "piece":
+                    yield _sse(api.infill_chunk(value))
+                elif kind == "done":
+                    yield _sse(self._infill_object(req, value, final_chunk=True))
+                    return
+                else:
+                    err = (_user_error(value, req.prompt_param) if kind == "user_error"
+                           else _internal(value) if kind == "error" else _cancelled())
+                    yield _sse(err.body())
+                    return
+                event = await job.events.get()
+        finally:
+            job.cancel()
 
     def _logprobs_formatter(self, req: _Request) -> api.LogprobsFormatter | None:
         if req.logprobs is None:
@@ -799,6 +965,7 @@ def create_app(
         Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
         Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
         Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
+        Route("/infill", srv.endpoint(srv.infill), methods=["POST"]),
     ]
     middleware = []
     if params.cors_origins:

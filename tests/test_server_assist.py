@@ -123,3 +123,127 @@ def test_create_chat_completion_logprobs(plain_engine):
     json.dumps(out, allow_nan=False)
     with pytest.raises(ValueError, match="top_logprobs"):
         create_chat_completion(plain_engine, messages=MESSAGES, top_logprobs=2)
+
+
+# ---------------------------------------------------------------------------------- infill
+
+
+@pytest.fixture(scope="module")
+def fim_engine(fim_pair):
+    e = _load(fim_pair)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def fim_server(fim_engine):
+    app = create_app(fim_engine, model_name="tiny-fim", draft_params=DraftParams(),
+                     sampling_defaults=SamplingParams(max_tokens=24))
+    with _serve(app) as url:
+        yield url
+
+
+PREFIX = "def area(width, height):\n    "
+SUFFIX = "\n\nprint(area(2, 3))\n"
+
+
+def test_completion_with_suffix_fills_in_the_middle(fim_server, fim_engine):
+    kw = dict(model="tiny-fim", prompt=PREFIX, suffix=SUFFIX, temperature=0.8, seed=4, max_tokens=20)
+    with openai.OpenAI(base_url=f"{fim_server}/v1", api_key="x", max_retries=0, timeout=30) as c:
+        r = c.completions.create(**kw)
+        streamed = "".join(ch.choices[0].text for ch in c.completions.create(**kw, stream=True) if ch.choices)
+    tokens, _ = fim_engine.infill_tokens(PREFIX, SUFFIX, reserve=20)
+    expect = fim_engine.generate(tokens, SamplingParams(temperature=0.8, seed=4, max_tokens=20), DraftParams())
+    assert r.choices[0].text == expect.text == streamed
+    assert r.usage.prompt_tokens == len(tokens)
+
+
+def test_suffix_or_infill_without_fim_tokens_is_400(plain_server):
+    r = httpx.post(f"{plain_server}/v1/completions", json={"prompt": "a", "suffix": "b"})
+    assert _error(r, 400, "suffix")["code"] == "unsupported_value"
+    assert "fill-in-the-middle" in r.json()["error"]["message"]
+    r = httpx.post(f"{plain_server}/infill", json={"input_prefix": "a", "input_suffix": "b"})
+    assert "fill-in-the-middle" in _error(r, 400)["message"]
+    # an empty suffix is a plain completion, as before
+    r = httpx.post(f"{plain_server}/v1/completions", json={"prompt": "a", "suffix": "", "max_tokens": 2})
+    assert r.status_code == 200, r.text
+
+
+def test_infill_answers_in_llama_cpps_shape(fim_server, fim_engine):
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": "return ",
+            "input_extra": [{"filename": "util.py", "text": "def double(x):\n    return 2 * x\n"}],
+            "n_predict": 16, "temperature": 0.7, "top_k": 40, "top_p": 0.99, "seed": 9, "stream": False,
+            "n_indent": 4, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True, "t_max_predict_ms": 500}
+    r = httpx.post(f"{fim_server}/infill", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    tokens, cut = fim_engine.infill_tokens(PREFIX, SUFFIX, middle="return ", extra=[("util.py", body["input_extra"][0]["text"])],
+                                           repo_level=True, reserve=16)
+    expect = fim_engine.generate(tokens, SamplingParams(temperature=0.7, top_k=40, top_p=0.99, seed=9, max_tokens=16),
+                                 DraftParams())
+    assert out["content"] == expect.text and out["stop"] is True and out["truncated"] is False and not cut
+    assert out["tokens_predicted"] == len(expect.tokens) and out["tokens_evaluated"] == len(tokens)
+    assert out["stop_type"] in ("eos", "limit") and out["generation_settings"]["n_predict"] == 16
+    assert out["timings"]["predicted_n"] == len(expect.tokens) and out["timings"]["prompt_n"] >= 0
+    assert out["speculative"]["method"] == "auto"
+    # streamed: llama.cpp's events, content pieces then the final object, no [DONE]
+    with httpx.stream("POST", f"{fim_server}/infill", json={**body, "stream": True}, timeout=30) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    assert "".join(e["content"] for e in events) == out["content"]
+    assert [e["stop"] for e in events] == [False] * (len(events) - 1) + [True]
+    assert events[-1]["tokens_predicted"] == out["tokens_predicted"]
+    # response_fields: only these, under their paths (llama.vim reads "timings/prompt_n")
+    fields = ["content", "timings/prompt_n", "timings/predicted_ms", "truncated", "nothing/here"]
+    r = httpx.post(f"{fim_server}/infill", json={**body, "response_fields": fields}, timeout=30).json()
+    assert set(r) == {"content", "timings/prompt_n", "timings/predicted_ms", "truncated"}
+    assert r["content"] == out["content"]
+
+
+def test_infill_cuts_a_long_file_to_fit(fim_server):
+    body = {"input_prefix": "x = 1\n" * 400, "input_suffix": "y = 2\n" * 400, "n_predict": 4}
+    out = httpx.post(f"{fim_server}/infill", json=body, timeout=30).json()
+    assert out["truncated"] is True and out["tokens_evaluated"] <= 512 - 4
+
+
+INFILL_BAD = [
+    ({"input_suffix": "b"}, "input_prefix", "missing_field"),
+    ({"input_prefix": "a"}, "input_suffix", "missing_field"),
+    ({"input_prefix": 5, "input_suffix": "b"}, "input_prefix", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "prompt": ["x"]}, "prompt", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": "x"}, "input_extra", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": ["x"]}, "input_extra[0]", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": 5}]}, "input_extra[0].text", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "t", "filename": 1}]},
+     "input_extra[0].filename", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "x" * 5000}] * 2}, "input_extra",
+     "context_length_exceeded"),
+    ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": ""}] * 512}, "input_extra",
+     "context_length_exceeded"),
+    ({"input_prefix": "a" * 8000, "input_suffix": "b"}, "input_prefix", "context_length_exceeded"),
+    ({"input_prefix": "a", "input_suffix": "b", "n_predict": 0}, "n_predict", "invalid_value"),
+    ({"input_prefix": "a", "input_suffix": "b", "temperature": "hot"}, "temperature", "invalid_type"),
+    ({"input_prefix": "a", "input_suffix": "b", "response_fields": "content"}, "response_fields", "invalid_type"),
+]
+
+
+@pytest.mark.parametrize("body,param,code", INFILL_BAD)
+def test_bad_infill_is_400_naming_the_field(fim_server, body, param, code):
+    r = httpx.post(f"{fim_server}/infill", json=body, timeout=10)
+    assert _error(r, 400, param)["code"] == code
+
+
+def test_infill_seed_minus_one_and_unlimited_n_predict(fim_server):
+    r = httpx.post(f"{fim_server}/infill", json={"input_prefix": "a", "input_suffix": "b", "seed": -1,
+                                                "n_predict": -1, "temperature": 0}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["generation_settings"]["n_predict"] == 512
+
+
+def test_infill_needs_the_key(fim_engine):
+    app = create_app(fim_engine, model_name="k", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=2), api_key="sekret")
+    with _serve(app) as url:
+        body = {"input_prefix": "a", "input_suffix": "b"}
+        assert _error(httpx.post(f"{url}/infill", json=body), 401)["code"] == "invalid_api_key"
+        ok = httpx.post(f"{url}/infill", json=body, headers={"Authorization": "Bearer sekret"})
+        assert ok.status_code == 200 and ok.json()["tokens_predicted"] <= 2
