@@ -29,7 +29,8 @@ from .workloads import WORKLOADS
 
 
 def parse_prompts(path: str) -> list[dict]:
-    """Read a JSONL prompt file: one ``{"prompt": str}`` or ``{"messages": [...]}`` per line."""
+    """Read a JSONL prompt file: one ``{"prompt": str}``, ``{"messages": [...]}`` or
+    ``{"input_prefix": str, "input_suffix": str}`` (an infill) per line."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -47,12 +48,16 @@ def parse_prompts(path: str) -> list[dict]:
             raise UserError(f"{path}:{n}: expected an object with 'prompt' or 'messages'")
         if isinstance(obj.get("prompt"), str) and obj["prompt"]:
             out.append({"kind": obj.get("kind", "prompt"), "prompt": obj["prompt"]})
+        elif isinstance(obj.get("input_prefix"), str) and isinstance(obj.get("input_suffix"), str):
+            out.append({"kind": obj.get("kind", "infill"),
+                        "infill": {"input_prefix": obj["input_prefix"], "input_suffix": obj["input_suffix"]}})
         elif isinstance(obj.get("messages"), list) and obj["messages"]:
             if not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in obj["messages"]):
                 raise UserError(f"{path}:{n}: every message needs a role and string content")
             out.append({"kind": obj.get("kind", "chat"), "messages": obj["messages"]})
         else:
-            raise UserError(f"{path}:{n}: expected a non-empty 'prompt' string or 'messages' list")
+            raise UserError(f"{path}:{n}: expected a non-empty 'prompt' string, a 'messages' list or "
+                            "'input_prefix' and 'input_suffix' strings")
     if not out:
         raise UserError(f"{path}: no prompts")
     return out
@@ -82,6 +87,8 @@ def parse_methods(text: str) -> list[str]:
 
 
 def prompt_tokens(engine, item) -> list[int]:
+    if "infill" in item:  # laid out as /infill does
+        return engine.infill_tokens(item["infill"]["input_prefix"], item["infill"]["input_suffix"], repo_level=True)[0]
     if "messages" in item:
         return engine.chat_tokens(item["messages"])
     return engine.text_tokens(item["prompt"])

@@ -186,10 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     temperatures = dict(type=flags.field_type(SamplingParams, "temperature"), nargs="+", default=[1.0, 0.6],
                         help="one or more temperatures (default: 1.0 0.6)")
-    workload = dict(default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat "
-                                                   "(default: all; one table each)")
-    prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line "
-                                      "(instead of --workload)")
+    workload = dict(default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat, "
+                                                   "infill (needs a model with fill-in-the-middle tokens) "
+                                                   "(default: code,edit,chat; one table each)")
+    prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} or "
+                                      "{\"input_prefix\": ..., \"input_suffix\": ...} per line (instead of --workload)")
 
     b = _command(sub, "bench", _cmd_bench, "measure methods against plain decoding on this machine")
     _speculation_flags(b, skip_sampling=("temperature", "stop"), skip_draft=("method",),

@@ -98,3 +98,39 @@ def test_engine_infill_tokens(fim_engine):
     assert cut and len(ids) == 512 - 1 - 100
     res = fim_engine.generate(ids, SamplingParams(temperature=0, max_tokens=50), DraftParams())
     assert res.finish_reason in ("eos", "length")
+
+
+# ---------------------------------------------------------------------------------- bench
+
+
+def test_infill_workload_is_held_back_files_cut_deterministically():
+    from resispec_gguf import workloads
+
+    items = workloads.WORKLOADS["infill"]
+    assert len(items) == 2 * len(workloads._INFILL_FILES) == 10
+    assert workloads.infill_items(workloads._INFILL_FILES) == items  # same seed, same cuts
+    assert workloads.infill_items(workloads._INFILL_FILES, seed=1) != items
+    for i, item in enumerate(items):
+        pre, suf = item["infill"]["input_prefix"], item["infill"]["input_suffix"]
+        text = workloads._INFILL_FILES[i // 2]
+        assert text.startswith(pre) and text.endswith(suf) and len(pre) + len(suf) < len(text)
+        assert len(text) // 5 <= len(pre) < 4 * len(text) // 5
+        middle = text[len(pre): len(text) - len(suf)]
+        assert 1 <= middle.count("\n") <= 5 and (middle.endswith("\n") or not suf)
+    others = repr([workloads.WORKLOADS[w] for w in ("code", "edit", "chat")])
+    assert not any(max(f.splitlines(), key=len) in others for f in workloads._INFILL_FILES)
+
+
+def test_bench_runs_infill_prompts(fim_engine, tmp_path):
+    from resispec_gguf import bench
+
+    item = bench.WORKLOADS["infill"][0]
+    pre, suf = item["infill"]["input_prefix"], item["infill"]["input_suffix"]
+    assert bench.prompt_tokens(fim_engine, item) == fim_engine.infill_tokens(pre, suf, repo_level=True)[0]
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"input_prefix": "a", "input_suffix": "b"}\n{"prompt": "c"}\n')
+    parsed = bench.parse_prompts(str(f))
+    assert parsed[0] == {"kind": "infill", "infill": {"input_prefix": "a", "input_suffix": "b"}}
+    results = bench.run_bench(fim_engine, {"infill": bench.WORKLOADS["infill"][:2]}, ["none", "auto"], [0.8],
+                              SamplingParams(max_tokens=8, seed=0), DraftParams(), progress=False)
+    assert results[0]["workload"] == "infill" and results[0]["methods"]["auto"]["tokens"] > 0
