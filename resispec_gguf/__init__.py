@@ -16,5 +16,15 @@ __all__ = [
     "UserError",
     "ConfigError",
     "ContextFullError",
+    "LlamaDraft",
 ]
+
+
+def __getattr__(name):
+    # LlamaDraft loads llama_cpp: only on first use, so that importing the package stays light
+    if name == "LlamaDraft":
+        from .llama_draft import LlamaDraft
+
+        return LlamaDraft
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 __version__ = "0.1.0"

@@ -10,7 +10,10 @@ needs, in NumPy terms:
 * ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
 
 ``open_models`` opens a target and a draft as a ``config.ModelParams`` says and checks that
-they share a vocabulary; ``describe`` reports a model's file and settings.
+they share a vocabulary; ``describe`` reports a model's file and settings.  For
+``llama_draft.LlamaDraft``: ``LlamaDraftModel`` (llama-cpp-python's draft-model base class,
+re-exported so that no other module imports llama_cpp) and ``llama_vocab_info`` (a
+``llama_cpp.Llama``'s vocabulary facts).
 
 KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
 sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
@@ -34,11 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 
 import llama_cpp as _ll
+from llama_cpp.llama_speculative import LlamaDraftModel
 
 from . import vocab
 from .errors import ContextFullError, UserError
 
-__all__ = ["LlamaModel", "VocabInfo", "open_models", "set_verbose"]
+__all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "set_verbose"]
 
 _GGUF_MAGIC = b"GGUF"
 _verbose = False
@@ -341,16 +345,7 @@ class LlamaModel:
         return self.meta("tokenizer.chat_template")
 
     def vocab_info(self) -> VocabInfo:
-        v = self._vocab
-        return VocabInfo(
-            vocab_type=int(_ll.llama_vocab_type(v)),
-            n_vocab=self.n_vocab,
-            bos=self.bos,
-            eos=self.eos,
-            add_bos=self.add_bos,
-            add_eos=bool(_ll.llama_vocab_get_add_eos(v)),
-            texts=tuple(_ll.llama_vocab_get_text(v, i) or b"" for i in range(self.n_vocab)),
-        )
+        return _vocab_info(self._vocab)
 
     # ------------------------------------------------------------------ decoding
 
@@ -524,6 +519,24 @@ class LlamaModel:
                 rows.append(self._logits(n))
             self.cached.extend(chunk)
         return rows
+
+
+def _vocab_info(v) -> VocabInfo:
+    n = int(_ll.llama_vocab_n_tokens(v))
+    return VocabInfo(
+        vocab_type=int(_ll.llama_vocab_type(v)),
+        n_vocab=n,
+        bos=int(_ll.llama_vocab_bos(v)),
+        eos=int(_ll.llama_vocab_eos(v)),
+        add_bos=bool(_ll.llama_vocab_get_add_bos(v)),
+        add_eos=bool(_ll.llama_vocab_get_add_eos(v)),
+        texts=tuple(_ll.llama_vocab_get_text(v, i) or b"" for i in range(n)),
+    )
+
+
+def llama_vocab_info(llama) -> VocabInfo:
+    """The vocabulary facts of a ``llama_cpp.Llama`` (what ``vocab.check_compatible`` compares)."""
+    return _vocab_info(_ll.llama_model_get_vocab(llama.model))
 
 
 def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[LlamaModel, LlamaModel | None]:
