@@ -28,7 +28,7 @@ import numpy as np
 from . import sampling
 from .config import MAX_TREE_NODES, DraftParams, ModelParams, SamplingParams
 from .errors import ContextFullError, UserError
-from .protocol import ModelBackend
+from .protocol import Constraint, ConstraintState, ModelBackend
 from .textstream import TextAssembler
 from .autotune import lookup_bin
 from .lookup import NgramIndex
@@ -159,7 +159,8 @@ _LOOKUP_WEIGHT = 0.5
 class _Generation:
     """One request: owns its RNG, text assembly and stats; drives the models step by step."""
 
-    def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams):
+    def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams,
+                 constraint: ConstraintState | None = None):
         self.e = engine
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -176,6 +177,9 @@ class _Generation:
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         self.lookup = NgramIndex(self.prompt) if use_lookup else None
         self.copy_run = 0  # emitted tokens in a row that lookup had predicted
+        # the request's constraint, if any, and this step's masks by path from the root
+        self.constraint = constraint
+        self._masks: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------ distributions
 
@@ -186,6 +190,28 @@ class _Generation:
     def _q(self, logits):
         sp = self.sp
         return sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p, self.dp.draft_support)
+
+    # ------------------------------------------------------------------ the constraint
+
+    def _mask(self, path: tuple) -> np.ndarray | None:
+        """The constraint's mask after the committed tokens + ``path`` (tree tokens below
+        the root), computed once per step and shared by the draft and the target."""
+        if self.constraint is None:
+            return None
+        m = self._masks.get(path)
+        if m is None:
+            m = self._masks[path] = self.constraint.mask(path)
+        return m
+
+    def _node_mask(self, tree: DraftTree, node: int) -> np.ndarray | None:
+        if self.constraint is None:
+            return None
+        return self._mask(tree.path_tokens(node))
+
+    @staticmethod
+    def _masked(logits, mask):
+        """Mask first, then every sampling transform: plain constrained sampling's law."""
+        return logits if mask is None else sampling.mask_logits(logits, mask)
 
     # ------------------------------------------------------------------ driver
 
@@ -209,6 +235,11 @@ class _Generation:
                 if e.target.n_past + 2 > e.target.n_ctx:
                     self.finish_reason = "length"
                     break
+                if self.constraint is not None:
+                    if self.constraint.is_stopped():  # only an end token may follow: p is one-hot on it
+                        self.finish_reason = "eos"
+                        break
+                    self._masks.clear()
                 if self.tuner is not None:
                     self.plan = self.tuner.choose(len(self.draft_pending))
                     self.dp = self.plan.params if self.plan is not None else _PLAIN
@@ -225,6 +256,8 @@ class _Generation:
                 yield from self._emit(emitted)
                 if self.lookup is not None:
                     self.lookup.extend(self.out[n_out:])
+                if self.constraint is not None and self.finish_reason is None:
+                    self.constraint.advance(self.out[n_out:])
             tail = self.text.flush()
             if tail:
                 yield tail
@@ -261,7 +294,8 @@ class _Generation:
         e = self.e
         t = time.perf_counter()
         rows = e.target.decode([self._root()], [-1])
-        logits = rows[0]
+        mask = self._mask(())
+        logits = self._masked(rows[0], mask)
         self.stats.target_time += time.perf_counter() - t
         self.stats.target_calls += 1
         p, top, p_of = self._target_dist(logits)
@@ -269,6 +303,8 @@ class _Generation:
         if self.lookup is not None:
             # what a lookup candidate would have been accepted with, learnt for free
             x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
+            if x0 >= 0 and mask is not None and not sampling.mask_allows(mask, x0):
+                x0 = -1
             if x0 >= 0 and self.tuner is not None:
                 self.tuner.calibration.observe_lookup(lookup_bin(match, self.copy_run), p_of(x0))
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
@@ -371,6 +407,8 @@ class _Generation:
         n = self.lookup.max_n
         # the index holds the prompt and the output so far, which ends with the root
         x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+        if x0 >= 0 and self.constraint is not None and not sampling.mask_allows(self._mask(tuple(path)), x0):
+            return -1, 0  # the constraint forbids it here: a function of the path, not of a draw
         return x0, lookup_bin(match, run)
 
     def _weights(self, qx: dict, x0: int, n: int) -> dict:
@@ -391,6 +429,7 @@ class _Generation:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
         logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
+        logits = self._masked(logits, self._node_mask(tree, node))  # q drawn from the masked row
         x0, n = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
@@ -420,7 +459,7 @@ class _Generation:
         st.tree_nodes += len(tree) - 1
         node, emitted, path = 0, [], [0]
         while True:
-            logits = rows[node]
+            logits = self._masked(rows[node], self._node_mask(tree, node))
             draws, x0 = tree.draws[node], tree.lookup[node]
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample_p(logits))
@@ -787,7 +826,40 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def _prepare(self, prompt, sampling_params, draft_params):
+    # ------------------------------------------------------------------ constraints
+
+    def compile_constraint(self, *, json_schema=None, grammar: str | None = None) -> Constraint:
+        """A constraint for ``stream``/``generate`` from a JSON schema (a dict, its JSON text,
+        or True for any JSON object) or a grammar (Lark as llguidance reads it, or llama.cpp's
+        GBNF, converted), compiled against the target's vocabulary.  Compile once, use for
+        many requests.  A schema or grammar that cannot be compiled raises
+        ``grammar.GrammarError`` (a ``UserError``) saying why."""
+        from . import grammar as g
+
+        if (json_schema is None) == (grammar is None):
+            raise TypeError("give exactly one of json_schema and grammar")
+        text = g.json_schema_grammar(json_schema) if json_schema is not None else g.lark_grammar(grammar)
+        return g.Grammar(self.grammar_tokenizer(), text, self.n_vocab)
+
+    def grammar_tokenizer(self):
+        """The target vocabulary as the grammar engine reads it (built once, ~1 s at 152k
+        tokens, then cached)."""
+        tok = getattr(self, "_grammar_tokenizer", None)
+        if tok is None:
+            tok = self._grammar_tokenizer = self.target.grammar_tokenizer()
+        return tok
+
+    def _constraint(self, constraint, json_schema, grammar) -> Constraint | None:
+        given = [x is not None for x in (constraint, json_schema, grammar)]
+        if sum(given) > 1:
+            raise TypeError("give at most one of constraint, json_schema and grammar")
+        if json_schema is not None or grammar is not None:
+            return self.compile_constraint(json_schema=json_schema, grammar=grammar)
+        return constraint
+
+    # ------------------------------------------------------------------ generation
+
+    def _prepare(self, prompt, sampling_params, draft_params, constraint: Constraint | None = None):
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
         self.check_draft_params(dp)
@@ -800,13 +872,23 @@ class Engine:
                 raise UserError(f"prompt token {bad[0]} is outside the vocabulary (0..{self.n_vocab - 1})")
         if not tokens:
             raise UserError("the prompt is empty")
-        return _Generation(self, tokens, sp, dp)
+        state = constraint.start() if constraint is not None else None  # refuses an impossible start
+        return _Generation(self, tokens, sp, dp, state)
 
-    def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Iterator[str]:
+    def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+               constraint: Constraint | None = None, json_schema=None, grammar: str | None = None) -> Iterator[str]:
         """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
         When the iterator ends, ``engine.last_result`` holds the full ``Result``; closed or
-        interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted"."""
-        gen = self._prepare(prompt, sampling, draft)
+        interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted".
+
+        ``json_schema`` / ``grammar`` (see ``compile_constraint``) or an already compiled
+        ``constraint`` restrict the output: every token is drawn exactly as plain constrained
+        sampling would draw it (the mask first, then temperature, top-k, top-p, min-p), with
+        speculation on.  When the constraint is complete and only an end token may follow,
+        the reply ends with finish_reason "eos"; ``max_tokens`` first gives "length" and the
+        partial text."""
+        constraint = self._constraint(constraint, json_schema, grammar)
+        gen = self._prepare(prompt, sampling, draft, constraint)
         self.last_result = None
         try:
             yield from gen.run()
@@ -819,9 +901,12 @@ class Engine:
                 seed=gen.seed,
             )
 
-    def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Result:
-        """Generate a completion of ``prompt`` (a string or a list of token ids)."""
-        for _ in self.stream(prompt, sampling, draft):
+    def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+                 constraint: Constraint | None = None, json_schema=None, grammar: str | None = None) -> Result:
+        """Generate a completion of ``prompt`` (a string or a list of token ids); the
+        constraint arguments are ``stream``'s."""
+        for _ in self.stream(prompt, sampling, draft, constraint=constraint, json_schema=json_schema,
+                             grammar=grammar):
             pass
         assert self.last_result is not None
         return self.last_result
