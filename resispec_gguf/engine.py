@@ -739,7 +739,9 @@ class Engine:
             return ""
         return self.target.token_text(token).decode("utf-8", "replace")
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> str:
+        """The chat template applied to ``messages`` (and ``tools``, OpenAI's tool objects,
+        for templates that render them)."""
         from .chat_format import render
 
         return render(
@@ -748,6 +750,7 @@ class Engine:
             bos_token=self._special_text(self.target.bos),
             eos_token=self._special_text(self.target.eos),
             add_generation_prompt=add_generation_prompt,
+            tools=tools,
         )
 
     @property
@@ -780,7 +783,7 @@ class Engine:
         bos = self._special_text(self.target.bos)
         return self.target.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
-    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> list[int]:
         """The prompt for a chat: the template rendered with a generation prompt, tokenized so
         that only the template's own text can become control tokens.
 
@@ -800,12 +803,12 @@ class Engine:
         msgs = cf.check_messages(messages)
         contents = [m["content"] for m in msgs]
         self._check_prompt_size("".join(contents))
-        rendered = self.render_chat(msgs, add_generation_prompt)
+        rendered = self.render_chat(msgs, add_generation_prompt, tools)
         self._check_prompt_size(rendered)  # other fields a template may print are text too
         specials = self.target.special_tokens()
         nonce = cf.new_nonce()
         marked = self.render_chat([{**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)],
-                                  add_generation_prompt)
+                                  add_generation_prompt, tools)
         segments = cf.content_segments(rendered, marked, nonce, contents)
         if segments is None:
             if not any(text in c for c in contents for text, *_ in specials):
@@ -839,7 +842,30 @@ class Engine:
         if (json_schema is None) == (grammar is None):
             raise TypeError("give exactly one of json_schema and grammar")
         text = g.json_schema_grammar(json_schema) if json_schema is not None else g.lark_grammar(grammar)
-        return g.Grammar(self.grammar_tokenizer(), text, self.n_vocab)
+        cache = self.__dict__.setdefault("_compiled", {})
+        compiled = cache.pop(text, None)
+        if compiled is None:
+            compiled = g.Grammar(self.grammar_tokenizer(), text, self.n_vocab)
+        cache[text] = compiled  # most recent last
+        while len(cache) > 32:
+            cache.pop(next(iter(cache)))
+        return compiled
+
+    def tool_format(self):
+        """How this model writes tool calls (``tools.choose_format``): from its chat template,
+        and whether the call markers are single special tokens of its vocabulary."""
+        from . import tools
+
+        fmt = self.__dict__.get("_tool_format")
+        if fmt is None:
+            def special(text: str) -> bool:
+                ids = self.target.tokenize(text, add_special=False, parse_special=True)
+                return len(ids) == 1 and bool(self.grammar_tokenizer().is_special_token(ids[0]))
+
+            probe = tools.HermesFormat()
+            fmt = self._tool_format = tools.choose_format(self._chat_template, special(probe.open),
+                                                          special(probe.close))
+        return fmt
 
     def grammar_tokenizer(self):
         """The target vocabulary as the grammar engine reads it (built once, ~1 s at 152k

@@ -64,6 +64,8 @@ from . import api
 from .chat_format import MessageError, check_messages
 from .config import ConfigError, DraftParams, SamplingParams, ServerParams
 from .errors import ContextFullError, UserError
+from .grammar import GrammarError
+from .tools import ToolError
 
 __all__ = ["create_app", "serve", "listen"]
 
@@ -223,11 +225,6 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     if chat:
         if body.get("logprobs") or body.get("top_logprobs"):
             raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
-        if body.get("tools") or body.get("functions"):
-            raise _bad("tools and functions are not supported", "tools", "unsupported_value")
-        rf = body.get("response_format")
-        if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
-            raise _bad("only the text response_format is supported", "response_format", "unsupported_value")
     else:
         if body.get("logprobs") is not None and body.get("logprobs") is not False:
             raise _bad("logprobs are not supported", "logprobs", "unsupported_value")
@@ -253,6 +250,7 @@ class _Request:
     draft: DraftParams
     stream: bool
     include_usage: bool
+    options: tuple | None = None  # chat: api.check_chat_options' (ToolRequest, schema)
 
     @property
     def prompt_param(self) -> str:
@@ -332,7 +330,15 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     if opts is not None and not isinstance(opts, dict):
         raise _bad("stream_options must be an object", "stream_options", "invalid_type")
     include_usage = bool(_boolean(opts or {}, "include_usage"))
-    return _Request(kind, prompt, sp, dp, stream, include_usage)
+    options = None
+    if chat:
+        try:
+            options = api.check_chat_options(body.get("tools"), body.get("tool_choice"),
+                                              body.get("parallel_tool_calls"), body.get("response_format"),
+                                              body.get("functions"), body.get("function_call"))
+        except (api.RequestError, ToolError) as e:
+            raise _bad(str(e), e.param, "invalid_value") from None
+    return _Request(kind, prompt, sp, dp, stream, include_usage, options)
 
 
 # ---------------------------------------------------------------------------------- the worker
@@ -350,7 +356,7 @@ class _Job:
         self.engine = engine
         self.req = req
         self.loop = loop
-        self.prompt: list[int] | None = None
+        self.plan: api.ChatPlan | None = None  # the prompt's tokens and constraint
         self.events: asyncio.Queue = asyncio.Queue()
         self._cancel = threading.Event()
 
@@ -372,7 +378,8 @@ class _Job:
             self._put("cancelled", None)
             return
         try:
-            pieces = self.engine.stream(self.prompt, self.req.sampling, self.req.draft)
+            pieces = self.engine.stream(self.plan.prompt, self.req.sampling, self.req.draft,
+                                        constraint=self.plan.constraint)
             try:
                 for piece in pieces:
                     if self.req.stream:
@@ -389,19 +396,19 @@ class _Job:
             self._put("error", exc)
 
 
-def _prompt_tokens(engine, req: _Request) -> list[int]:
-    """Render and tokenize a request's prompt (on a tokenizer thread: this only reads the
-    vocabulary, so it may run while the engine thread decodes)."""
+def _plan(engine, req: _Request) -> api.ChatPlan:
+    """Render and tokenize a request's prompt and compile its constraint (on a tokenizer
+    thread: this only reads the vocabulary, so it may run while the engine thread decodes)."""
     if req.kind == "chat":
         try:
-            return engine.chat_tokens(req.prompt)
+            return api.plan_chat(engine, req.prompt, checked=req.options)
         except UserError:
             raise
         except Exception as exc:  # a template tripping over the request's data is bad input
             raise UserError(f"the chat template failed on these messages ({type(exc).__name__})") from None
     if isinstance(req.prompt, str):
-        return engine.text_tokens(req.prompt)
-    return list(req.prompt)
+        return api.ChatPlan(engine.text_tokens(req.prompt))
+    return api.ChatPlan(list(req.prompt))
 
 
 class _Worker:
@@ -643,11 +650,16 @@ class _Server:
         handed_over = False
         try:
             try:
-                tokenized = asyncio.wrap_future(self.tokenizer.submit(_prompt_tokens, self.engine, req))
+                tokenized = asyncio.wrap_future(self.tokenizer.submit(_plan, self.engine, req))
             except RuntimeError:  # the pool is shut down: the server is stopping
                 raise _cancelled() from None
             try:
-                present, job.prompt = await self._unless_disconnect(tokenized, request)
+                present, job.plan = await self._unless_disconnect(tokenized, request)
+            except (api.RequestError, ToolError, MessageError) as e:
+                raise _bad(str(e), e.param, "invalid_value") from None
+            except GrammarError as e:
+                raise _bad(str(e), "tools" if req.options and req.options[0].active else "response_format",
+                           "invalid_value") from None
             except UserError as e:
                 raise _user_error(e, req.prompt_param) from None
             if not present:  # the client left; nobody reads this
@@ -660,7 +672,7 @@ class _Server:
             self._raise_for(event, req)
             meta = api.new_meta(self.model_name, chat=kind == "chat")
             if not req.stream:
-                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1]))
+                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1], job.plan))
             response = _SSEResponse(self._events(job, req, meta, event), job)
             handed_over = True
             return response
@@ -671,26 +683,35 @@ class _Server:
     async def _events(self, job: _Job, req: _Request, meta: dict, event):
         chat = req.kind == "chat"
 
-        def chunk(content: str | None, finish: str | None, *, role: bool = False) -> dict:
-            out = api.chunk_object(chat, meta, content, finish, role=role)
+        def chunk(content: str | None, finish: str | None, **kw) -> dict:
+            out = api.chunk_object(chat, meta, content, finish, **kw)
             if req.include_usage:
                 out["usage"] = None
             return out
 
+        held = api.ToolStream(job.plan)  # holds back what may be a tool call
         try:
             if chat:
                 yield _sse(chunk("", None, role=True))
             while True:
                 kind, value = event
                 if kind == "piece":
-                    yield _sse(chunk(value, None))
+                    out = held.push(value) if chat else value
+                    if out:
+                        yield _sse(chunk(out, None))
                 elif kind == "done":
-                    last = chunk(None, api.finish_reason(value.finish_reason))
-                    if req.include_usage:
+                    if chat:
+                        for c in api.final_chunks(meta, held, value, usage_chunk=req.include_usage,
+                                                  with_usage=False, chunk=chunk):
+                            yield _sse(c)
+                    else:
+                        last = chunk(None, api.finish_reason(value.finish_reason))
+                        if req.include_usage:
+                            yield _sse(last)
+                            last = {**api.chunk_object(chat, meta, None, None), "choices": [],
+                                    "usage": api.usage(value)}
+                        last["speculative"] = api.stats_dict(value)
                         yield _sse(last)
-                        last = {**api.chunk_object(chat, meta, None, None), "choices": [], "usage": api.usage(value)}
-                    last["speculative"] = api.stats_dict(value)
-                    yield _sse(last)
                     yield _sse("[DONE]")
                     return
                 else:
