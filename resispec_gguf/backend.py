@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import warnings
 import struct
 from dataclasses import dataclass
 
@@ -295,7 +296,9 @@ class LlamaModel:
         except ImportError as e:  # pragma: no cover - a dependency
             raise UserError(f"constrained generation needs llguidance: pip install llguidance ({e})") from None
         eog = [i for i in range(self.n_vocab) if _ll.llama_vocab_is_eog(self._vocab, i)]
-        return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog or None)
+        with warnings.catch_warnings():  # it calls llama_token_get_attr, deprecated but equivalent
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog or None)
 
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         try:
