@@ -148,9 +148,10 @@ def _cmd_bench(args) -> int:
     model = flags.from_args(ModelParams, args)
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
+    schema = _constraint_args(args).get("json_schema")
     with _load(model) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
-                            json_path=args.json, plot_path=args.plot)
+                            json_path=args.json, plot_path=args.plot, json_schema=schema)
     return 0
 
 
@@ -236,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
     b.add_argument("--json", default=None, help="write the full report to this JSON file")
     b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
+    b.add_argument("--json-schema", default=None, metavar="FILE|JSON",
+                   help="also run every method under this JSON schema (METHOD+schema rows: mask time per node, "
+                        "speed against the same method unconstrained)")
+    b.set_defaults(grammar=None)
 
     a = _command(sub, "analyze", _cmd_analyze, "exact expected acceptance per method on sampled answers")
     flags.add_settings(a, SamplingParams, "sampling", skip=("temperature", "top_k", "top_p", "min_p", "stop"),

@@ -62,6 +62,7 @@ class Stats:
     target_time: float = 0.0
     total_time: float = 0.0
     steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" -> steps
+    mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
     auto: str = ""  # what auto chose last and why
 
     @property
@@ -105,6 +106,7 @@ class Stats:
         for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
                      "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.mask_seconds += other.mask_seconds
         for kind, n in other.steps_by_kind.items():
             self.steps_by_kind[kind] = self.steps_by_kind.get(kind, 0) + n
         self.auto = other.auto or self.auto
@@ -135,6 +137,8 @@ class Stats:
             "total_time_s": self.total_time,
             "prompt_time_s": self.prompt_time,
             "steps_by_kind": dict(self.steps_by_kind),
+            "masks": len(self.mask_seconds),
+            "mask_ms_median": 1000 * float(np.median(self.mask_seconds)) if self.mask_seconds else None,
             "auto": self.auto,
         }
 
@@ -200,7 +204,9 @@ class _Generation:
             return None
         m = self._masks.get(path)
         if m is None:
+            t = time.perf_counter()
             m = self._masks[path] = self.constraint.mask(path)
+            self.stats.mask_seconds.append(time.perf_counter() - t)
         return m
 
     def _node_mask(self, tree: DraftTree, node: int) -> np.ndarray | None:
