@@ -164,7 +164,7 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
 
 def format_table(results) -> str:
     lines = []
-    head = f"{'T':>4} {'method':<10} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
+    head = f"{'T':>4} {'method':<13} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
     workload = None
     for block in results:
         if block.get("workload") != workload:
@@ -183,7 +183,7 @@ def format_table(results) -> str:
             acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
             sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
             lines.append(
-                f"{block['temperature']:>4} {name:<10} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
+                f"{block['temperature']:>4} {name:<13} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
                 f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
             )
     return "\n".join(lines)
