@@ -8,7 +8,10 @@ request may set ``top_k`` and ``min_p`` and override the draft parameters with `
 ``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
 ``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
 ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
-features that cannot be honoured (``n`` > 1, logprobs, echo, tools, JSON mode) are refused.
+features that cannot be honoured (``n`` > 1, echo) are refused.  Chat requests may carry
+``tools``/``tool_choice``/``parallel_tool_calls`` and ``response_format`` (``json_object``,
+``json_schema``): ``api.plan_chat`` turns them into a prompt and a constraint, and calls in
+the reply come back as ``tool_calls`` (streamed as ``delta.tool_calls``).
 
 Input: POST bodies must be ``application/json`` (else 415), at most ``MAX_BODY_BYTES``.  A
 prompt that cannot fit the context whatever its text (more UTF-8 bytes than
