@@ -1,18 +1,124 @@
-"""OpenAI-shaped results: the response and chunk objects the server sends, and
-``create_chat_completion`` — the same shapes for in-process use, mirroring
-llama-cpp-python's ``Llama.create_chat_completion`` so an assistant can switch with little
-change.  Built on the engine's public API only.
+"""OpenAI-shaped requests and results, shared by the server and in-process use.
+
+``plan_chat`` turns a chat request's messages, ``tools``/``tool_choice`` and
+``response_format`` into a prompt and a constraint; ``completion_object``/``chunk_object``
+shape results (tool calls included); ``create_chat_completion`` does all of it in-process,
+mirroring llama-cpp-python's ``Llama.create_chat_completion`` so an assistant can switch with
+little change.  Built on the engine's public API only.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import math
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from . import tools as _tools
 from .config import DraftParams, SamplingParams
+from .errors import UserError
+
+
+class RequestError(UserError):
+    """A request field that cannot be honoured; ``param`` names it (the server's 400)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ChatPlan:
+    """A chat request made ready for the engine: its prompt, its constraint (None: free
+    text), and, when tools may be called, how to read calls back out of the reply."""
+
+    prompt: list[int]
+    constraint: object = None
+    tools: "_tools.ToolRequest | None" = None
+    format: "_tools.HermesFormat | None" = None
+
+    @property
+    def tools_active(self) -> bool:
+        return self.tools is not None and self.tools.active
+
+    def tool_calls(self, text: str):
+        """``(content, calls)`` read from a finished reply, or None when it made no call."""
+        if not self.tools_active:
+            return None
+        return self.format.parse(text, self.tools.allowed)
+
+
+def response_schema(response_format):
+    """The JSON schema a ``response_format`` asks for: None (text), True (any JSON object,
+    ``json_object``) or the schema of ``json_schema``; ``RequestError`` naming the field."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise RequestError("response_format must be an object", "response_format")
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return True
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict):
+            raise RequestError("response_format.json_schema must be an object with a schema",
+                               "response_format.json_schema")
+        schema = spec.get("schema", True)
+        if not isinstance(schema, (dict, bool)):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema object",
+                               "response_format.json_schema.schema")
+        return True if schema is True or schema == {} else schema
+    raise RequestError(f"response_format.type must be text, json_object or json_schema, got {str(kind)[:40]!r}",
+                       "response_format.type")
+
+
+def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
+                       functions=None, function_call=None):
+    """``(ToolRequest, schema)`` for a chat request's tool and format fields, checked without a
+    model (``RequestError``/``ToolError`` naming the field)."""
+    if tool_choice is None and function_call is not None:  # the legacy spelling
+        tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
+                       else function_call)
+    functions_ = _tools.check_tools(tools, functions)
+    req = _tools.check_tool_choice(tool_choice, functions_, parallel_tool_calls)
+    schema = response_schema(response_format)
+    if schema is not None and req.active:
+        raise RequestError("response_format json_object/json_schema cannot be combined with tools "
+                           "(use tool_choice 'none', or a tool whose parameters are the schema)", "response_format")
+    return req, schema
+
+
+def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
+              functions=None, function_call=None, checked=None) -> ChatPlan:
+    """The prompt and constraint for a chat request (see the module docstring).  ``checked``:
+    ``check_chat_options``' result when the caller has it already."""
+    req, schema = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
+                                                functions, function_call)
+    if not req.active and not any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
+                                  for m in (messages if isinstance(messages, list) else [])):
+        prompt = engine.chat_tokens(messages)
+        constraint = engine.compile_constraint(json_schema=schema) if schema is not None else None
+        return ChatPlan(prompt, constraint)
+    fmt = engine.tool_format()
+    msgs, shown = _tools.prepare_messages(_checked_messages(messages), req, fmt)
+    prompt = engine.chat_tokens(msgs, tools=shown)
+    constraint = None
+    if req.active:
+        constraint = engine.compile_constraint(grammar=fmt.grammar(req))
+    elif schema is not None:
+        constraint = engine.compile_constraint(json_schema=schema)
+    return ChatPlan(prompt, constraint, req if req.active else None, fmt)
+
+
+def _checked_messages(messages):
+    from .chat_format import check_messages
+
+    return check_messages(messages)
 
 
 def finish_reason(engine_reason: str) -> str:
@@ -96,12 +202,20 @@ class LogprobsFormatter:
         return out
 
 
-def completion_object(chat: bool, meta: dict, result, *, logprobs: dict | None = None) -> dict:
+def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = None, *,
+                      logprobs: dict | None = None) -> dict:
     """A non-streaming ``chat.completion`` / ``text_completion`` with a ``speculative`` extra;
+    with a ``plan`` whose tools may be called, calls in the reply become ``tool_calls``;
     ``logprobs``: the choice's (from ``LogprobsFormatter``), if asked for."""
     reason = finish_reason(result.finish_reason)
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": result.text}, "logprobs": logprobs, "finish_reason": reason}
+        message = {"role": "assistant", "content": result.text}
+        parsed = plan.tool_calls(result.text) if plan is not None else None
+        if parsed is not None:
+            content, calls = parsed
+            message = {"role": "assistant", "content": content or None, "tool_calls": [c.as_dict() for c in calls]}
+            reason = "tool_calls"
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
     else:
         choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
     return {
@@ -113,17 +227,60 @@ def completion_object(chat: bool, meta: dict, result, *, logprobs: dict | None =
 
 
 def chunk_object(chat: bool, meta: dict, content: str | None, finish: str | None, *, role: bool = False,
-                 logprobs: dict | None = None) -> dict:
+                 tool_calls: list | None = None, logprobs: dict | None = None) -> dict:
     """One streaming chunk (``chat.completion.chunk`` delta, or ``text_completion`` text);
-    ``logprobs``: those of the chunk's tokens, if asked for."""
+    ``tool_calls``: the delta's tool-call entries (``tool_call_deltas``); ``logprobs``: those of
+    the chunk's tokens, if asked for."""
     if chat:
         delta = {} if content is None else {"content": content}
         if role:
             delta = {"role": "assistant", **delta}
+        if tool_calls is not None:
+            delta["tool_calls"] = tool_calls
         choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": content or "", "logprobs": logprobs, "finish_reason": finish}
     return {**_header(meta, "chat.completion.chunk" if chat else "text_completion"), "choices": [choice]}
+
+
+def tool_call_deltas(calls) -> list[list[dict]]:
+    """The streamed form of finished calls: per call, a delta entry with its index, id, type
+    and name (empty arguments), then one with the arguments.  Concatenating each index's
+    ``arguments`` gives exactly the non-streamed call."""
+    out = []
+    for i, c in enumerate(calls):
+        out.append([{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}])
+        out.append([{"index": i, "function": {"arguments": c.arguments}}])
+    return out
+
+
+class ToolStream:
+    """Streams a reply's text while holding back what may be a tool call: text before a
+    call marker goes out as content; at the end, ``finish`` returns the remaining content
+    and the calls (or the held-back text, when no well-formed call came)."""
+
+    def __init__(self, plan: ChatPlan):
+        self.plan = plan
+        self.text = ""
+        self.sent = 0
+
+    def push(self, piece: str) -> str:
+        self.text += piece
+        if not self.plan.tools_active:
+            out, self.sent = self.text[self.sent:], len(self.text)
+            return out
+        safe = self.plan.format.pending(self.text)
+        if safe <= self.sent:
+            return ""
+        out, self.sent = self.text[self.sent:safe], safe
+        return out
+
+    def finish(self, text: str):
+        """``(content_left, calls)``: ``calls`` None when the reply made no call."""
+        parsed = self.plan.tool_calls(text)
+        if parsed is None:
+            return text[self.sent:], None
+        return "", parsed[1]
 
 
 # ---------------------------------------------------------------------------------- llama.cpp's /infill
@@ -207,13 +364,20 @@ def create_chat_completion(
     stream: bool = False,
     model: str = "resispec-gguf",
     draft: DraftParams | None = None,
+    tools: list | None = None,
+    tool_choice=None,
+    parallel_tool_calls: bool | None = None,
+    response_format: dict | None = None,
     logprobs: bool = False,
     top_logprobs: int | None = None,
 ):
     """Chat completion in OpenAI's shape: a dict, or an iterator of chunk dicts when
     ``stream=True``.  The extra ``speculative`` key carries the step statistics.  A sampling
     argument left at None takes ``SamplingParams``' default; ``draft`` None the engine's
-    (``DraftParams()``).  ``logprobs``/``top_logprobs``: as OpenAI's (the target's own
+    (``DraftParams()``).  ``tools``/``tool_choice``/``parallel_tool_calls`` and
+    ``response_format`` are OpenAI's: calls come back as ``message.tool_calls`` with
+    finish_reason "tool_calls", JSON formats are enforced by a grammar (exactly, under
+    speculation).  ``logprobs``/``top_logprobs``: as OpenAI's (the target's own
     log-probabilities at T = 1 before filters)."""
     given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, max_tokens=max_tokens,
                  stop=stop, seed=seed)
@@ -221,29 +385,62 @@ def create_chat_completion(
     if top_logprobs is not None and not logprobs:
         raise ValueError("top_logprobs needs logprobs=True")
     n_lp = (top_logprobs or 0) if logprobs else None
-    prompt = engine.chat_tokens(messages)
+    plan = plan_chat(engine, messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                     response_format=response_format)
     meta = new_meta(model, chat=True)
     if not stream:
-        result = engine.generate(prompt, sp, draft, logprobs=n_lp)
+        result = engine.generate(plan.prompt, sp, draft, constraint=plan.constraint, logprobs=n_lp)
         lp = LogprobsFormatter(True, engine.token_piece).format(result.logprobs) if n_lp is not None else None
-        return completion_object(True, meta, result, logprobs=lp)
-    return _stream_chunks(engine, prompt, sp, draft, meta, n_lp)
+        return completion_object(True, meta, result, plan, logprobs=lp)
+    return _stream_chunks(engine, plan, sp, draft, meta, n_lp)
 
 
-def _stream_chunks(engine, prompt, sp, draft, meta, n_lp=None) -> Iterator[dict]:
+def _stream_chunks(engine, plan: ChatPlan, sp, draft, meta, n_lp=None) -> Iterator[dict]:
     yield chunk_object(True, meta, "", None, role=True)
-    fmt = LogprobsFormatter(True, engine.token_piece) if n_lp is not None else None
-    sent = 0
-    if fmt is None:
-        for piece in engine.stream(prompt, sp, draft):
-            yield chunk_object(True, meta, piece, None)
-    else:
-        for piece, entries in engine.stream_logprobs(prompt, sp, draft, n_lp):
-            sent += len(entries)
-            yield chunk_object(True, meta, piece, None, logprobs=fmt.format(entries))
+    held = ToolStream(plan)
+    if n_lp is None:
+        for piece in engine.stream(plan.prompt, sp, draft, constraint=plan.constraint):
+            out = held.push(piece)
+            if out:
+                yield chunk_object(True, meta, out, None)
+        yield from final_chunks(meta, held, engine.last_result)
+        return
+    fmt = LogprobsFormatter(True, engine.token_piece)
+    pending, sent = [], 0  # entries of tokens whose text is held back; entries sent
+    for piece, entries in engine.stream_logprobs(plan.prompt, sp, draft, n_lp, constraint=plan.constraint):
+        pending += entries
+        out = held.push(piece)
+        if out:
+            sent += len(pending)
+            yield chunk_object(True, meta, out, None, logprobs=fmt.format(pending))
+            pending = []
     result = engine.last_result
-    rest = fmt.format(result.logprobs[sent:]) if fmt is not None and len(result.logprobs) > sent else None
-    last = chunk_object(True, meta, None, finish_reason(result.finish_reason), logprobs=rest)
-    last["usage"] = usage(result)
+    left = result.logprobs[sent:]
+    yield from final_chunks(meta, held, result, logprobs=fmt.format(left) if left else None)
+
+
+def final_chunks(meta, held: ToolStream, result, *, usage_chunk: bool = False, with_usage: bool = True,
+                 chunk=None, logprobs: dict | None = None) -> Iterator[dict]:
+    """The chunks that end a streamed chat: held-back content or the tool calls, then the
+    chunk with finish_reason.  ``usage`` and ``speculative`` ride on that chunk, or with
+    ``usage_chunk`` (OpenAI's ``stream_options.include_usage``) on one more chunk with no
+    choices; ``with_usage`` False leaves ``usage`` out.  ``chunk``: makes each chunk (default
+    ``chunk_object`` for a chat).  ``logprobs``: those of the tokens no earlier chunk carried
+    (held back, or a stop string's), on the finish_reason chunk."""
+    chunk = chunk or (lambda content, finish, **kw: chunk_object(True, meta, content, finish, **kw))
+    rest, calls = held.finish(result.text)
+    if rest:
+        yield chunk(rest, None)
+    reason = finish_reason(result.finish_reason)
+    if calls is not None:
+        for entries in tool_call_deltas(calls):
+            yield chunk(None, None, tool_calls=entries)
+        reason = "tool_calls"
+    last = chunk(None, reason, logprobs=logprobs) if logprobs is not None else chunk(None, reason)
+    if usage_chunk:
+        yield last
+        last = {**chunk_object(True, meta, None, None), "choices": []}
+    if with_usage or usage_chunk:
+        last["usage"] = usage(result)
     last["speculative"] = stats_dict(result)
     yield last

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import warnings
 import struct
 from dataclasses import dataclass
 
@@ -290,6 +291,18 @@ class LlamaModel:
             found.sort(key=lambda f: (-f[0], f[1]))
             self._specials = [(text, i, lstrip, rstrip) for _, i, text, lstrip, rstrip in found]
         return self._specials
+
+    def grammar_tokenizer(self):
+        """The vocabulary as the grammar engine (llguidance) reads it, every end-of-generation
+        token an end token.  Slow (about a second at 152k tokens): the engine caches it."""
+        try:
+            from llguidance.llamacpp import lltokenizer_from_vocab
+        except ImportError as e:  # pragma: no cover - a dependency
+            raise UserError(f"constrained generation needs llguidance: pip install llguidance ({e})") from None
+        eog = [i for i in range(self.n_vocab) if _ll.llama_vocab_is_eog(self._vocab, i)]
+        with warnings.catch_warnings():  # it calls llama_token_get_attr, deprecated but equivalent
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog or None)
 
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         try:

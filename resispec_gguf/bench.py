@@ -124,41 +124,54 @@ def summarise(runs: list, baseline: dict) -> dict:
         "overhead_fraction": total.overhead_time / max(1e-12, total.total_time),
         "tokens": total.tokens,
         "runs": len(st),
+        "mask_ms_median": 1000 * statistics.median(total.mask_seconds) if total.mask_seconds else None,
     }
 
 
-def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True):
+def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True,
+              constraint=None):
     """Interleaved runs per workload; returns ``[{"workload", "temperature", "methods": {name:
-    summary}}]``, each method compared with ``none`` on the same prompts and seeds."""
+    summary}}]``, each method compared with ``none`` on the same prompts and seeds.  With a
+    ``constraint`` every method also runs under it, as ``METHOD+schema`` (its
+    ``speedup_vs_free``: the median per-prompt speed against the same method unconstrained)."""
     from tqdm import tqdm
 
     toks = {w: [prompt_tokens(engine, p) for p in items] for w, items in workloads.items()}
-    total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(methods)
+    variants = [(m, m, None) for m in methods]
+    if constraint is not None:
+        variants += [(m + "+schema", m, constraint) for m in methods]
+    total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(variants)
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
     # warm-up: compile kernels, page weights in, measure auto's cost curves
     first = next(iter(toks.values()))[0]
-    for m in methods:
-        engine.generate(first, sp.replace(max_tokens=8, seed=0), dp.replace(method=m))
+    for _, m, c in variants:
+        engine.generate(first, sp.replace(max_tokens=8, seed=0), dp.replace(method=m), constraint=c)
     out = []
     for w, prompt_toks in toks.items():
         for t in temperatures:
-            runs: dict[str, list] = {m: [] for m in methods}
+            runs: dict[str, list] = {name: [] for name, _, _ in variants}
             for r in range(repeat):
                 for i, pt in enumerate(prompt_toks):
                     seed = (sp.seed or 0) + 1000 * r + i
-                    for m in methods:
-                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m))
-                        runs[m].append(((r, i), res.stats))
+                    for name, m, c in variants:
+                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m),
+                                              constraint=c)
+                        runs[name].append(((r, i), res.stats))
                         bar.update(1)
             baseline = {key: s.tokens_per_s for key, s in runs["none"]}
-            out.append({"workload": w, "temperature": t, "methods": {m: summarise(runs[m], baseline) for m in methods}})
+            summary = {name: summarise(runs[name], baseline) for name, _, _ in variants}
+            for name, m, c in variants:
+                if c is not None:  # against the same method without the constraint
+                    free = {key: s.tokens_per_s for key, s in runs[m]}
+                    summary[name]["speedup_vs_free"] = summarise(runs[name], free)["speedup_vs_none"]
+            out.append({"workload": w, "temperature": t, "methods": summary})
     bar.close()
     return out
 
 
 def format_table(results) -> str:
     lines = []
-    head = f"{'T':>4} {'method':<10} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
+    head = f"{'T':>4} {'method':<13} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
     workload = None
     for block in results:
         if block.get("workload") != workload:
@@ -170,10 +183,14 @@ def format_table(results) -> str:
             lines.append("-" * len(head))
         for name, m in block["methods"].items():
             by_depth = " ".join(f"{a:.2f}" if a is not None else "-" for a in m["accept_by_depth"][:6])
+            if m.get("mask_ms_median") is not None:
+                free = m.get("speedup_vs_free")
+                by_depth += f"  [mask {m['mask_ms_median']:.3f} ms/node" + (f", {free:.3f}x unconstrained]"
+                                                                           if free is not None else "]")
             acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
             sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
             lines.append(
-                f"{block['temperature']:>4} {name:<10} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
+                f"{block['temperature']:>4} {name:<13} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
                 f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
             )
     return "\n".join(lines)
@@ -203,10 +220,12 @@ def model_info(path: str) -> dict:
 
 
 def bench_command(engine, model: ModelParams, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, *,
-          repeat: int = 1, json_path: str | None = None, plot_path: str | None = None) -> dict:
+          repeat: int = 1, json_path: str | None = None, plot_path: str | None = None, json_schema=None) -> dict:
     """``bench``: run, print the table, write the JSON report and the plot when asked;
-    returns the report.  ``model``: what was asked to load (recorded in the report)."""
-    results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat)
+    returns the report.  ``model``: what was asked to load (recorded in the report).
+    ``json_schema``: also run every method under this schema (see ``run_bench``)."""
+    constraint = engine.compile_constraint(json_schema=json_schema) if json_schema is not None else None
+    results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
     print(format_table(results))
     print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
     info = engine.info()
@@ -217,6 +236,7 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
             "sampling": {k: getattr(sp, k) for k in ("top_k", "top_p", "min_p")},
             "draft_params": {k: getattr(dp, k) for k in ("draws", "depth", "budget", "draft_support", "policy")},
             "n_ctx": info["target"]["n_ctx"], "n_gpu_layers": info["target"]["n_gpu_layers"],
+            "json_schema": json_schema,
         },
         "machine": machine_info(engine),
         "models": {role: model_info(m["path"]) if m else None for role, m in info.items()},

@@ -1,5 +1,5 @@
 """Render a model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
-``messages``/``bos_token``/``eos_token``/``add_generation_prompt``), and split a rendered chat
+``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``), and split a rendered chat
 into the template's own text and the messages' contents, so that only the template's text can
 become control tokens (``Engine.chat_tokens``).  Pure Python, no model.
 """
@@ -167,7 +167,8 @@ def split_special(segments: list[tuple[str, bool]], specials) -> list[str | int]
     return [r for r in runs if not (isinstance(r, str) and not r)]
 
 
-def render(template: str | None, messages, *, bos_token="", eos_token="", add_generation_prompt=True) -> str:
+def render(template: str | None, messages, *, bos_token="", eos_token="", add_generation_prompt=True,
+           tools=None) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
         tmpl = env.from_string(template or CHATML)
@@ -177,7 +178,7 @@ def render(template: str | None, messages, *, bos_token="", eos_token="", add_ge
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
             raise_exception=_raise,
-            tools=None,
+            tools=tools,
         )
     except jinja2.exceptions.TemplateError as e:
         raise UserError(f"the chat template failed: {e}") from None

@@ -54,18 +54,48 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _constraint_args(args) -> dict:
+    """``--json-schema FILE|JSON`` / ``--grammar FILE`` read before any model loads (one line
+    for a missing file or bad JSON); the keywords for ``Engine.compile_constraint``."""
+    import json
+
+    if args.json_schema is not None and args.grammar is not None:
+        raise UserError("give --json-schema or --grammar, not both")
+    if args.json_schema is not None:
+        text = args.json_schema
+        if not text.lstrip().startswith(("{", "true", "false")):
+            text = _read_text(text, "--json-schema")
+        try:
+            return {"json_schema": json.loads(text)}
+        except json.JSONDecodeError as e:
+            raise UserError(f"--json-schema is not valid JSON: {e}") from None
+    if args.grammar is not None:
+        return {"grammar": _read_text(args.grammar, "--grammar")}
+    return {}
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{flag}: cannot read {path!r} ({getattr(e, 'strerror', None) or e})") from None
+
+
 def _cmd_generate(args) -> int:
     from .display import stats_line
 
     model, sp, dp = _speculation(args)
+    constraint_args = _constraint_args(args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     with _load(model) as engine:
+        constraint = engine.compile_constraint(**constraint_args) if constraint_args else None
         if args.chat:  # the text stays text: see Engine.chat_tokens
             prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
         else:  # refuses a prompt that cannot fit before tokenizing it
             prompt = engine.text_tokens(prompt)
         try:
-            for piece in engine.stream(prompt, sp, dp):
+            for piece in engine.stream(prompt, sp, dp, constraint=constraint):
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         except KeyboardInterrupt:
@@ -118,9 +148,10 @@ def _cmd_bench(args) -> int:
     model = flags.from_args(ModelParams, args)
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
+    schema = _constraint_args(args).get("json_schema")
     with _load(model) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
-                            json_path=args.json, plot_path=args.plot)
+                            json_path=args.json, plot_path=args.plot, json_schema=schema)
     return 0
 
 
@@ -179,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     _speculation_flags(gen, skip_sampling=())
     gen.add_argument("prompt", nargs="?", default=None, help="the prompt (default: read stdin)")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--json-schema", default=None, metavar="FILE|JSON",
+                     help="constrain the output to JSON valid under this schema (a file, or the JSON itself)")
+    gen.add_argument("--grammar", default=None, metavar="FILE",
+                     help="constrain the output to this grammar (Lark as llguidance reads it, or llama.cpp GBNF)")
 
     serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
     _speculation_flags(serve)
@@ -203,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
     b.add_argument("--json", default=None, help="write the full report to this JSON file")
     b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
+    b.add_argument("--json-schema", default=None, metavar="FILE|JSON",
+                   help="also run every method under this JSON schema (METHOD+schema rows: mask time per node, "
+                        "speed against the same method unconstrained)")
+    b.set_defaults(grammar=None)
 
     a = _command(sub, "analyze", _cmd_analyze, "exact expected acceptance per method on sampled answers")
     flags.add_settings(a, SamplingParams, "sampling", skip=("temperature", "top_k", "top_p", "min_p", "stop"),

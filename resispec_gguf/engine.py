@@ -29,7 +29,7 @@ import numpy as np
 from . import fim, sampling
 from .config import MAX_TREE_NODES, DraftParams, ModelParams, SamplingParams
 from .errors import ContextFullError, UserError
-from .protocol import ModelBackend
+from .protocol import Constraint, ConstraintState, ModelBackend
 from .textstream import TextAssembler
 from .autotune import lookup_bin
 from .lookup import NgramIndex
@@ -63,6 +63,7 @@ class Stats:
     target_time: float = 0.0
     total_time: float = 0.0
     steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" -> steps
+    mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
     auto: str = ""  # what auto chose last and why
 
     @property
@@ -106,6 +107,7 @@ class Stats:
         for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
                      "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.mask_seconds += other.mask_seconds
         for kind, n in other.steps_by_kind.items():
             self.steps_by_kind[kind] = self.steps_by_kind.get(kind, 0) + n
         self.auto = other.auto or self.auto
@@ -136,6 +138,8 @@ class Stats:
             "total_time_s": self.total_time,
             "prompt_time_s": self.prompt_time,
             "steps_by_kind": dict(self.steps_by_kind),
+            "masks": len(self.mask_seconds),
+            "mask_ms_median": 1000 * float(np.median(self.mask_seconds)) if self.mask_seconds else None,
             "auto": self.auto,
         }
 
@@ -174,7 +178,7 @@ class _Generation:
     """One request: owns its RNG, text assembly and stats; drives the models step by step."""
 
     def __init__(self, engine: "Engine", prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams,
-                 logprobs: int | None = None):
+                 constraint: ConstraintState | None = None, logprobs: int | None = None):
         self.e = engine
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -191,6 +195,9 @@ class _Generation:
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         self.lookup = NgramIndex(self.prompt) if use_lookup else None
         self.copy_run = 0  # emitted tokens in a row that lookup had predicted
+        # the request's constraint, if any, and this step's masks by path from the root
+        self.constraint = constraint
+        self._masks: dict[tuple, np.ndarray] = {}
         # logprobs: None (off: nothing is computed), else the number of alternatives per token
         self.n_logprobs = logprobs
         self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
@@ -201,8 +208,9 @@ class _Generation:
                       stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs))
 
     def _note(self, logits, token: int) -> None:
-        """Record ``token``'s logprobs at the target row ``logits`` it was drawn against (a
-        no-op unless asked for: it costs a pass over the row)."""
+        """Record ``token``'s logprobs at the target row ``logits`` it was drawn against, as
+        the model gave it (before a constraint's mask; a no-op unless asked for: it costs a
+        pass over the row)."""
         if self.logprobs is not None:
             lp, ids, lps = sampling.token_logprob(logits, token, self.n_logprobs)
             self._step_logprobs.append(TokenLogprob(int(token), lp, tuple(zip(ids.tolist(), lps.tolist()))))
@@ -216,6 +224,30 @@ class _Generation:
     def _q(self, logits):
         sp = self.sp
         return sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p, self.dp.draft_support)
+
+    # ------------------------------------------------------------------ the constraint
+
+    def _mask(self, path: tuple) -> np.ndarray | None:
+        """The constraint's mask after the committed tokens + ``path`` (tree tokens below
+        the root), computed once per step and shared by the draft and the target."""
+        if self.constraint is None:
+            return None
+        m = self._masks.get(path)
+        if m is None:
+            t = time.perf_counter()
+            m = self._masks[path] = self.constraint.mask(path)
+            self.stats.mask_seconds.append(time.perf_counter() - t)
+        return m
+
+    def _node_mask(self, tree: DraftTree, node: int) -> np.ndarray | None:
+        if self.constraint is None:
+            return None
+        return self._mask(tree.path_tokens(node))
+
+    @staticmethod
+    def _masked(logits, mask):
+        """Mask first, then every sampling transform: plain constrained sampling's law."""
+        return logits if mask is None else sampling.mask_logits(logits, mask)
 
     # ------------------------------------------------------------------ driver
 
@@ -239,6 +271,11 @@ class _Generation:
                 if e.target.n_past + 2 > e.target.n_ctx:
                     self.finish_reason = "length"
                     break
+                if self.constraint is not None:
+                    if self.constraint.is_stopped():  # only an end token may follow: p is one-hot on it
+                        self.finish_reason = "eos"
+                        break
+                    self._masks.clear()
                 if self.tuner is not None:
                     self.plan = self.tuner.choose(len(self.draft_pending))
                     self.dp = self.plan.params if self.plan is not None else _PLAIN
@@ -255,6 +292,8 @@ class _Generation:
                 yield from self._emit(emitted)
                 if self.lookup is not None:
                     self.lookup.extend(self.out[n_out:])
+                if self.constraint is not None and self.finish_reason is None:
+                    self.constraint.advance(self.out[n_out:])
             tail = self.text.flush()
             if tail:
                 yield tail
@@ -296,15 +335,18 @@ class _Generation:
         e = self.e
         t = time.perf_counter()
         rows = e.target.decode([self._root()], [-1])
-        logits = rows[0]
+        mask = self._mask(())
+        logits = self._masked(rows[0], mask)
         self.stats.target_time += time.perf_counter() - t
         self.stats.target_calls += 1
         p, top, p_of = self._target_dist(logits)
         tok = self._sample(p, top)
-        self._note(logits, tok)
+        self._note(rows[0], tok)
         if self.lookup is not None:
             # what a lookup candidate would have been accepted with, learnt for free
             x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
+            if x0 >= 0 and mask is not None and not sampling.mask_allows(mask, x0):
+                x0 = -1
             if x0 >= 0 and self.tuner is not None:
                 self.tuner.calibration.observe_lookup(lookup_bin(match, self.copy_run), p_of(x0))
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
@@ -407,6 +449,8 @@ class _Generation:
         n = self.lookup.max_n
         # the index holds the prompt and the output so far, which ends with the root
         x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+        if x0 >= 0 and self.constraint is not None and not sampling.mask_allows(self._mask(tuple(path)), x0):
+            return -1, 0  # the constraint forbids it here: a function of the path, not of a draw
         return x0, lookup_bin(match, run)
 
     def _weights(self, qx: dict, x0: int, n: int) -> dict:
@@ -427,6 +471,7 @@ class _Generation:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
         logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
+        logits = self._masked(logits, self._node_mask(tree, node))  # q drawn from the masked row
         x0, n = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
@@ -456,11 +501,11 @@ class _Generation:
         st.tree_nodes += len(tree) - 1
         node, emitted, path = 0, [], [0]
         while True:
-            logits = rows[node]
+            logits = self._masked(rows[node], self._node_mask(tree, node))
             draws, x0 = tree.draws[node], tree.lookup[node]
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample_p(logits))
-                self._note(logits, emitted[-1])
+                self._note(rows[node], emitted[-1])
                 self.copy_run = 0
                 return emitted, path
             p, top, p_of = self._target_dist(logits)
@@ -483,7 +528,7 @@ class _Generation:
                 self._learn(tree, node, tok, idx >= 0, is_lookup, p_of)
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
-            self._note(logits, tok)
+            self._note(rows[node], tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
                 return emitted, path
@@ -772,7 +817,9 @@ class Engine:
             return ""
         return self.target.token_text(token).decode("utf-8", "replace")
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> str:
+        """The chat template applied to ``messages`` (and ``tools``, OpenAI's tool objects,
+        for templates that render them)."""
         from .chat_format import render
 
         return render(
@@ -781,6 +828,7 @@ class Engine:
             bos_token=self._special_text(self.target.bos),
             eos_token=self._special_text(self.target.eos),
             add_generation_prompt=add_generation_prompt,
+            tools=tools,
         )
 
     @property
@@ -813,7 +861,7 @@ class Engine:
         bos = self._special_text(self.target.bos)
         return self.target.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
-    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> list[int]:
         """The prompt for a chat: the template rendered with a generation prompt, tokenized so
         that only the template's own text can become control tokens.
 
@@ -833,12 +881,12 @@ class Engine:
         msgs = cf.check_messages(messages)
         contents = [m["content"] for m in msgs]
         self._check_prompt_size("".join(contents))
-        rendered = self.render_chat(msgs, add_generation_prompt)
+        rendered = self.render_chat(msgs, add_generation_prompt, tools)
         self._check_prompt_size(rendered)  # other fields a template may print are text too
         specials = self.target.special_tokens()
         nonce = cf.new_nonce()
         marked = self.render_chat([{**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)],
-                                  add_generation_prompt)
+                                  add_generation_prompt, tools)
         segments = cf.content_segments(rendered, marked, nonce, contents)
         if segments is None:
             if not any(text in c for c in contents for text, *_ in specials):
@@ -859,7 +907,64 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def _prepare(self, prompt, sampling_params, draft_params, logprobs: int | None = None):
+    # ------------------------------------------------------------------ constraints
+
+    def compile_constraint(self, *, json_schema=None, grammar: str | None = None) -> Constraint:
+        """A constraint for ``stream``/``generate`` from a JSON schema (a dict, its JSON text,
+        or True for any JSON object) or a grammar (Lark as llguidance reads it, or llama.cpp's
+        GBNF, converted), compiled against the target's vocabulary.  Compile once, use for
+        many requests.  A schema or grammar that cannot be compiled raises
+        ``grammar.GrammarError`` (a ``UserError``) saying why."""
+        from . import grammar as g
+
+        if (json_schema is None) == (grammar is None):
+            raise TypeError("give exactly one of json_schema and grammar")
+        text = g.json_schema_grammar(json_schema) if json_schema is not None else g.lark_grammar(grammar)
+        cache = self.__dict__.setdefault("_compiled", {})
+        compiled = cache.pop(text, None)
+        if compiled is None:
+            compiled = g.Grammar(self.grammar_tokenizer(), text, self.n_vocab)
+        cache[text] = compiled  # most recent last
+        while len(cache) > 32:
+            cache.pop(next(iter(cache)))
+        return compiled
+
+    def tool_format(self):
+        """How this model writes tool calls (``tools.choose_format``): from its chat template,
+        and whether the call markers are single special tokens of its vocabulary."""
+        from . import tools
+
+        fmt = self.__dict__.get("_tool_format")
+        if fmt is None:
+            def special(text: str) -> bool:
+                ids = self.target.tokenize(text, add_special=False, parse_special=True)
+                return len(ids) == 1 and bool(self.grammar_tokenizer().is_special_token(ids[0]))
+
+            probe = tools.HermesFormat()
+            fmt = self._tool_format = tools.choose_format(self._chat_template, special(probe.open),
+                                                          special(probe.close))
+        return fmt
+
+    def grammar_tokenizer(self):
+        """The target vocabulary as the grammar engine reads it (built once, ~1 s at 152k
+        tokens, then cached)."""
+        tok = getattr(self, "_grammar_tokenizer", None)
+        if tok is None:
+            tok = self._grammar_tokenizer = self.target.grammar_tokenizer()
+        return tok
+
+    def _constraint(self, constraint, json_schema, grammar) -> Constraint | None:
+        given = [x is not None for x in (constraint, json_schema, grammar)]
+        if sum(given) > 1:
+            raise TypeError("give at most one of constraint, json_schema and grammar")
+        if json_schema is not None or grammar is not None:
+            return self.compile_constraint(json_schema=json_schema, grammar=grammar)
+        return constraint
+
+    # ------------------------------------------------------------------ generation
+
+    def _prepare(self, prompt, sampling_params, draft_params, constraint: Constraint | None = None,
+                 logprobs: int | None = None):
         if logprobs is not None and not (isinstance(logprobs, int) and 0 <= logprobs <= self.n_vocab):
             raise UserError(f"logprobs must be None or a number of alternatives from 0 to {self.n_vocab}, "
                             f"got {logprobs!r}")
@@ -875,15 +980,24 @@ class Engine:
                 raise UserError(f"prompt token {bad[0]} is outside the vocabulary (0..{self.n_vocab - 1})")
         if not tokens:
             raise UserError("the prompt is empty")
-        return _Generation(self, tokens, sp, dp, logprobs)
+        state = constraint.start() if constraint is not None else None  # refuses an impossible start
+        return _Generation(self, tokens, sp, dp, state, logprobs)
 
     def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+               constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
                logprobs: int | None = None) -> Iterator[str]:
         """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
         When the iterator ends, ``engine.last_result`` holds the full ``Result``; closed or
         interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted".
-        ``logprobs``: see ``generate``."""
-        gen = self._prepare(prompt, sampling, draft, logprobs)
+
+        ``json_schema`` / ``grammar`` (see ``compile_constraint``) or an already compiled
+        ``constraint`` restrict the output: every token is drawn exactly as plain constrained
+        sampling would draw it (the mask first, then temperature, top-k, top-p, min-p), with
+        speculation on.  When the constraint is complete and only an end token may follow,
+        the reply ends with finish_reason "eos"; ``max_tokens`` first gives "length" and the
+        partial text.  ``logprobs``: see ``generate``."""
+        constraint = self._constraint(constraint, json_schema, grammar)
+        gen = self._prepare(prompt, sampling, draft, constraint, logprobs)
         self.last_result = None
         try:
             yield from gen.run()
@@ -891,14 +1005,16 @@ class Engine:
             self.last_result = gen.result()
 
     def stream_logprobs(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None,
-                        logprobs: int = 0) -> Iterator[tuple[str, list[TokenLogprob]]]:
+                        logprobs: int = 0, *, constraint: Constraint | None = None, json_schema=None,
+                        grammar: str | None = None) -> Iterator[tuple[str, list[TokenLogprob]]]:
         """``stream`` with logprobs: yields ``(piece, entries)``, ``entries`` the
         ``TokenLogprob`` of the tokens emitted since the previous piece (text and tokens do not
         align one to one: a token may hold part of a character, or text a stop string may
         still swallow).  The yielded lists, concatenated, are a prefix of
         ``last_result.logprobs``; what follows it (tokens whose text never became final, such
-        as a stop string's) is only there."""
-        gen = self._prepare(prompt, sampling, draft, logprobs)
+        as a stop string's) is only there.  The constraint arguments are ``stream``'s."""
+        constraint = self._constraint(constraint, json_schema, grammar)
+        gen = self._prepare(prompt, sampling, draft, constraint, logprobs)
         self.last_result = None
         sent = 0
         try:
@@ -910,14 +1026,18 @@ class Engine:
             self.last_result = gen.result()
 
     def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+                 constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
                  logprobs: int | None = None) -> Result:
-        """Generate a completion of ``prompt`` (a string or a list of token ids).
+        """Generate a completion of ``prompt`` (a string or a list of token ids); the
+        constraint arguments are ``stream``'s.
 
         ``logprobs``: None (the default) computes nothing; an integer n >= 0 fills
         ``Result.logprobs`` with each token's ``TokenLogprob`` and its n most likely
         alternatives, read from the target rows the step already has (no extra model call;
-        one pass over the row per token)."""
-        for _ in self.stream(prompt, sampling, draft, logprobs=logprobs):
+        one pass over the row per token).  They are the model's own, before the constraint's
+        mask as before the sampling filters."""
+        for _ in self.stream(prompt, sampling, draft, constraint=constraint, json_schema=json_schema,
+                             grammar=grammar, logprobs=logprobs):
             pass
         assert self.last_result is not None
         return self.last_result

@@ -20,7 +20,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ModelBackend"]
+__all__ = ["Constraint", "ConstraintState", "ModelBackend"]
 
 
 @runtime_checkable
@@ -92,3 +92,35 @@ class ModelBackend(Protocol):
         """A stable name for this model file and its settings (threads, offload, context),
         under which ``auto`` caches the measured cost of a decode."""
         ...
+
+
+@runtime_checkable
+class ConstraintState(Protocol):
+    """One request's position in a constraint (a grammar, a JSON schema, a tool-call format).
+
+    The *committed* tokens are those generated so far; ``path`` extends them with uncommitted
+    tree tokens.  The answer for a path must depend on the committed tokens and the path
+    alone, never on other paths asked about before (siblings must not leak into each other).
+    """
+
+    def mask(self, path: Sequence[int]) -> np.ndarray:
+        """The tokens allowed after the committed tokens + ``path``: a packed int32 bitmask
+        (``sampling.mask_logits``), never empty (a finished constraint allows its end
+        tokens).  ``path`` holds only tokens that earlier masks allowed."""
+        ...
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Commit ``tokens`` (each allowed by the mask before it)."""
+        ...
+
+    def is_stopped(self) -> bool:
+        """True when the committed tokens complete the constraint and only an end token
+        may follow: the reply is over."""
+        ...
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """A compiled constraint; ``start()`` gives a fresh state for one request."""
+
+    def start(self) -> ConstraintState: ...

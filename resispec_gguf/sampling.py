@@ -430,3 +430,45 @@ def token_logprob(logits, token: int, n_top: int = 0) -> tuple[float, np.ndarray
     lse = float(logits[best]) + math.log(_row_normaliser(logits, 1.0))  # log sum exp, in float64
     ids = _top_k_ids(logits, int(n_top), _candidates(logits, int(n_top))) if n_top > 0 else _NO_CAND
     return float(logits[int(token)]) - lse, ids, logits[ids].astype(np.float64) - lse
+
+
+# --------------------------------------------------------------------------- token masks
+#
+# A token mask (a constraint's answer to "which tokens may come next") is a packed bitmask:
+# int32 ``[ceil(n / 32)]`` words, token ``i`` allowed iff bit ``i % 32`` of word ``i // 32``
+# is set (the layout grammar engines such as llguidance fill).  Tokens past the mask's end
+# are not allowed.
+
+
+def mask_logits(logits, bitmask) -> np.ndarray:
+    """A float32 copy of ``logits`` ``[V]`` with every token ``bitmask`` disallows at -inf.
+
+    Masking comes before every transform (temperature, top-k, top-p, min-p): the filters then
+    see only the allowed tokens, which is what plain constrained sampling does."""
+    logits = np.asarray(logits, np.float32)
+    words = np.ascontiguousarray(bitmask, dtype=np.int32)
+    n = min(logits.shape[0], 32 * words.shape[0])
+    bits = np.unpackbits(words.view(np.uint8), count=n, bitorder="little").view(bool)
+    out = np.full(logits.shape[0], -np.inf, np.float32)
+    np.copyto(out[:n], logits[:n], where=bits)
+    return out
+
+
+def mask_allows(bitmask, token: int) -> bool:
+    """Whether ``bitmask`` allows ``token``."""
+    w = token >> 5
+    return 0 <= token and w < len(bitmask) and bool((int(bitmask[w]) >> (token & 31)) & 1)
+
+
+def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
+    """The packed bitmask allowing exactly ``ids`` out of ``n_vocab`` tokens."""
+    bits = np.zeros(32 * ((n_vocab + 31) // 32), np.uint8)
+    bits[np.asarray(list(ids), np.int64)] = 1
+    return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+def mask_ids(bitmask, n_vocab: int) -> np.ndarray:
+    """The token ids ``bitmask`` allows, ascending."""
+    words = np.ascontiguousarray(bitmask, dtype=np.int32)
+    n = min(n_vocab, 32 * words.shape[0])
+    return np.flatnonzero(np.unpackbits(words.view(np.uint8), count=n, bitorder="little"))

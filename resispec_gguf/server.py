@@ -8,7 +8,10 @@ request may set ``top_k`` and ``min_p`` and override the draft parameters with `
 ``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
 ``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
 ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
-features that cannot be honoured (``n`` > 1, echo, tools, JSON mode) are refused.
+features that cannot be honoured (``n`` > 1, echo) are refused.  Chat requests may carry
+``tools``/``tool_choice``/``parallel_tool_calls`` and ``response_format`` (``json_object``,
+``json_schema``): ``api.plan_chat`` turns them into a prompt and a constraint, and calls in
+the reply come back as ``tool_calls`` (streamed as ``delta.tool_calls``).
 
 Input: POST bodies must be ``application/json`` (else 415), at most ``MAX_BODY_BYTES``.  A
 prompt that cannot fit the context whatever its text (more UTF-8 bytes than
@@ -74,6 +77,8 @@ from . import api
 from .chat_format import MessageError, check_messages
 from .config import ConfigError, DraftParams, SamplingParams, ServerParams
 from .errors import ContextFullError, UserError
+from .grammar import GrammarError
+from .tools import ToolError
 
 __all__ = ["create_app", "serve", "listen"]
 
@@ -231,13 +236,7 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     n = _integer(body, "n")
     if n is not None and n != 1:
         raise _bad("only n=1 is supported", "n", "unsupported_value")
-    if chat:
-        if body.get("tools") or body.get("functions"):
-            raise _bad("tools and functions are not supported", "tools", "unsupported_value")
-        rf = body.get("response_format")
-        if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
-            raise _bad("only the text response_format is supported", "response_format", "unsupported_value")
-    else:
+    if not chat:
         if body.get("echo"):
             raise _bad("echo is not supported", "echo", "unsupported_value")
         best_of = body.get("best_of")
@@ -383,6 +382,7 @@ class _Request:
     draft: DraftParams
     stream: bool
     include_usage: bool
+    options: tuple | None = None  # chat: api.check_chat_options' (ToolRequest, schema)
     logprobs: int | None = None  # alternatives per token when logprobs are asked for
     response_fields: tuple | None = None  # /infill: only these (nested "a/b") fields, flattened
 
@@ -465,7 +465,15 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     if opts is not None and not isinstance(opts, dict):
         raise _bad("stream_options must be an object", "stream_options", "invalid_type")
     include_usage = bool(_boolean(opts or {}, "include_usage"))
-    return _Request(kind, prompt, sp, dp, stream, include_usage, logprobs=_logprobs_option(body, chat))
+    options = None
+    if chat:
+        try:
+            options = api.check_chat_options(body.get("tools"), body.get("tool_choice"),
+                                              body.get("parallel_tool_calls"), body.get("response_format"),
+                                              body.get("functions"), body.get("function_call"))
+        except (api.RequestError, ToolError) as e:
+            raise _bad(str(e), e.param, "invalid_value") from None
+    return _Request(kind, prompt, sp, dp, stream, include_usage, options, logprobs=_logprobs_option(body, chat))
 
 
 # ---------------------------------------------------------------------------------- the worker
@@ -483,7 +491,7 @@ class _Job:
         self.engine = engine
         self.req = req
         self.loop = loop
-        self.prompt: list[int] | None = None
+        self.plan: api.ChatPlan | None = None  # the prompt's tokens and constraint
         self.events: asyncio.Queue = asyncio.Queue()
         self._cancel = threading.Event()
 
@@ -506,9 +514,11 @@ class _Job:
             return
         try:
             if self.req.logprobs is None:
-                pieces = self.engine.stream(self.prompt, self.req.sampling, self.req.draft)
+                pieces = self.engine.stream(self.plan.prompt, self.req.sampling, self.req.draft,
+                                            constraint=self.plan.constraint)
             else:  # pieces are (text, logprobs entries)
-                pieces = self.engine.stream_logprobs(self.prompt, self.req.sampling, self.req.draft, self.req.logprobs)
+                pieces = self.engine.stream_logprobs(self.plan.prompt, self.req.sampling, self.req.draft,
+                                                     self.req.logprobs, constraint=self.plan.constraint)
             try:
                 for piece in pieces:
                     if self.req.stream:
@@ -525,25 +535,25 @@ class _Job:
             self._put("error", exc)
 
 
-def _prompt_tokens(engine, req: _Request) -> list[int]:
-    """Render and tokenize a request's prompt (on a tokenizer thread: this only reads the
-    vocabulary, so it may run while the engine thread decodes)."""
+def _plan(engine, req: _Request) -> api.ChatPlan:
+    """Render and tokenize a request's prompt and compile its constraint (on a tokenizer
+    thread: this only reads the vocabulary, so it may run while the engine thread decodes)."""
     if isinstance(req.prompt, _Infill):
         p = req.prompt
         tokens, p.truncated = engine.infill_tokens(p.prefix, p.suffix, middle=p.middle, extra=p.extra,
                                                    repo_level=p.repo_level,
                                                    reserve=min(req.sampling.max_tokens, int(engine.n_ctx) // 2))
-        return tokens
+        return api.ChatPlan(tokens)
     if req.kind == "chat":
         try:
-            return engine.chat_tokens(req.prompt)
+            return api.plan_chat(engine, req.prompt, checked=req.options)
         except UserError:
             raise
         except Exception as exc:  # a template tripping over the request's data is bad input
             raise UserError(f"the chat template failed on these messages ({type(exc).__name__})") from None
     if isinstance(req.prompt, str):
-        return engine.text_tokens(req.prompt)
-    return list(req.prompt)
+        return api.ChatPlan(engine.text_tokens(req.prompt))
+    return api.ChatPlan(list(req.prompt))
 
 
 class _Worker:
@@ -800,11 +810,16 @@ class _Server:
         handed_over = False
         try:
             try:
-                tokenized = asyncio.wrap_future(self.tokenizer.submit(_prompt_tokens, self.engine, req))
+                tokenized = asyncio.wrap_future(self.tokenizer.submit(_plan, self.engine, req))
             except RuntimeError:  # the pool is shut down: the server is stopping
                 raise _cancelled() from None
             try:
-                present, job.prompt = await self._unless_disconnect(tokenized, request)
+                present, job.plan = await self._unless_disconnect(tokenized, request)
+            except (api.RequestError, ToolError, MessageError) as e:
+                raise _bad(str(e), e.param, "invalid_value") from None
+            except GrammarError as e:
+                raise _bad(str(e), "tools" if req.options and req.options[0].active else "response_format",
+                           "invalid_value") from None
             except UserError as e:
                 raise _user_error(e, req.prompt_param) from None
             if not present:  # the client left; nobody reads this
@@ -820,7 +835,7 @@ class _Server:
                 return JSONResponse(self._infill_object(req, event[1]))
             if not req.stream:
                 lp = self._logprobs_formatter(req)
-                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1],
+                return JSONResponse(api.completion_object(req.kind == "chat", meta, event[1], job.plan,
                                                           logprobs=lp and lp.format(event[1].logprobs)))
             events = self._infill_events if req.kind == "infill" else self._events
             response = _SSEResponse(events(job, req, meta, event), job)
@@ -870,34 +885,47 @@ class _Server:
     async def _events(self, job: _Job, req: _Request, meta: dict, event):
         chat = req.kind == "chat"
         lp = self._logprobs_formatter(req)
-        lp_sent = 0  # logprobs entries sent so far: the finish chunk carries the rest
+        lp_sent, lp_pending = 0, []  # logprobs entries sent; entries of text not sent yet (the finish
+        # chunk carries what is left)
 
-        def chunk(content: str | None, finish: str | None, *, role: bool = False, logprobs=None) -> dict:
-            out = api.chunk_object(chat, meta, content, finish, role=role,
-                                   logprobs=None if logprobs is None else lp.format(logprobs))
+        def chunk(content: str | None, finish: str | None, **kw) -> dict:
+            out = api.chunk_object(chat, meta, content, finish, **kw)
             if req.include_usage:
                 out["usage"] = None
             return out
 
+        held = api.ToolStream(job.plan)  # holds back what may be a tool call
         try:
             if chat:
                 yield _sse(chunk("", None, role=True))
             while True:
                 kind, value = event
                 if kind == "piece":
-                    if lp is None:
-                        yield _sse(chunk(value, None))
-                    else:
-                        lp_sent += len(value[1])
-                        yield _sse(chunk(value[0], None, logprobs=value[1]))
+                    if lp is not None:  # (text, the logprobs of the tokens since the last piece)
+                        value, entries = value
+                        lp_pending += entries
+                    out = held.push(value) if chat else value
+                    if out and lp is None:
+                        yield _sse(chunk(out, None))
+                    elif out:
+                        lp_sent += len(lp_pending)
+                        yield _sse(chunk(out, None, logprobs=lp.format(lp_pending)))
+                        lp_pending = []
                 elif kind == "done":
-                    rest = value.logprobs[lp_sent:] if lp is not None and value.logprobs[lp_sent:] else None
-                    last = chunk(None, api.finish_reason(value.finish_reason), logprobs=rest)
-                    if req.include_usage:
+                    left = value.logprobs[lp_sent:] if lp is not None else None
+                    rest = lp.format(left) if left else None
+                    if chat:
+                        for c in api.final_chunks(meta, held, value, usage_chunk=req.include_usage,
+                                                  with_usage=False, chunk=chunk, logprobs=rest):
+                            yield _sse(c)
+                    else:
+                        last = chunk(None, api.finish_reason(value.finish_reason), logprobs=rest)
+                        if req.include_usage:
+                            yield _sse(last)
+                            last = {**api.chunk_object(chat, meta, None, None), "choices": [],
+                                    "usage": api.usage(value)}
+                        last["speculative"] = api.stats_dict(value)
                         yield _sse(last)
-                        last = {**api.chunk_object(chat, meta, None, None), "choices": [], "usage": api.usage(value)}
-                    last["speculative"] = api.stats_dict(value)
-                    yield _sse(last)
                     yield _sse("[DONE]")
                     return
                 else:

@@ -79,6 +79,14 @@ class DraftTree:
         self.lookup[node] = int(lookup)
         self.info[node] = info
 
+    def path_tokens(self, node: int) -> tuple[int, ...]:
+        """The tokens from the root's child down to ``node`` (empty for the root)."""
+        out = []
+        while node > 0:
+            out.append(self.tokens[node])
+            node = self.parent[node]
+        return tuple(reversed(out))
+
     def candidates(self, node: int) -> list[int]:
         """The node's distinct candidates: the lookup candidate first, then the draws in
         first-draw order."""

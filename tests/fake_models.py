@@ -168,3 +168,55 @@ def random_rows(n_vocab, order, seed, scale=2.0, overrides=None):
     for r in rows.values():
         r.flags.writeable = False
     return rows
+
+
+class PathConstraint:
+    """A ``protocol.Constraint`` over a fake vocabulary whose allowed set depends on the whole
+    generated path, with a known exact law (``allowed``).
+
+    After history ``h`` (the generated tokens): when its last two tokens are equal the
+    constraint is complete and only ``eog`` may follow; otherwise token ``x`` (not ``eog``)
+    is allowed iff ``(x + sum(h)) % 3 != len(h) % 3``, and ``eog`` iff ``h`` is non-empty
+    with an even sum.  Every state allows at least two tokens or is complete.  The state
+    counts its ``mask`` calls and checks that every path it is asked about was allowed.
+    """
+
+    def __init__(self, n_vocab, eog):
+        self.n_vocab, self.eog = int(n_vocab), int(eog)
+
+    def allowed(self, history) -> list[int]:
+        h = list(history)
+        if len(h) >= 2 and h[-1] == h[-2]:
+            return [self.eog]
+        out = [x for x in range(self.n_vocab) if x != self.eog and (x + sum(h)) % 3 != len(h) % 3]
+        if h and sum(h) % 2 == 0:
+            out.append(self.eog)
+        return out
+
+    def start(self):
+        return _PathConstraintState(self)
+
+
+class _PathConstraintState:
+    def __init__(self, spec: PathConstraint):
+        self.spec = spec
+        self.committed: list[int] = []
+        self.mask_calls = 0
+
+    def mask(self, path):
+        from resispec_gguf.sampling import bitmask_from_ids
+
+        h = self.committed + list(path)
+        for i, x in enumerate(path):  # the engine only asks about paths the masks allowed
+            assert x in self.spec.allowed(self.committed + list(path[:i])), (self.committed, path)
+        self.mask_calls += 1
+        return bitmask_from_ids(self.spec.allowed(h), self.spec.n_vocab)
+
+    def advance(self, tokens):
+        for x in tokens:
+            assert x in self.spec.allowed(self.committed), (self.committed, x)
+            self.committed.append(int(x))
+
+    def is_stopped(self) -> bool:
+        h = self.committed
+        return len(h) >= 2 and h[-1] == h[-2]

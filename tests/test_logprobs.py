@@ -92,3 +92,17 @@ def test_streamed_logprobs_concatenate_to_the_result(engine, stop):
     if not stop:
         assert entries == res.logprobs
     assert res.logprobs == engine.generate("Once upon a time", sp, DraftParams(method="resispec"), logprobs=2).logprobs
+
+
+def test_logprobs_under_a_grammar_are_the_models_own(engine):
+    """A constraint masks what may be drawn, not what is reported: the entries are the raw
+    rows' log-softmax (tokens the grammar forbids keep their probability)."""
+    prompt = engine.text_tokens("q")
+    res = engine.generate(prompt, SamplingParams(temperature=1.0, seed=3, max_tokens=12), DraftParams(method="resispec"),
+                          grammar='start: ("ab" | "cd")+ "!"', logprobs=3)
+    assert len(res.logprobs) == len(res.tokens) >= 2
+    ref = engine.reference_logits(prompt + res.tokens)[len(prompt) - 1:]
+    for i, (entry, tok) in enumerate(zip(res.logprobs, res.tokens)):
+        full = log_softmax(ref[i].astype(np.float64))
+        assert entry.logprob == pytest.approx(full[tok], abs=5e-4)
+        np.testing.assert_allclose([lp for _, lp in entry.top], np.sort(full)[::-1][:3], atol=5e-4)

@@ -87,7 +87,7 @@ class SlowEngine:
         time.sleep(self.tokenize_delay.get(text, 0))
         return self.real.text_tokens(text)
 
-    def stream(self, prompt, sampling=None, draft=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         n, reason = 0, "stop"

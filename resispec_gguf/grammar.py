@@ -1,0 +1,169 @@
+"""The grammar engine's adapter: JSON schemas, Lark and GBNF grammars -> token masks.
+
+The engine sees only ``protocol.Constraint``: a compiled constraint whose ``start()`` gives a
+per-request state answering "which tokens may follow this path" as a packed bitmask.  This
+module implements it on llguidance (its Earley parser, its JSON-schema compiler, its token
+trie built from the model's own vocabulary).  What it may not do: sample, touch a model, or
+know about requests and tool formats (``tools.py`` writes the grammars for tool calls).
+
+A state's answer depends on its path alone: the matcher holds the committed tokens, and a
+question about a tree path consumes the path, computes the mask and rolls the path back, so
+no sibling's tokens can leak into another node's mask.  Masks are never empty: where the
+grammar allows nothing more (after an end token, or past its end), the end tokens are
+allowed, and the reply ends there.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+
+from .errors import UserError
+
+__all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "ANY_JSON_OBJECT"]
+
+# A schema or grammar larger than this is refused before compiling (the server's limit too).
+MAX_GRAMMAR_BYTES = 256 * 1024
+
+ANY_JSON_OBJECT = {"type": "object"}
+
+# How JSON-schema text may be laid out.  Between tokens: a few blanks, or one line break and
+# an indentation (pretty-printed JSON), never an unbounded run (a model that drifts into
+# whitespace would otherwise fill max_tokens with it).  Unknown keywords (formats, titles)
+# are ignored rather than refused, and oneOf is read as anyOf.  A schema's own top-level
+# "x-guidance" object overrides these.
+JSON_DEFAULTS = {
+    "whitespace_pattern": r"[\x20\x09]{0,4}|\x0D?\x0A[\x20\x09]{0,32}",
+    "lenient": True,
+    "coerce_one_of": True,
+}
+
+
+class GrammarError(UserError):
+    """A schema or grammar that cannot be compiled, or that allows no first token."""
+
+
+def _llg():
+    try:
+        import llguidance
+    except ImportError as e:  # pragma: no cover - a declared dependency
+        raise UserError(f"constrained generation needs llguidance: pip install llguidance ({e})") from None
+    return llguidance
+
+
+def _check_size(text: str, what: str) -> None:
+    if len(text) > MAX_GRAMMAR_BYTES or len(text.encode("utf-8", "replace")) > MAX_GRAMMAR_BYTES:
+        raise GrammarError(f"the {what} is larger than {MAX_GRAMMAR_BYTES // 1024} KiB")
+
+
+def json_schema_grammar(schema) -> str:
+    """The grammar for JSON text valid under ``schema`` (a dict, its JSON text, or True for
+    any JSON object).  Whitespace between tokens is free, as in most JSON-mode servers."""
+    if schema is True:
+        schema = ANY_JSON_OBJECT
+    if isinstance(schema, str):
+        _check_size(schema, "JSON schema")
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise GrammarError(f"a JSON schema is an object or a boolean, got {type(schema).__name__}")
+    text = json.dumps(schema)
+    _check_size(text, "JSON schema")
+    try:
+        return _llg().LLMatcher.grammar_from_json_schema(text, defaults=JSON_DEFAULTS)
+    except ValueError as e:
+        raise GrammarError(f"invalid JSON schema: {e}") from None
+
+
+def lark_grammar(text: str) -> str:
+    """The grammar for ``text``: a Lark grammar as llguidance reads it (``start: ...``), or
+    llama.cpp's GBNF (``root ::= ...``), which is converted."""
+    if not isinstance(text, str) or not text.strip():
+        raise GrammarError("the grammar is empty")
+    _check_size(text, "grammar")
+    llg = _llg()
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        lark = any_to_lark(text)
+    except Exception as e:  # the converter raises its own error types and ValueError
+        raise GrammarError(f"cannot read the grammar as GBNF or Lark: {e}") from None
+    return llg.LLMatcher.grammar_from_lark(lark)
+
+
+def _first_line(message: str) -> str:
+    return " ".join(message.strip().split())[:500]
+
+
+class Grammar:
+    """A compiled grammar for one vocabulary: a ``protocol.Constraint``.
+
+    ``tokenizer``: the vocabulary as llguidance reads it (``Engine.grammar_tokenizer``);
+    ``grammar``: llguidance's grammar text (``json_schema_grammar``, ``lark_grammar``);
+    ``n_vocab``: the model's vocabulary size (the logits row length).
+    """
+
+    def __init__(self, tokenizer, grammar: str, n_vocab: int):
+        llg = _llg()
+        is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+        if is_error:
+            raise GrammarError(f"invalid grammar: {_first_line(messages[0]) if messages else 'unknown error'}")
+        self.tokenizer = tokenizer
+        self.grammar = grammar
+        self.n_vocab = int(n_vocab)
+        self.words = (max(self.n_vocab, tokenizer.vocab_size) + 31) // 32
+        self.end_tokens = [int(t) for t in tokenizer.eos_tokens if 0 <= t < self.n_vocab]
+        self._end_mask = np.zeros(self.words, np.int32)
+        for t in self.end_tokens:
+            self._end_mask[t >> 5] |= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+
+    def start(self) -> "GrammarState":
+        """A fresh state at the start of a reply; ``GrammarError`` when nothing may come first."""
+        llg = _llg()
+        matcher = llg.LLMatcher(self.tokenizer, self.grammar, log_level=0)
+        if matcher.is_error():
+            raise GrammarError(f"invalid grammar: {_first_line(matcher.get_error())}")
+        state = GrammarState(self, matcher)
+        first = state.mask(())
+        if not first.any() or (np.array_equal(first, self._end_mask) and not matcher.is_accepting()):
+            raise GrammarError("the constraint allows no token at the first position")
+        return state
+
+
+class GrammarState:
+    """One request's position in a ``Grammar`` (``protocol.ConstraintState``)."""
+
+    def __init__(self, grammar: Grammar, matcher):
+        self.g = grammar
+        self.m = matcher
+        self._end = frozenset(grammar.end_tokens)
+
+    def mask(self, path: Sequence[int]) -> np.ndarray:
+        path = [int(t) for t in path]
+        if any(t in self._end for t in path):  # nothing after an end token is ever emitted
+            return self.g._end_mask.copy()
+        out = np.zeros(self.g.words, np.int32)
+        if path and not self.m.consume_tokens(path):
+            err = self.m.get_error()
+            raise RuntimeError(f"the grammar refused a path its own masks allowed: {err}")
+        try:
+            if not self.m.is_stopped():
+                self.m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+        finally:
+            if path:
+                self.m.rollback(len(path))
+        if not out.any():
+            out[:] = self.g._end_mask
+        return out
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        tokens = [int(t) for t in tokens if int(t) not in self._end]
+        if tokens and not self.m.consume_tokens(tokens):
+            raise RuntimeError(f"the grammar refused tokens its own masks allowed: {self.m.get_error()}")
+
+    def is_stopped(self) -> bool:
+        return bool(self.m.is_stopped())

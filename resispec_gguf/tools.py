@@ -1,0 +1,353 @@
+"""Tool calls: checking OpenAI-style ``tools`` and tool messages, the grammar that constrains a
+call, and reading calls back out of a reply.  All knowledge of tool-call formats lives here.
+
+Formats (one small class each):
+
+* ``hermes`` — Qwen2.5 / Hermes / most ChatML models: the model writes
+  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` (several for parallel
+  calls).  Used when the model's chat template mentions ``<tool_call>``; the template itself
+  renders the tool list, earlier calls and tool results.
+* ``generic`` — a template with no tool support: the same ``<tool_call>`` blocks, described
+  to the model in a system message this module writes; earlier calls and tool results are
+  rendered as message text.
+
+How a call is constrained (``tool_choice``): ``"required"`` or a named function — the whole
+reply is one call (or, with ``parallel_tool_calls``, several) whose ``name`` is one of the
+allowed functions and whose ``arguments`` are valid under that function's JSON schema;
+``"auto"`` — free text, and once the model opens a call, the call is constrained (a lazily
+triggered grammar); ``"none"`` — no constraint, no tools shown.
+
+Pure Python: no model, no engine.  The grammars are llguidance Lark text (``grammar.py``
+compiles them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+from .errors import UserError
+from .grammar import JSON_DEFAULTS
+
+__all__ = ["ToolError", "ToolRequest", "ToolCall", "check_tools", "check_tool_choice", "choose_format",
+           "prepare_messages", "HermesFormat", "GenericFormat"]
+
+MAX_TOOLS = 128
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class ToolError(UserError):
+    """A malformed ``tools``/``tool_choice``/tool message; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class ToolRequest:
+    """What a request asks of tools: the checked functions, which may be called, and how."""
+
+    functions: list[dict]  # [{"name", "description"?, "parameters"}]
+    choice: str  # "none" | "auto" | "required"
+    allowed: list[str]  # names that may be called (a named tool_choice: that one)
+    parallel: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.choice != "none" and bool(self.functions)
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def check_tools(tools, functions=None) -> list[dict]:
+    """The function definitions of OpenAI ``tools`` (or legacy ``functions``), checked."""
+    if tools is None and functions is not None:
+        if not isinstance(functions, list):
+            raise ToolError("functions must be a list", "functions")
+        tools = [{"type": "function", "function": f} for f in functions]
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ToolError("tools must be a list of tool objects", "tools")
+    if len(tools) > MAX_TOOLS:
+        raise ToolError(f"at most {MAX_TOOLS} tools are supported", "tools")
+    out, seen = [], set()
+    for i, t in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(t, dict):
+            raise ToolError(f"{where} must be an object", where)
+        if t.get("type", "function") != "function":
+            raise ToolError(f"{where}.type must be 'function', got {str(t.get('type'))[:40]!r}", f"{where}.type")
+        f = t.get("function")
+        if not isinstance(f, dict):
+            raise ToolError(f"{where}.function must be an object", f"{where}.function")
+        name = f.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ToolError(f"{where}.function.name must be 1-64 letters, digits, '_', '.' or '-'",
+                            f"{where}.function.name")
+        if name in seen:
+            raise ToolError(f"{where}.function.name {name!r} is used twice", f"{where}.function.name")
+        seen.add(name)
+        desc = f.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise ToolError(f"{where}.function.description must be a string", f"{where}.function.description")
+        params = f.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise ToolError(f"{where}.function.parameters must be a JSON schema object",
+                            f"{where}.function.parameters")
+        fn = {"name": name, "parameters": params}
+        if desc:
+            fn["description"] = desc
+        out.append(fn)
+    return out
+
+
+def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolRequest:
+    """``tool_choice`` against the checked ``functions``: ``"none"``, ``"auto"`` (default with
+    tools), ``"required"`` or ``{"type": "function", "function": {"name": ...}}``."""
+    names = [f["name"] for f in functions]
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ToolError("parallel_tool_calls must be true or false", "parallel_tool_calls")
+    par = True if parallel is None else parallel
+    if choice is None:
+        return ToolRequest(functions, "auto" if functions else "none", names, par)
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise ToolError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {choice[:40]!r}",
+                            "tool_choice")
+        if choice != "none" and not functions:
+            raise ToolError(f"tool_choice {choice!r} needs tools", "tool_choice")
+        return ToolRequest(functions, choice, names, par)
+    if isinstance(choice, dict):
+        f = choice.get("function")
+        name = f.get("name") if isinstance(f, dict) else None
+        if choice.get("type", "function") != "function" or not isinstance(name, str):
+            raise ToolError("tool_choice must name a function: {\"type\": \"function\", \"function\": "
+                            "{\"name\": ...}}", "tool_choice")
+        if name not in names:
+            raise ToolError(f"tool_choice names {name[:64]!r}, which is not in tools", "tool_choice.function.name")
+        return ToolRequest(functions, "required", [name], False)
+    raise ToolError("tool_choice must be a string or an object", "tool_choice")
+
+
+def _arguments_object(args, where: str):
+    """A call's arguments as an object, for templates that print them as JSON."""
+    if isinstance(args, dict):
+        return args
+    if isinstance(args, str):
+        try:
+            value = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            raise ToolError(f"{where} must be a JSON object (as text)", where) from None
+        if isinstance(value, dict):
+            return value
+    raise ToolError(f"{where} must be a JSON object (as text)", where)
+
+
+def check_tool_messages(messages: list[dict]) -> list[dict]:
+    """Checked copies of messages carrying tool calls and tool results: an assistant's
+    ``tool_calls`` (ids, names, arguments as JSON-object text), a ``tool`` message's
+    ``tool_call_id`` naming an earlier call.  Arguments are parsed into objects, which is
+    what chat templates print."""
+    out, ids = [], set()
+    for i, m in enumerate(messages):
+        m = dict(m)
+        calls = m.get("tool_calls")
+        if calls is not None:
+            where = f"messages[{i}].tool_calls"
+            if m.get("role") != "assistant" or not isinstance(calls, list):
+                raise ToolError(f"{where} must be a list on an assistant message", where)
+            checked = []
+            for j, c in enumerate(calls):
+                w = f"{where}[{j}]"
+                if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
+                    raise ToolError(f"{w} must be an object with a function", w)
+                name = c["function"].get("name")
+                if not isinstance(name, str) or not name:
+                    raise ToolError(f"{w}.function.name must be a string", f"{w}.function.name")
+                cid = c.get("id")
+                if cid is not None and not isinstance(cid, str):
+                    raise ToolError(f"{w}.id must be a string", f"{w}.id")
+                if cid:
+                    ids.add(cid)
+                args = _arguments_object(c["function"].get("arguments", "{}"), f"{w}.function.arguments")
+                checked.append({"id": cid or "", "type": "function", "function": {"name": name, "arguments": args}})
+            m["tool_calls"] = checked
+        if m.get("role") == "tool":
+            cid = m.get("tool_call_id")
+            where = f"messages[{i}].tool_call_id"
+            if cid is not None and (not isinstance(cid, str) or cid not in ids):
+                raise ToolError(f"{where} {str(cid)[:64]!r} names no earlier tool call", where)
+        out.append(m)
+    return out
+
+
+# ---------------------------------------------------------------------------------- formats
+
+
+def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
+    """The JSON schema of one call's object: {"name": one of allowed, "arguments": its schema}."""
+    options = []
+    for f in functions:
+        if f["name"] not in allowed:
+            continue
+        options.append({
+            "type": "object",
+            "properties": {"name": {"const": f["name"]}, "arguments": f["parameters"]},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        })
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {"x-guidance": JSON_DEFAULTS, **schema}
+
+
+class HermesFormat:
+    """``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` blocks."""
+
+    name = "hermes"
+    open = "<tool_call>"
+    close = "</tool_call>"
+
+    def __init__(self, special_open: bool = False, special_close: bool = False):
+        # whether the markers are single special tokens of the vocabulary (the grammar then
+        # names the token, <tool_call>, rather than its text)
+        self.special_open, self.special_close = special_open, special_close
+
+    def _marker(self, text: str, special: bool) -> str:
+        return text if special else json.dumps(text)
+
+    def grammar(self, req: ToolRequest) -> str:
+        """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json)."""
+        schema = json.dumps(_call_schema(req.functions, req.allowed))
+        op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
+        rules = [f"call_body: %json {schema}"]
+        calls = 'call ("\\n" call)*' if req.parallel else "call"
+        if req.choice == "required":
+            rules.insert(0, f"start: {calls}")
+            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
+        elif self.special_open:  # free text cannot contain a special token: the call starts at it
+            rules.insert(0, f"start: TEXT ({calls})?")
+            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
+            rules.append(r"TEXT: /(.|\n)*/")
+        else:  # a text marker: free text up to the first marker (lazy), then calls
+            more = ' ("\\n" call)*' if req.parallel else ""
+            rules.insert(0, f"start: TEXT | first_call{more}")
+            rules.append(f'first_call: call_head "\\n" call_body "\\n" {cl}')
+            rules.append(f"call_head[lazy]: TEXT {op}")
+            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
+            rules.append(r"TEXT: /(.|\n)*/")
+        return "\n".join(rules) + "\n"
+
+    _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def parse(self, text: str, allowed=None) -> tuple[str, list[ToolCall]] | None:
+        """``(content, calls)`` when ``text`` holds complete, well-formed calls; None when it
+        holds none (or a malformed one: it is then left as text)."""
+        if self.open not in text:
+            return None
+        calls = []
+        for m in self._BLOCK.finditer(text):
+            try:
+                obj = json.loads(m.group(1))
+            except json.JSONDecodeError:
+                return None
+            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                return None
+            if allowed is not None and obj["name"] not in allowed:
+                return None
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if isinstance(args, str):  # some models write the arguments as a JSON string
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    return None
+            calls.append(ToolCall("call_" + uuid.uuid4().hex[:24], obj["name"],
+                                  json.dumps(args, ensure_ascii=False)))
+        if not calls:
+            return None
+        content = self._BLOCK.sub("", text).strip()
+        return content, calls
+
+    def pending(self, text: str) -> int:
+        """Where streamed text must be held back: the index of a call marker (or of a tail
+        that may begin one) in ``text``; ``len(text)`` when none."""
+        i = text.find(self.open)
+        if i >= 0:
+            return i
+        for k in range(min(len(self.open) - 1, len(text)), 0, -1):
+            if self.open.startswith(text[-k:]):
+                return len(text) - k
+        return len(text)
+
+
+class GenericFormat(HermesFormat):
+    """Hermes blocks for a template that knows no tools: the tool list and the call format
+    go into a system message, earlier calls and results into message text."""
+
+    name = "generic"
+
+    def system_text(self, req: ToolRequest) -> str:
+        lines = ["You may call functions to answer. The functions, as JSON schemas:", "<tools>"]
+        for f in req.functions:
+            if f["name"] in req.allowed:
+                lines.append(json.dumps({"type": "function", "function": f}, ensure_ascii=False))
+        lines += ["</tools>",
+                  "To call a function, reply with a JSON object of its name and arguments inside "
+                  "<tool_call></tool_call> tags:",
+                  '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>']
+        return "\n".join(lines)
+
+
+def template_knows_tools(template: str | None) -> bool:
+    return bool(template) and "tools" in template and "<tool_call>" in template
+
+
+def choose_format(template: str | None, special_open: bool = False, special_close: bool = False) -> HermesFormat:
+    """The tool-call format for a chat template."""
+    if template_knows_tools(template):
+        return HermesFormat(special_open, special_close)
+    return GenericFormat(special_open, special_close)
+
+
+def prepare_messages(messages: list[dict], req: ToolRequest | None, fmt: HermesFormat) -> tuple[list[dict], list | None]:
+    """``(messages, tools)`` to render: with the hermes format the template gets the tools
+    (OpenAI's shape) and renders calls and results itself; with the generic format the tools
+    and the call format become a system message, and calls and results become text."""
+    messages = check_tool_messages(messages)
+    shown = req is not None and req.active
+    if isinstance(fmt, GenericFormat):
+        out = []
+        for m in messages:
+            if m.get("tool_calls"):
+                blocks = [f"{fmt.open}\n" + json.dumps({"name": c["function"]["name"],
+                                                         "arguments": c["function"]["arguments"]},
+                                                        ensure_ascii=False) + f"\n{fmt.close}"
+                          for c in m["tool_calls"]]
+                text = "\n".join(([m["content"]] if m.get("content") else []) + blocks)
+                m = {"role": "assistant", "content": text}
+            elif m.get("role") == "tool":
+                m = {"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"}
+            out.append(m)
+        if shown:
+            note = fmt.system_text(req)
+            if out and out[0].get("role") == "system":
+                out[0] = {**out[0], "content": (out[0].get("content") or "") + "\n\n" + note}
+            else:
+                out.insert(0, {"role": "system", "content": note})
+        return out, None
+    tools = [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed] if shown else None
+    return messages, tools
