@@ -218,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     temperatures = dict(type=flags.field_type(SamplingParams, "temperature"), nargs="+", default=[1.0, 0.6],
                         help="one or more temperatures (default: 1.0 0.6)")
-    workload = dict(type=_checked_by("parse_workloads"), default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat "
-                                                   "(default: all; one table each)")
+    workload = dict(type=_checked_by("parse_workloads"), default="code,edit,chat",
+                    help="built-in prompt sets, comma-separated: code, edit, chat (default: all; one table each)")
     prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...} or {\"messages\": [...]} per line "
                                       "(instead of --workload)")
 

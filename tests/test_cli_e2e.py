@@ -226,8 +226,8 @@ def e2e(tiny_pair, tmp_path_factory):
     lines = [{"prompt": "def add(a, b):"}, {"messages": [{"role": "user", "content": "Say hi."}]}]
     (tmp / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (tmp / "cache").mkdir()
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+    path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
            "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1"}
     by_name = {c.name: c for c in cases(str(tiny_pair[0]), str(tiny_pair[1]), tmp)}
@@ -337,7 +337,8 @@ def _set_by(case: Case) -> set[str]:
     argv = [("8123" if a == PORT else a) for a in case.argv]  # not the default port
     words = _words(argv).split()
     parsed, default = parser.parse_args(argv), parser.parse_args(words)
-    return {a.dest for a in _options(_commands(parser)[" ".join(words)]) if getattr(parsed, a.dest) != getattr(default, a.dest)}
+    options = _options(_commands(parser)[" ".join(words)])
+    return {a.dest for a in options if getattr(parsed, a.dest) != getattr(default, a.dest)}
 
 
 def test_every_flag_of_every_command_is_run(tmp_path):
