@@ -217,6 +217,8 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     """``bench``: run, print the table, write the JSON report and the plot when asked;
     returns the report.  ``model``: what was asked to load (recorded in the report).
     ``json_schema``: also run every method under this schema (see ``run_bench``)."""
+    if plot_path:
+        require_pyplot()
     constraint = engine.compile_constraint(json_schema=json_schema) if json_schema is not None else None
     results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
     print(format_table(results))
@@ -245,14 +247,21 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     return report
 
 
-def plot(results, path: str) -> None:
+def require_pyplot():
+    """matplotlib's pyplot drawing to files only, or a ``UserError`` naming the extra that
+    brings it: called before a benchmark that is to be plotted, not after it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
+        raise UserError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+    return plt
+
+
+def plot(results, path: str) -> None:
+    plt = require_pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for block in results:
         names = list(block["methods"])
