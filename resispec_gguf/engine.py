@@ -591,8 +591,8 @@ class Engine:
         ``target``/``draft`` are paths, ``hf:`` specs or preset names; a preset target with no
         draft brings its own draft, any other target loads none unless ``draft`` names one;
         ``draft=""`` loads none (then ``auto`` and ``lookup=True`` draft from the context
-        only).  ``progress``: report model downloads on stderr, and ``prepare``'s work when
-        it takes more than a moment on a terminal.  A bad setting raises
+        only).  ``progress``: report model downloads on stderr, and ``prepare``'s work on a
+        terminal.  A bad setting raises
         ``config.ConfigError``, a model that cannot be found, read or paired ``UserError``."""
         if isinstance(target, ModelParams):
             if draft is not None or settings:
@@ -622,13 +622,13 @@ class Engine:
         the host time per logits row; measured once per model file and settings, cached on
         disk).  ``Engine.load`` calls it; an engine built from backends directly measures
         on its first ``auto`` request unless this is called.  ``progress``: a "preparing
-        kernels" bar when it takes more than a moment and stderr is a terminal (a script's or
-        a server's log gets no bar)."""
+        kernels" bar while it works, erased when done, when stderr is a terminal (a script's
+        or a server's log gets no bar)."""
         from . import models
 
         steps = [*_kernel_warm_ups(), self._auto_curves, self._auto_row_seconds]
         show = progress and sys.stderr.isatty()
-        bar = models._make_bar(len(steps), "preparing kernels", show, unit="step", delay=0.5)
+        bar = models._make_bar(len(steps), "preparing kernels", show, unit="step", leave=False)
         try:
             for step in steps:
                 step()

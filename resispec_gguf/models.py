@@ -219,14 +219,14 @@ def file_sha256(path) -> str:
     return _read_marker(path) or _sha256_file(path)
 
 
-def _make_bar(total: int, desc: str, progress: bool, *, unit: str = "part", delay: float = 0.0):
+def _make_bar(total: int, desc: str, progress: bool, *, unit: str = "part", leave: bool = True):
     """A tqdm bar on stderr, or a no-op stand-in when progress is off or tqdm is missing.
-    ``delay``: seconds before the bar shows (none at all for work done sooner)."""
+    ``leave``: keep the finished bar on screen (else it is erased)."""
     if progress:
         try:
             from tqdm.auto import tqdm
 
-            return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=True, delay=delay)
+            return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
         except ImportError:
             pass
 

@@ -129,7 +129,7 @@ def test_prepare_shows_its_bar_only_on_a_terminal(monkeypatch, progress, termina
     monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
     _counting_pair().prepare(progress=progress)
     (total, desc, show), kw = bars[0]
-    assert desc == "preparing kernels" and show == shown and kw["delay"] > 0  # no bar for a quick start
+    assert desc == "preparing kernels" and show == shown and kw["leave"] is False  # erased when done
 
 
 # --------------------------------------------------------------------------- the kernels cache
