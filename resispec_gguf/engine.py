@@ -570,8 +570,9 @@ class Engine:
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
                  chat_template: str | None = None, cost_curves=None):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
-        ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; measured on the first
-        auto request (and cached on disk) when not given."""
+        ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
+        measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
+        first auto request."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
