@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="default")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=600)
     args = ap.parse_args(argv)
     client = OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
     kw = dict(model=args.model, temperature=args.temperature, max_tokens=args.max_tokens)

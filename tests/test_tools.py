@@ -298,6 +298,8 @@ BAD = [
                                                                             "maximum": 1}}}}, "response_format"),
     ({"messages": MSGS + [{"role": "tool", "tool_call_id": "ghost", "content": "1"}]}, "messages[1].tool_call_id"),
     ({"tools": [ADD], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}}, "response_format"),
 ]
 
 
