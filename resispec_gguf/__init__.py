@@ -1,9 +1,13 @@
 """resispec-gguf: exact multi-candidate speculative sampling for GGUF models on llama.cpp."""
 
-from .api import create_chat_completion
-from .config import ConfigError, DraftParams, ModelParams, SamplingParams
-from .engine import Engine, Result, Stats
-from .errors import ContextFullError, UserError
+from . import kernel_cache
+
+kernel_cache.configure()  # before any kernel module imports numba: see kernel_cache.py
+
+from .api import create_chat_completion  # noqa: E402
+from .config import ConfigError, DraftParams, ModelParams, SamplingParams  # noqa: E402
+from .engine import Engine, Result, Stats  # noqa: E402
+from .errors import ContextFullError, UserError  # noqa: E402
 
 __all__ = [
     "Engine",
@@ -18,6 +22,7 @@ __all__ = [
     "ContextFullError",
     "LlamaDraft",
 ]
+__version__ = "0.1.0"
 
 
 def __getattr__(name):
@@ -27,4 +32,3 @@ def __getattr__(name):
 
         return LlamaDraft
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-__version__ = "0.1.0"

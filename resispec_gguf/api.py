@@ -214,7 +214,8 @@ def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = No
         if parsed is not None:
             content, calls = parsed
             message = {"role": "assistant", "content": content or None, "tool_calls": [c.as_dict() for c in calls]}
-            reason = "tool_calls"
+            if reason != "length":
+                reason = "tool_calls"
         choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
     else:
         choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
@@ -435,7 +436,8 @@ def final_chunks(meta, held: ToolStream, result, *, usage_chunk: bool = False, w
     if calls is not None:
         for entries in tool_call_deltas(calls):
             yield chunk(None, None, tool_calls=entries)
-        reason = "tool_calls"
+        if reason != "length":
+            reason = "tool_calls"
     last = chunk(None, reason, logprobs=logprobs) if logprobs is not None else chunk(None, reason)
     if usage_chunk:
         yield last

@@ -116,7 +116,7 @@ def summarise(runs: list, baseline: dict) -> dict:
         "speedup_vs_none": statistics.median(speedups) if speedups else None,
         "tau": total.tau,
         "accept_by_depth": total.acceptance_by_depth,
-        "acceptance_rate": total.acceptance_rate if sum(total.reached_by_depth) else None,
+        "acceptance_rate": total.acceptance_rate,
         "nodes_per_step": total.nodes_per_step,
         "draft_ms_per_step": 1000 * total.draft_time / steps,
         "target_ms_per_step": 1000 * total.target_time / steps,
@@ -142,7 +142,7 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
         variants += [(m + "+schema", m, constraint) for m in methods]
     total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(variants)
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
-    # warm-up: compile kernels, page weights in, measure auto's cost curves
+    # warm-up: page the weights in, settle the caches (Engine.load prepared kernels and costs)
     first = next(iter(toks.values()))[0]
     for _, m, c in variants:
         engine.generate(first, sp.replace(max_tokens=8, seed=0), dp.replace(method=m), constraint=c)
@@ -189,8 +189,9 @@ def format_table(results) -> str:
                                                                            if free is not None else "]")
             acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
             sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
+            tau = f"{m['tau']:.2f}" if m["tau"] is not None else "-"
             lines.append(
-                f"{block['temperature']:>4} {name:<13} {m['tokens_per_s']:>7.2f} {sp:>8} {m['tau']:>5.2f} {acc:>7} "
+                f"{block['temperature']:>4} {name:<13} {m['tokens_per_s']:>7.2f} {sp:>8} {tau:>5} {acc:>7} "
                 f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
             )
     return "\n".join(lines)
@@ -224,6 +225,8 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     """``bench``: run, print the table, write the JSON report and the plot when asked;
     returns the report.  ``model``: what was asked to load (recorded in the report).
     ``json_schema``: also run every method under this schema (see ``run_bench``)."""
+    if plot_path:
+        require_pyplot()
     constraint = engine.compile_constraint(json_schema=json_schema) if json_schema is not None else None
     results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
     print(format_table(results))
@@ -252,19 +255,26 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     return report
 
 
-def plot(results, path: str) -> None:
+def require_pyplot():
+    """matplotlib's pyplot drawing to files only, or a ``UserError`` naming the extra that
+    brings it: called before a benchmark that is to be plotted, not after it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
+        raise UserError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+    return plt
+
+
+def plot(results, path: str) -> None:
+    plt = require_pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for block in results:
         names = list(block["methods"])
         axes[0].plot(names, [block["methods"][n]["speedup_vs_none"] or 0 for n in names], "o-", label=f"T={block['temperature']}")
-        axes[1].plot(names, [block["methods"][n]["tau"] for n in names], "o-", label=f"T={block['temperature']}")
+        axes[1].plot(names, [block["methods"][n]["tau"] or float("nan") for n in names], "o-", label=f"T={block['temperature']}")
     axes[0].set_title("speed-up vs none")
     axes[1].set_title("tokens per target call")
     for ax in axes:

@@ -149,6 +149,8 @@ def _cmd_bench(args) -> int:
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
     schema = _constraint_args(args).get("json_schema")
+    if args.plot:  # before the run, not after minutes of it
+        bench.require_pyplot()
     with _load(model) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema)
@@ -183,6 +185,36 @@ def _count(least: int):
         return value
 
     return parse
+
+
+def _output_file(text: str) -> str:
+    """An argparse type: a file path that can be written (checked before a long run, which
+    would otherwise fail only at its end)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: it is a directory")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: no directory {folder!r}")
+    if not os.access(text if os.path.exists(text) else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    return text
+
+
+def _checked_by(parser_name: str):
+    """An argparse type that checks its text with ``bench.<parser_name>`` and keeps the text,
+    so that a bad list is an error naming the flag (bench is imported only when used)."""
+
+    def check(text: str) -> str:
+        from . import bench
+
+        try:
+            getattr(bench, parser_name)(text)
+        except UserError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    check.__name__ = parser_name
+    return check
 
 
 def _command(sub, name: str, func, help: str) -> argparse.ArgumentParser:
@@ -221,9 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     temperatures = dict(type=flags.field_type(SamplingParams, "temperature"), nargs="+", default=[1.0, 0.6],
                         help="one or more temperatures (default: 1.0 0.6)")
-    workload = dict(default="code,edit,chat", help="built-in prompt sets, comma-separated: code, edit, chat, "
-                                                   "infill (needs a model with fill-in-the-middle tokens) "
-                                                   "(default: code,edit,chat; one table each)")
+    workload = dict(type=_checked_by("parse_workloads"), default="code,edit,chat",
+                    help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
+                         "fill-in-the-middle tokens) (default: code,edit,chat; one table each)")
     prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} or "
                                       "{\"input_prefix\": ..., \"input_suffix\": ...} per line (instead of --workload)")
 
@@ -232,12 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
                        defaults={"max_tokens": 128, "seed": 0})
     b.add_argument("--workload", **workload)
     b.add_argument("--prompts", **prompts)
-    b.add_argument("--methods", default="none,chain,specinfer,rrs,resispec,auto",
+    b.add_argument("--methods", type=_checked_by("parse_methods"), default="none,chain,specinfer,rrs,resispec,auto",
                    help="comma-separated methods; none is always included")
     b.add_argument("--temperature", **temperatures)
     b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
-    b.add_argument("--json", default=None, help="write the full report to this JSON file")
-    b.add_argument("--plot", default=None, help="draw speed-up and tau per method to this PNG (needs matplotlib)")
+    b.add_argument("--json", type=_output_file, default=None, help="write the full report to this JSON file")
+    b.add_argument("--plot", type=_output_file, default=None,
+                   help="draw speed-up and tau per method to this PNG (needs matplotlib: pip install -e '.[plot]')")
     b.add_argument("--json-schema", default=None, metavar="FILE|JSON",
                    help="also run every method under this JSON schema (METHOD+schema rows: mask time per node, "
                         "speed against the same method unconstrained)")
@@ -255,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap the draft distribution to its top N tokens (default: 0, the whole vocabulary)")
     a.add_argument("--rrs-samples", type=_count(0), default=0,
                    help="estimate rrs acceptance with this many sampled draw sequences per position")
-    a.add_argument("--json", default=None, help="write the results to this JSON file")
+    a.add_argument("--json", type=_output_file, default=None, help="write the results to this JSON file")
 
     models = sub.add_parser("models", help="resolve and list model presets")
     models.set_defaults(func=_cmd_models)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
@@ -43,9 +44,13 @@ __all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
 class Stats:
     """What a generation cost and how well the draft did.
 
+    ``tokens`` counts the output tokens; ``eos_tokens`` the end-of-generation token that
+    ended the reply (0 or 1 per reply): not output, but a target call produced it.
     ``accepted_by_depth[d]`` counts draws accepted at depth d+1 of the tree and
     ``reached_by_depth[d]`` the verifications done there, so their ratio is the acceptance
     rate per depth.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    Kernels are compiled and ``auto``'s costs measured at load (``Engine.prepare``), so no
+    time here is start-up.
     """
 
     method: str = "none"
@@ -53,6 +58,7 @@ class Stats:
     prompt_reused: int = 0  # prompt tokens whose KV cache was reused from the previous call
     prompt_time: float = 0.0
     tokens: int = 0
+    eos_tokens: int = 0
     steps: int = 0
     target_calls: int = 0
     draft_calls: int = 0
@@ -71,18 +77,21 @@ class Stats:
         return max(0.0, self.total_time - self.draft_time - self.target_time)
 
     @property
-    def tau(self) -> float:
-        """Tokens per target call."""
-        return self.tokens / self.target_calls if self.target_calls else 0.0
+    def tau(self) -> float | None:
+        """Tokens per target call, counting the end-of-generation token a call produced: 1.0
+        for plain decoding, more when speculation paid.  None before any target call."""
+        return (self.tokens + self.eos_tokens) / self.target_calls if self.target_calls else None
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.total_time if self.total_time > 0 else 0.0
 
     @property
-    def acceptance_rate(self) -> float:
+    def acceptance_rate(self) -> float | None:
+        """Accepted draws per verified draw, over all depths; None when nothing was
+        speculated (plain steps only)."""
         reached = sum(self.reached_by_depth)
-        return sum(self.accepted_by_depth) / reached if reached else 0.0
+        return sum(self.accepted_by_depth) / reached if reached else None
 
     @property
     def acceptance_by_depth(self) -> list[float | None]:
@@ -104,8 +113,8 @@ class Stats:
         self.accepted_by_depth[depth - 1] += int(accepted)
 
     def merge(self, other: "Stats") -> None:
-        for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "steps", "target_calls", "draft_calls",
-                     "tree_nodes", "draft_time", "target_time", "total_time"):
+        for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "eos_tokens", "steps", "target_calls",
+                     "draft_calls", "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.mask_seconds += other.mask_seconds
         for kind, n in other.steps_by_kind.items():
@@ -123,6 +132,7 @@ class Stats:
             "prompt_tokens": self.prompt_tokens,
             "prompt_reused": self.prompt_reused,
             "tokens": self.tokens,
+            "eos_tokens": self.eos_tokens,
             "steps": self.steps,
             "target_calls": self.target_calls,
             "draft_calls": self.draft_calls,
@@ -312,6 +322,7 @@ class _Generation:
                 self.logprobs.append(notes[i])
             if e.target.is_eog(tok):
                 self.out.pop()
+                self.stats.eos_tokens += 1
                 if self.logprobs is not None:
                     self.logprobs.pop()
                 self.finish_reason = "eos"
@@ -590,20 +601,42 @@ class _Generation:
         self.draft_pending = emitted[len(kept):]
 
 
-def _warm_up_kernels() -> None:
-    """Load every compiled kernel once (from Numba's on-disk cache) at start-up, so the first
-    reply does not pay for it."""
-    logits = np.array([0.0, 1.0, 2.0, -np.inf], np.float32)
-    p = sampling.probs_dense(logits, 1.0)
-    sampling.probs_dense(logits, 0.7, 2, 0.9, 0.05)
-    ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, 2)
-    sampling.sample_dense(p, 0.5)
-    u = np.full(3, 0.5)
-    for method in ("chain", "specinfer", "rrs", "resispec"):
-        n = 1 if method == "chain" else 2
-        draws = (sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid)(ids, probs, u[:n])
-        verify_prepared(method, p, ids, probs, draws, u[: len(draws) + 1])
-        verify_prepared_with_candidate(method, p, 0, ids, probs, draws, np.full(len(draws) + 2, 0.5))
+def _kernel_warm_ups() -> list:
+    """One step per group of kernel entries a generation makes, each calling the same
+    functions the loop above calls, with the same argument types.
+
+    Numba compiles (or loads from its cache) one version of a kernel per argument types, at
+    the first call with them; a type first seen in a reply costs seconds there.  The public
+    wrappers fix every type (logits: float32 read-only, as the backend's rows; ids and draws:
+    int64; probabilities and uniforms: float64; scalars: Python int/float), so calling each
+    entry once covers every reply.  The tests check it: after ``Engine.prepare`` no kernel
+    gains a signature during a generation of any method.
+    """
+    row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
+    row.flags.writeable = False  # as backend.LogitsRows gives it
+
+    def distributions():
+        sampling.probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
+        sampling.probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
+        sampling.probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
+
+    def draws():
+        ids, probs = sampling.probs_sparse(row, 1.0)
+        sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
+        sampling.sample_iid(ids, probs, np.full(2, 0.5))
+        sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
+
+    def verification():
+        p = sampling.probs_dense(row, 1.0, 3)
+        ids, probs = sampling.probs_sparse(row, 1.0)
+        for method in ("chain", "specinfer", "rrs", "resispec"):
+            sample = sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid
+            draws = sample(ids, probs, np.full(1 if method == "chain" else 2, 0.5))
+            verify_prepared(method, p, ids, probs, draws, np.full(len(draws) + 1, 0.5))
+            verify_prepared_with_candidate(method, p, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
+            verify_prepared_with_candidate(method, p, 4, None, None, _NO_DRAWS, np.full(2, 0.5))  # lookup only
+
+    return [distributions, draws, verification]
 
 
 class Engine:
@@ -620,8 +653,9 @@ class Engine:
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
                  chat_template: str | None = None, cost_curves=None):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
-        ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; measured on the first
-        auto request (and cached on disk) when not given."""
+        ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
+        measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
+        first auto request."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
@@ -641,7 +675,8 @@ class Engine:
         ``target``/``draft`` are paths, ``hf:`` specs or preset names; a preset target with no
         draft brings its own draft, any other target loads none unless ``draft`` names one;
         ``draft=""`` loads none (then ``auto`` and ``lookup=True`` draft from the context
-        only).  ``progress``: report model downloads on stderr.  A bad setting raises
+        only).  ``progress``: report model downloads on stderr, and ``prepare``'s work on a
+        terminal.  A bad setting raises
         ``config.ConfigError``, a model that cannot be found, read or paired ``UserError``."""
         if isinstance(target, ModelParams):
             if draft is not None or settings:
@@ -657,8 +692,33 @@ class Engine:
         target_path = models.resolve_model(params.target, role="target", progress=progress)
         draft_path = models.resolve_model(draft_spec, role="draft", progress=progress) if draft_spec else None
         t, d = backend.open_models(target_path, draft_path, params, n_seq_max=MAX_TREE_NODES + 2)
-        _warm_up_kernels()
-        return cls(t, d, chat_template=t.chat_template())
+        engine = cls(t, d, chat_template=t.chat_template())
+        try:
+            engine.prepare(progress=progress)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    def prepare(self, progress: bool = False) -> None:
+        """Make the first reply as fast as the next: compile every kernel a generation runs
+        (or load it from Numba's cache) and measure what ``auto`` needs (the cost curves and
+        the host time per logits row; measured once per model file and settings, cached on
+        disk).  ``Engine.load`` calls it; an engine built from backends directly measures
+        on its first ``auto`` request unless this is called.  ``progress``: a "preparing
+        kernels" bar while it works, erased when done, when stderr is a terminal (a script's
+        or a server's log gets no bar)."""
+        from . import models
+
+        steps = [*_kernel_warm_ups(), self._auto_curves, self._auto_row_seconds]
+        show = progress and sys.stderr.isatty()
+        bar = models._make_bar(len(steps), "preparing kernels", show, unit="step", leave=False)
+        try:
+            for step in steps:
+                step()
+                bar.update(1)
+        finally:
+            bar.close()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -715,11 +775,19 @@ class Engine:
         depth and budget bound what it may choose."""
         from . import autotune
 
+        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None,
+                                  row_s=self._auto_row_seconds())
+
+    def _auto_curves(self):
+        """The ``(target, draft)`` cost curves, measured (or read from the disk cache) once."""
         if self._auto is None:
             self._auto = (self._cost_curve(self.target), self._cost_curve(self.draft) if self.draft is not None else None)
+        return self._auto
+
+    def _auto_row_seconds(self) -> float:
         if self._row_s is None:
             self._row_s = self._host_row_seconds()
-        return autotune.AutoTuner(self._auto[0], self._auto[1], dp, has_draft=self.draft is not None, row_s=self._row_s)
+        return self._row_s
 
     @staticmethod
     def _measured(identity: str, measure):

@@ -1,8 +1,10 @@
 """Command-line flags made from the settings dataclasses, and settings made back from them.
 
 ``add_settings`` turns each field that declares flags (``config.setting``) into an argparse
-option with the field's type, check, help and default; ``from_args`` builds the dataclass
-from the parsed namespace.  A bad value is one argparse error naming the flag.  Only the CLI
+option with the field's type, check, help and default, and records which fields it added;
+``from_args`` builds the dataclass from those fields of the parsed namespace alone, so a
+command's own option that shares a field's name (bench's list-valued ``--temperature``) is
+never read as the setting.  A bad value is one argparse error naming the flag.  Only the CLI
 uses this module; it imports nothing but ``config``.
 """
 
@@ -12,7 +14,7 @@ import argparse
 
 from . import config
 
-__all__ = ["add_settings", "field_type", "from_args", "list_type"]
+__all__ = ["add_settings", "field_type", "from_args", "list_type", "offered"]
 
 
 def field_type(cls, name: str):
@@ -48,13 +50,20 @@ def _shown(value) -> str:
     return "none" if value == () else str(value)
 
 
+def _added(cls) -> str:
+    """The namespace attribute listing the fields of ``cls`` that ``add_settings`` added."""
+    return f"_settings_{cls.__name__}"
+
+
 def add_settings(parser, cls, title: str, *, skip=(), defaults=None) -> None:
     """Add a group ``title`` with a flag for every setting of ``cls`` not in ``skip``;
     ``defaults`` overrides field defaults for this command."""
     group = parser.add_argument_group(title)
+    added = list(offered(parser, cls))
     for f in config.settings(cls):
         if f.name in skip:
             continue
+        added.append(f.name)
         meta = f.metadata
         overridden = f.name in (defaults or {})
         default = defaults[f.name] if overridden else f.default
@@ -76,10 +85,17 @@ def add_settings(parser, cls, title: str, *, skip=(), defaults=None) -> None:
                 long = next((x for x in meta["flags"] if x.startswith("--")), meta["flags"][0])
                 kw["metavar"] = meta.get("metavar") or long.lstrip("-").upper().replace("-", "_")
         group.add_argument(*meta["flags"], **kw)
+    parser.set_defaults(**{_added(cls): tuple(added)})
+
+
+def offered(parser, cls) -> tuple[str, ...]:
+    """The fields of ``cls`` that ``add_settings`` gave ``parser`` flags for."""
+    return parser.get_default(_added(cls)) or ()
 
 
 def from_args(cls, args, **overrides):
-    """``cls`` from the parsed flags (``ConfigError``, a ``UserError``, for a bad combination).
-    A flag left at None keeps the field's default."""
-    values = {f.name: getattr(args, f.name) for f in config.settings(cls) if getattr(args, f.name, None) is not None}
+    """``cls`` from the flags ``add_settings`` added for it (``ConfigError``, a ``UserError``,
+    for a bad combination).  A flag left at None, or not offered, keeps the field's default."""
+    names = getattr(args, _added(cls), ())
+    values = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     return cls(**{**values, **overrides})

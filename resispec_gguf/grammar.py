@@ -71,6 +71,10 @@ def json_schema_grammar(schema) -> str:
             raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"a JSON schema is an object or a boolean, got {type(schema).__name__}")
+    if schema is False:
+        raise GrammarError("the JSON schema false allows no value")
+    if schema is True:
+        schema = {}
     text = json.dumps(schema)
     _check_size(text, "JSON schema")
     try:

@@ -219,13 +219,14 @@ def file_sha256(path) -> str:
     return _read_marker(path) or _sha256_file(path)
 
 
-def _make_bar(total: int, desc: str, progress: bool):
-    """A tqdm bar on stderr, or a no-op stand-in when progress is off or tqdm is missing."""
+def _make_bar(total: int, desc: str, progress: bool, *, unit: str = "part", leave: bool = True):
+    """A tqdm bar on stderr, or a no-op stand-in when progress is off or tqdm is missing.
+    ``leave``: keep the finished bar on screen (else it is erased)."""
     if progress:
         try:
             from tqdm.auto import tqdm
 
-            return tqdm(total=total, desc=desc, unit="part", file=sys.stderr, leave=True)
+            return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
         except ImportError:
             pass
 

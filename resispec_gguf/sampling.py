@@ -342,11 +342,21 @@ def _sample_dense(p, u):
 
 
 def _check_logits(logits: np.ndarray, need_finite: bool = True) -> tuple[np.ndarray, int]:
-    """The row as contiguous float32 and its argmax (first maximum), in one pass."""
+    """The row as a contiguous, read-only float32 array and its argmax (first maximum), in
+    one pass.
+
+    Read-only always: Numba compiles one version of a kernel per argument type, and a
+    read-only array is another type.  The backend's rows are read-only views of llama.cpp's
+    buffer; a writable row (a test's, a copy) would otherwise need a second compilation of
+    every logits kernel, in the middle of a reply.
+    """
     logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
     if logits.ndim != 1 or logits.shape[0] == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
     logits = np.ascontiguousarray(logits)
+    if logits.flags.writeable:
+        logits = logits.view()  # the caller's array stays writable
+        logits.flags.writeable = False
     # argmax stops at the first NaN, so the value it points to screens NaN, +inf and an
     # all -inf row in the same pass
     best = int(np.argmax(logits))

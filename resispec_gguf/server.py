@@ -535,6 +535,11 @@ class _Job:
             self._put("error", exc)
 
 
+def _constraint_param(req: _Request) -> str:
+    """The request field a constraint came from."""
+    return "tools" if req.options and req.options[0].active else "response_format"
+
+
 def _plan(engine, req: _Request) -> api.ChatPlan:
     """Render and tokenize a request's prompt and compile its constraint (on a tokenizer
     thread: this only reads the vocabulary, so it may run while the engine thread decodes)."""
@@ -756,6 +761,8 @@ class _Server:
 
     def _raise_for(self, event, req: _Request) -> None:
         kind, value = event
+        if kind == "user_error" and isinstance(value, GrammarError):  # e.g. no token allowed first
+            raise _bad(str(value), _constraint_param(req), "invalid_value")
         if kind == "user_error":
             raise _user_error(value, req.prompt_param)
         if kind == "error":
@@ -818,8 +825,7 @@ class _Server:
             except (api.RequestError, ToolError, MessageError) as e:
                 raise _bad(str(e), e.param, "invalid_value") from None
             except GrammarError as e:
-                raise _bad(str(e), "tools" if req.options and req.options[0].active else "response_format",
-                           "invalid_value") from None
+                raise _bad(str(e), _constraint_param(req), "invalid_value") from None
             except UserError as e:
                 raise _user_error(e, req.prompt_param) from None
             if not present:  # the client left; nobody reads this

@@ -63,7 +63,7 @@ class ToolRequest:
     functions: list[dict]  # [{"name", "description"?, "parameters"}]
     choice: str  # "none" | "auto" | "required"
     allowed: list[str]  # names that may be called (a named tool_choice: that one)
-    parallel: bool = True
+    parallel: bool = False
 
     @property
     def active(self) -> bool:
@@ -122,7 +122,7 @@ def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolReque
     names = [f["name"] for f in functions]
     if parallel is not None and not isinstance(parallel, bool):
         raise ToolError("parallel_tool_calls must be true or false", "parallel_tool_calls")
-    par = True if parallel is None else parallel
+    par = False if parallel is None else parallel  # as llama.cpp: one call unless asked for more
     if choice is None:
         return ToolRequest(functions, "auto" if functions else "none", names, par)
     if isinstance(choice, str):
@@ -279,8 +279,11 @@ class HermesFormat:
                                   json.dumps(args, ensure_ascii=False)))
         if not calls:
             return None
-        content = self._BLOCK.sub("", text).strip()
-        return content, calls
+        content = self._BLOCK.sub("", text)
+        cut = content.find(self.open)  # a call cut short by max_tokens is not content
+        if cut >= 0:
+            content = content[:cut]
+        return content.strip(), calls
 
     def pending(self, text: str) -> int:
         """Where streamed text must be held back: the index of a call marker (or of a tail

@@ -134,6 +134,18 @@ def test_flags_parse_into_the_settings():
     assert "--stop" not in p.format_help()
 
 
+def test_a_commands_own_option_is_not_read_as_the_setting_of_the_same_name():
+    """bench and analyze take several temperatures (``--temperature 1 0.6``, dest
+    ``temperature``); SamplingParams must not see that list as its one temperature."""
+    p = _parser(SamplingParams, skip=("temperature",))
+    p.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
+    args = p.parse_args(["--temperature", "0.7", "-n", "9"])
+    assert flags.from_args(SamplingParams, args) == SamplingParams(max_tokens=9)
+    assert flags.offered(p, SamplingParams) == tuple(f.name for f in config.settings(SamplingParams)
+                                                     if f.name != "temperature")
+    assert flags.from_args(DraftParams, args) == DraftParams()  # offered no flags: defaults
+
+
 def test_a_bad_flag_value_is_an_argparse_error_naming_the_setting():
     with pytest.raises(argparse.ArgumentError, match="temperature must be in"):
         _parser(SamplingParams).parse_args(["--temp", "101"])

@@ -257,6 +257,7 @@ def test_seed_determinism_and_draft_overrides(client):
     assert spec["method"] == "chain" and len(spec["reached_by_depth"]) <= 2
     d = client.completions.create(model="tiny", prompt="abc", max_tokens=5, seed=5, extra_body={"method": "none"})
     assert d.model_extra["speculative"]["method"] == "none" and d.model_extra["speculative"]["draft_calls"] == 0
+    assert d.model_extra["speculative"]["tau"] == 1.0 and d.model_extra["speculative"]["acceptance_rate"] is None
     assert d.usage.completion_tokens <= 5
 
 

@@ -100,6 +100,9 @@ def test_hermes_parse_and_hold_back():
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2}),
                                                                  ("get_weather", {"city": "Oslo", "unit": "c"})]
     assert len({c.id for c in calls}) == 2
+    content, cut = fmt.parse(text + '\n<tool_call>\n{"name": "ad')  # a third call cut by max_tokens
+    assert content == "Sure." and len(cut) == 2
+    assert tools.check_tool_choice(None, tools.check_tools([ADD])).parallel is False  # llama.cpp's default
     assert fmt.parse("no call here") is None
     assert fmt.parse('<tool_call>\n{"name": "add", "argu') is None  # cut short: stays text
     assert fmt.parse(text, allowed=["add"]) is None  # a function that was not offered
@@ -295,6 +298,8 @@ BAD = [
                                                                             "maximum": 1}}}}, "response_format"),
     ({"messages": MSGS + [{"role": "tool", "tool_call_id": "ghost", "content": "1"}]}, "messages[1].tool_call_id"),
     ({"tools": [ADD], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}}, "response_format"),
 ]
 
 

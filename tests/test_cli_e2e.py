@@ -1,0 +1,507 @@
+"""Every command and every flag through the real command line.
+
+``cases()`` runs each command as a user does, ``python -m resispec_gguf ...`` in a subprocess
+on the tiny pair (tiny_gguf.py): once with its defaults and once or more with every flag set
+to a non-default value, checking the exit code, the shape of what it prints or writes, and
+that nothing crashed.  ``test_every_flag_of_every_command_is_run`` reads the flags off
+``cli.build_parser()`` (which makes them from config.py's fields), so a new setting or a new
+option fails the suite until a case here sets it.  ``test_an_out_of_range_value_is_one_line``
+gives every flag a value it may not take, derived from the field's check where it has one,
+and expects exit 2 with one line naming the flag; it runs ``cli.main`` in this process, as
+none of those values gets as far as loading a model.
+
+Hermetic: an empty model cache, the Hugging Face Hub offline, no package index and a private
+cost cache, so nothing is downloaded and nothing runs on the default pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from resispec_gguf import cli, config, flags
+from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SETTINGS = (ModelParams, SamplingParams, DraftParams, ServerParams)
+PORT = "{port}"  # replaced by a free port when the case runs
+
+
+# ---------------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """One command line: ``argv`` after ``python -m resispec_gguf``, its stdin, and
+    ``check(result, tmp)`` for what it printed or wrote (exit 0 and no traceback are checked
+    for every case)."""
+
+    name: str
+    argv: tuple[str, ...]
+    check: Callable
+    stdin: str | None = None
+    needs: str | None = None  # a module without which the case is skipped
+
+
+STATS = re.compile(r"^\[(\d+) tokens, [\d.]+ tok/s, tau [\d.]+ tokens/target call, acceptance (?:\d+%|-), (\w+)\]$",
+                   re.M)
+
+
+def _replies(text: str, count: int, method: str, most: int) -> None:
+    """``count`` stats lines (one per reply) of ``method``, each with 1..``most`` tokens."""
+    stats = STATS.findall(text)
+    assert len(stats) == count, text
+    for tokens, used in stats:
+        assert 1 <= int(tokens) <= most and used == method, (tokens, used)
+
+
+def generated(method: str, most: int):
+    def check(r, tmp):
+        assert r.stdout.endswith("\n"), r.stdout
+        _replies(r.stderr, 1, method, most)
+    return check
+
+
+def constrained(start: str, most: int):
+    """A reply matching the regex ``start`` (e.g. a JSON object's opening brace)."""
+    def check(r, tmp):
+        assert re.match(start, r.stdout), r.stdout
+        _replies(r.stderr, 1, "auto", most)
+    return check
+
+
+def chatted(turns: int, method: str, most: int):
+    def check(r, tmp):
+        _replies(r.stdout, turns, method, most)
+    return check
+
+
+def bench_table(workloads, temperatures, methods):
+    def check(r, tmp):
+        blocks = r.stdout.split("workload: ")[1:]
+        assert [b.splitlines()[0] for b in blocks] == list(workloads), r.stdout
+        for block in blocks:
+            rows = [line.split() for line in block.splitlines()[3:] if line.strip()]
+            assert [(float(row[0]), row[1]) for row in rows] == [(t, m) for t in temperatures for m in methods], block
+    return check
+
+
+def _documented_bench_keys() -> tuple[set, set]:
+    """The report's keys as the README's JSON schema paragraph names them: top level, per method."""
+    schema = README.split("JSON schema (`--json`):", 1)[1].split("\n\n", 1)[0]
+    top, per_method = re.split(r"where each method\s+maps to", schema, maxsplit=1)
+    top_keys = {"config", "machine", "models", "peak_rss_mb", "results", "methods"}
+    assert all(f"`{k}`" in top for k in top_keys), top
+    return top_keys, set(re.findall(r"`(\w+)`", per_method))
+
+
+def bench_report(temperatures, methods):
+    table = bench_table(["prompts"], temperatures, methods)
+
+    def check(r, tmp):
+        table(r, tmp)
+        report = json.loads((tmp / "bench.json").read_text())
+        top_keys, method_keys = _documented_bench_keys()
+        assert set(report) == top_keys
+        assert [(b["workload"], b["temperature"]) for b in report["results"]] == [("prompts", t) for t in temperatures]
+        for block in report["results"]:
+            assert list(block["methods"]) == methods
+            for summary in block["methods"].values():
+                assert set(summary) == method_keys
+                assert summary["runs"] == 2 * 2  # --repeat 2, two prompts
+        cfg = report["config"]
+        assert cfg["temperatures"] == temperatures and cfg["methods"] == methods and cfg["repeat"] == 2
+        assert cfg["max_tokens"] == 3 and cfg["seed"] == 5
+        assert cfg["sampling"] == {"top_k": 20, "top_p": 0.9, "min_p": 0.1}
+        assert cfg["draft_params"] == {"draws": 2, "depth": 2, "budget": 4, "draft_support": 8, "policy": "static"}
+        assert cfg["n_ctx"] >= 256 and cfg["n_gpu_layers"] == 1
+        assert set(report["models"]) == {"target", "draft"} and report["models"]["draft"]["sha256"]
+    return check
+
+
+def plotted(r, tmp):
+    assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def analysis(temperatures, ks, rrs=False, json_file=False):
+    def check(r, tmp):
+        lines = r.stdout.strip().splitlines()
+        assert lines[0].split() == ["T", "K", "chain", "specinfer", "resispec", "alpha*", "nodes", "rrs(MC)",
+                                    "positions"], r.stdout
+        rows = [line.split() for line in lines[1:]]
+        assert [(float(row[0]), int(row[1])) for row in rows] == [(t, k) for t in temperatures for k in ks], r.stdout
+        for row in rows:
+            assert all(0 <= float(x) <= 1 for x in row[2:6]) and (row[7] != "-") == rrs and int(row[8]) > 0, row
+        if json_file:
+            report = json.loads((tmp / "analyze.json").read_text())
+            assert set(report) == {"config", "machine", "results"}
+            assert report["config"]["temperatures"] == temperatures and report["config"]["k"] == ks
+            assert [b["temperature"] for b in report["results"]] == temperatures
+    return check
+
+
+def models_listed(r, tmp):
+    from resispec_gguf import models
+
+    rows = r.stdout.strip().splitlines()
+    assert len(rows) == 2 * len(models.PRESETS), r.stdout
+    assert all(row.endswith("not cached") for row in rows), r.stdout  # the test's empty cache
+
+
+def served(r, tmp):
+    """Checked in ``_serve``, which sends the request."""
+
+
+# Every model flag set away from its default, in two spellings.
+# (--threads is in every case: see cases().)
+MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose")
+MODEL_B = ("--ctx", "300", "--n-gpu-layers", "1", "--n-gpu-layers-draft", "0", "--flash-attn", "--verbose")
+SAMPLING_A = ("--temperature", "0.5", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1", "-n", "4", "--seed", "3")
+SAMPLING_B = ("--temp", "1.5", "--top-k", "5", "--top-p", "0.8", "--min-p", "0", "--max-tokens", "3", "--seed", "7")
+DRAFT_A = ("--method", "resispec", "-K", "2", "--depth", "2", "--budget", "4", "--draft-support", "8", "--policy",
+           "static", "--lookup")
+DRAFT_B = ("--method", "specinfer", "--draws", "3", "--depth", "3", "--budget", "6", "--draft-support", "16",
+           "--policy", "static", "--lookup")
+
+
+def cases(target: str, draft: str, tmp: Path) -> list[Case]:
+    # One thread everywhere: with the default (all cores) on a busy machine llama.cpp's threads
+    # spin waiting for each other, and analyze's defaults take minutes instead of seconds.
+    pair = ("--target", target, "--draft", draft, "--threads", "1")
+    prompts = str(tmp / "prompts.jsonl")
+    return [
+        Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),
+        Case("generate-every-flag", ("generate", *pair, *MODEL_A, *SAMPLING_A, "--stop", "zq", "--stop", "qz",
+                                     *DRAFT_A, "--chat", "Once upon a time"), generated("resispec", 4)),
+        Case("generate-schema", ("generate", *pair, "-n", "6", "--json-schema", '{"type": "object"}', "Data:"),
+             constrained("{", 6)),
+        Case("generate-grammar", ("generate", *pair, "-n", "6", "--grammar", str(tmp / "yes-no.gbnf"), "Answer:"),
+             constrained("yes\n|no\n", 6)),
+        Case("chat-defaults", ("chat", *pair), chatted(1, "auto", 512), stdin="Hello\n"),
+        Case("chat-every-flag", ("chat", *pair, *MODEL_B, *SAMPLING_B, *DRAFT_B, "--system", "Answer briefly."),
+             chatted(2, "specinfer", 3), stdin="Hello\n/stats\nAgain\n"),
+        Case("serve-defaults", ("serve", *pair, "--port", PORT), served),
+        Case("serve-every-flag", ("serve", *pair, *MODEL_A, *SAMPLING_B, *DRAFT_A, "--host", "localhost", "--port",
+                                  PORT, "--api-key", "k3y", "--max-queue", "2", "--cors-origin", "http://example.test",
+                                  "--cors-origin", "https://other.test:8443", "--model-name", "tiny-e2e"), served),
+        # bench's true defaults (22 prompts, 6 methods, 2 temperatures, 128 tokens) take half a
+        # minute even on the tiny pair: one workload and 4 tokens, the rest as it comes
+        Case("bench-defaults", ("bench", *pair, "--workload", "chat", "-n", "4"),
+             bench_table(["chat"], [1.0, 0.6], list(config.METHODS))),
+        Case("bench-every-flag", ("bench", *pair, *MODEL_B, "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1",
+                                  "--max-tokens", "3", "--seed", "5", "--draws", "2", "--depth", "2", "--budget", "4",
+                                  "--draft-support", "8", "--policy", "static", "--lookup", "--prompts", prompts,
+                                  "--methods", "chain,resispec", "--temperature", "0", "0.5", "--repeat", "2",
+                                  "--json", str(tmp / "bench.json")),
+             bench_report([0.0, 0.5], ["none", "chain", "resispec"])),
+        Case("bench-schema", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
+                              "0.5", "--json-schema", '{"type": "object"}'),
+             bench_table(["prompts"], [0.5], ["none", "chain", "none+schema", "chain+schema"])),
+        Case("bench-plot", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
+                            "0.5", "--plot", str(tmp / "bench.png")), plotted, needs="matplotlib"),
+        Case("analyze-defaults", ("analyze", *pair), analysis([1.0, 0.6], [1, 4, 16])),
+        Case("analyze-every-flag", ("analyze", *pair, *MODEL_A, "-n", "6", "--seed", "4", "--prompts", prompts,
+                                    "--temperature", "0.7", "-k", "1,4", "--draft-support", "16", "--rrs-samples", "3",
+                                    "--json", str(tmp / "analyze.json")),
+             analysis([0.7], [1, 4], rrs=True, json_file=True)),
+        Case("analyze-workload", ("analyze", *pair, "--workload", "edit,chat", "--max-tokens", "4"),
+             analysis([1.0, 0.6], [1, 4, 16])),
+        Case("models-list", ("models", "list"), models_listed),
+    ]
+
+
+# Commands no case runs, and why.
+NOT_RUN = {"models fetch": "downloads the preset pair (GBs); test_an_out_of_range_value_is_one_line runs its "
+                           "refusal of an unknown preset"}
+# What a "defaults" case may set: the pair, one thread, a free port, and what keeps it small.
+DEFAULTS_SET = {"target", "draft", "n_threads", "port"}
+DEFAULTS_MAY_SET = {"bench": {"workload", "max_tokens"}}
+
+
+# ---------------------------------------------------------------------------------- running them
+
+
+@pytest.fixture(scope="module")
+def e2e(tiny_pair, tmp_path_factory):
+    """``(cases by name, environment, tmp)``: the tiny pair, a prompt file, an empty model cache."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    lines = [{"prompt": "def add(a, b):"}, {"messages": [{"role": "user", "content": "Say hi."}]}]
+    (tmp / "yes-no.gbnf").write_text('root ::= "yes" | "no"\n')
+    (tmp / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp / "cache").mkdir()
+    path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
+           "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
+           "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1"}
+    by_name = {c.name: c for c in cases(str(tiny_pair[0]), str(tiny_pair[1]), tmp)}
+    return by_name, env, tmp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(argv, env, tmp) -> subprocess.CompletedProcess:
+    """Start the server, send one request, stop it with Ctrl-C."""
+    import httpx
+
+    port = int(argv[argv.index("--port") + 1])
+    host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
+    key = argv[argv.index("--api-key") + 1] if "--api-key" in argv else None
+    name = argv[argv.index("--model-name") + 1] if "--model-name" in argv else "target.gguf"
+    err_path = tmp / f"serve-{port}.err"
+    with open(err_path, "w") as err:  # a file, not a pipe: --verbose logs cannot fill it and stall the server
+        p = subprocess.Popen([sys.executable, "-m", "resispec_gguf", *argv], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (announced := re.search(r"^serving .*$", err_path.read_text(), re.M)):
+            assert p.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.05)
+        announced = announced.group(0)
+        assert announced.startswith(f"serving {name} on http://{host}:{port}/v1 "), announced
+        assert ("auth on" in announced) == (key is not None), announced
+        headers = {"Origin": "http://example.test"} | ({"Authorization": f"Bearer {key}"} if key else {})
+        while True:  # the socket listens before uvicorn answers
+            try:
+                r = httpx.post(f"http://{host}:{port}/v1/chat/completions", headers=headers, timeout=30,
+                               json={"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+                break
+            except httpx.TransportError:
+                assert p.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+                time.sleep(0.05)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["model"] == name and isinstance(body["choices"][0]["message"]["content"], str)
+        assert 1 <= body["usage"]["completion_tokens"] <= 3
+        cors = r.headers.get("access-control-allow-origin")
+        assert cors == ("http://example.test" if "--cors-origin" in argv else None), r.headers
+    finally:
+        p.send_signal(signal.SIGINT)  # Ctrl-C: uvicorn shuts down, the CLI exits 130
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # SIGINT ignored (inherited so, before uvicorn runs)
+            p.kill()
+            out, _ = p.communicate()
+    assert p.returncode == 130, err_path.read_text()[-3000:]
+    return subprocess.CompletedProcess(argv, 0, out, err_path.read_text())
+
+
+def _run(case: Case, env, tmp) -> subprocess.CompletedProcess:
+    port = str(_free_port())
+    argv = [port if a == PORT else a for a in case.argv]
+    if argv[0] == "serve":
+        return _serve(argv, env, tmp)
+    return subprocess.run([sys.executable, "-m", "resispec_gguf", *argv], cwd=ROOT, env=env, input=case.stdin,
+                          stdin=None if case.stdin is not None else subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=240)
+
+
+@pytest.mark.parametrize("name", [c.name for c in cases("T.gguf", "D.gguf", Path("tmp"))])
+def test_command(e2e, name):
+    by_name, env, tmp = e2e
+    case = by_name[name]
+    if case.needs:
+        pytest.importorskip(case.needs)
+    r = _run(case, env, tmp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    case.check(r, tmp)
+    assert not any((tmp / "cache").iterdir()), "a command fetched a model"
+
+
+# ---------------------------------------------------------------------------------- coverage
+
+
+def _commands(parser, prefix="") -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its words: ``chat``, ..., ``models``, ``models list``."""
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out[prefix + name] = sub
+                out.update(_commands(sub, prefix + name + " "))
+    return out
+
+
+def _options(parser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+def _words(argv) -> str:
+    return " ".join(argv[:2]) if argv[0] == "models" else argv[0]
+
+
+def _set_by(case: Case) -> set[str]:
+    """The dests whose parsed value ``case`` moves off the command's default."""
+    parser = cli.build_parser()
+    argv = [("8123" if a == PORT else a) for a in case.argv]  # not the default port
+    words = _words(argv).split()
+    parsed, default = parser.parse_args(argv), parser.parse_args(words)
+    options = _options(_commands(parser)[" ".join(words)])
+    return {a.dest for a in options if getattr(parsed, a.dest) != getattr(default, a.dest)}
+
+
+def test_every_flag_of_every_command_is_run(tmp_path):
+    covered: dict[str, set] = {}
+    for case in cases("T.gguf", "D.gguf", tmp_path):
+        covered.setdefault(_words(case.argv), set()).update(_set_by(case))
+    # every setting config.py declares with flags, on some command ...
+    unset = [f"{cls.__name__}.{f.name}" for cls in SETTINGS for f in config.settings(cls)
+             if not any(f.name in names for names in covered.values())]
+    assert not unset, f"no case sets these settings: {', '.join(unset)}"
+    # ... and every option of every command, the settings it offers and its own
+    missing = [f"{cmd} {'/'.join(a.option_strings) or a.dest}"
+               for cmd, p in _commands(cli.build_parser()).items() if cmd not in NOT_RUN
+               for a in _options(p) if a.dest not in covered.get(cmd, set())]
+    assert not missing, f"no case in cases() sets these flags: {', '.join(missing)}"
+
+
+def test_every_command_runs_with_its_defaults(tmp_path):
+    defaults = {}
+    for case in cases("T.gguf", "D.gguf", tmp_path):
+        cmd = _words(case.argv)
+        if _set_by(case) <= DEFAULTS_SET | DEFAULTS_MAY_SET.get(cmd, set()):
+            defaults[cmd] = case.name
+    leaves = {cmd for cmd, p in _commands(cli.build_parser()).items() if not any(
+        isinstance(a, argparse._SubParsersAction) for a in p._actions)}
+    assert leaves - set(NOT_RUN) <= set(defaults), leaves - set(defaults)
+
+
+# ---------------------------------------------------------------------------------- bad values
+
+
+def _out_of_range(f) -> list[str]:
+    """Values the field's own check refuses: past each end of a Range, outside a OneOf."""
+    check = f.metadata["check"]
+    if isinstance(check, config.Range):
+        values = []
+        if check.lo is not None:
+            values.append(check.lo if check.lo_open else check.lo - 1)
+        if check.hi is not None:
+            values.append(check.hi if check.hi_open else check.hi + 1)
+        return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+    if isinstance(check, config.OneOf):
+        return ["no-such-" + f.name.replace("_", "-")]
+    return []
+
+
+# Settings whose check is a function: a value it refuses.
+REFUSED_TEXT = {"stop": "", "api_key": "", "cors_origins": "evil.example/"}
+# Settings and options refused only when the command runs (model resolution, binding, reading):
+# the value and a word of the one-line error.
+REFUSED_AT_RUN = {
+    "target": ("/nonexistent/model.gguf", "model file not found: /nonexistent/model.gguf"),
+    "draft": ("/nonexistent/draft.gguf", "model file not found: /nonexistent/draft.gguf"),
+    "host": ("192.0.2.1", "cannot listen on 192.0.2.1"),  # TEST-NET-1: no lookup, never a local address
+    "prompts": ("/nonexistent/prompts.jsonl", "cannot read prompt file /nonexistent/prompts.jsonl"),
+    "json_schema": ("{not json", "--json-schema is not valid JSON"),
+    "grammar": ("/nonexistent/g.gbnf", "--grammar: cannot read '/nonexistent/g.gbnf'"),
+    "preset": ("no-such-preset", "unknown model preset"),
+}
+# Each command's own options (not settings): values their parsers refuse.
+REFUSED_OWN = {
+    "temperature": ["-1", "500"], "repeat": ["0"], "k": ["1,0", "1,65"], "draft_support": ["-1"],
+    "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"],
+    "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"],
+}
+# Flags that take any value.
+ANY_VALUE = {"model_name": "any text names the model", "system": "any text is a system prompt",
+             "prompt": "any text is a prompt"}
+
+
+def _setting_of(parser, dest):
+    for cls in SETTINGS:
+        if dest in flags.offered(parser, cls):
+            return next(f for f in config.settings(cls) if f.name == dest)
+    return None
+
+
+def _bad_cases() -> list[tuple[str, argparse.Action, str, str | None]]:
+    """``(command, action, bad value, needle)``: needle None means the error must name the flag."""
+    out = []
+    for cmd, parser in _commands(cli.build_parser()).items():
+        for action in _options(parser):
+            field = _setting_of(parser, action.dest)
+            if field is not None:
+                values = _out_of_range(field) or ([REFUSED_TEXT[field.name]] if field.name in REFUSED_TEXT else [])
+                out += [(cmd, action, v, None) for v in values]
+            else:
+                out += [(cmd, action, v, None) for v in REFUSED_OWN.get(action.dest, [])]
+            if action.dest in REFUSED_AT_RUN:
+                value, needle = REFUSED_AT_RUN[action.dest]
+                out.append((cmd, action, value, needle))
+    return out
+
+
+def _switch(action) -> bool:
+    return action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)
+
+
+def test_every_flag_has_an_out_of_range_case():
+    tested = {(cmd, a.dest) for cmd, a, _, _ in _bad_cases()}
+    missing = [f"{cmd} {'/'.join(a.option_strings) or a.dest}"
+               for cmd, p in _commands(cli.build_parser()).items() for a in _options(p)
+               if (cmd, a.dest) not in tested and not _switch(a) and a.dest not in ANY_VALUE]
+    assert not missing, f"no out-of-range value for: {', '.join(missing)} (see REFUSED_* and ANY_VALUE)"
+
+
+def _bad_argv(cmd, action, value, pair) -> list[str]:
+    """The command with ``value`` last (so it overrides), after what the command needs to reach
+    it: the tiny pair, a prompt (rather than stdin), a free port."""
+    argv = cmd.split()
+    if cmd != "models fetch":
+        argv += ["--target", str(pair[0]), "--draft", str(pair[1])]
+    if cmd == "generate":
+        argv.append("hi")
+    if cmd == "serve":
+        argv += ["--port", str(_free_port())]
+    if not action.option_strings:
+        return argv + [value]
+    flag = next((s for s in action.option_strings if s.startswith("--")), action.option_strings[0])
+    return argv + [f"{flag}={value}"]  # "=": a value may start with "-"
+
+
+@pytest.mark.parametrize("cmd,action,value,needle",
+                         [pytest.param(*c, id=f"{c[0]} {c[1].dest}={c[2]!r}") for c in _bad_cases()])
+def test_an_out_of_range_value_is_one_line(cmd, action, value, needle, tiny_pair, capsys):
+    argv = _bad_argv(cmd, action, value, tiny_pair)
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and not out.strip(), (argv, rc, err)
+    assert (needle or f"argument {'/'.join(action.option_strings)}: ") in lines[0], lines[0]
+
+
+def test_plot_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys, tmp_path):
+    """Checked before the model loads (here: a target that does not exist would be the next
+    error) and before the library's benchmark runs (here: no engine to run on)."""
+    from resispec_gguf import bench
+    from resispec_gguf.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    rc = cli.main(["bench", "--target", "/nonexistent/model.gguf", "--plot", str(tmp_path / "out.png")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.splitlines() == ["resispec-gguf: error: --plot needs matplotlib: pip install -e '.[plot]'"]
+    with pytest.raises(UserError, match=r"\.\[plot\]"):
+        bench.bench_command(None, ModelParams(), {}, ["none"], [1.0], SamplingParams(), DraftParams(),
+                            plot_path=str(tmp_path / "out.png"))
+    assert 'plot = ["matplotlib' in (ROOT / "pyproject.toml").read_text()
