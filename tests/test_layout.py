@@ -57,8 +57,9 @@ def test_nothing_imports_the_command_line():
 
 def test_only_the_backend_imports_llama_cpp():
     assert [name for name in sorted(MODULES) if "llama_cpp" in _imports(name)[1]] == ["backend"]
-    # and only the engine opens models through it; surfaces never import it
-    assert sorted(name for name, deps in GRAPH.items() if "backend" in deps) == ["engine"]
+    # and only the engine opens models through it; surfaces never import it (rpc serves this
+    # machine's device to a remote target: no model, no engine)
+    assert sorted(name for name, deps in GRAPH.items() if "backend" in deps) == ["engine", "rpc"]
 
 
 def test_kernels_and_settings_import_no_surface_and_no_engine():
