@@ -101,9 +101,9 @@ def rpc_endpoints(text: str) -> tuple[tuple[str, int], ...]:
     for part in text.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"HOST:PORT with a port in [1, 65535], got {part.strip()!r}")
+            raise ValueError(f"an RPC worker is HOST:PORT with a port in [1, 65535], got {part.strip()!r}")
         if ":" in host or "[" in host or any(c.isspace() for c in host):
-            raise ValueError(f"a host name or an IPv4 address (ggml cannot reach IPv6 literals), got {host!r}")
+            raise ValueError(f"an RPC worker's host is a name or an IPv4 address (ggml cannot reach IPv6 literals), got {host!r}")
         out.append((host, int(port)))
     return tuple(out)
 
@@ -112,7 +112,7 @@ def _rpc_list(name: str, value: str) -> None:
     try:
         rpc_endpoints(value)
     except ValueError as e:
-        raise ConfigError(name, f"an RPC worker is {e}") from None
+        raise ConfigError(name, str(e)) from None
 
 
 def _rpc_host(name: str, host: str) -> None:
