@@ -72,8 +72,8 @@ def run_worker(params: WorkerParams, say) -> None:
                         f"(bind 127.0.0.1 and use an SSH tunnel, or a trusted network)")
     cache = _cache_dir(params.cache_dir)
     threads = params.n_threads or max(1, os.cpu_count() or 1)
-    devices = backend.rpc_worker_devices()  # refuses a build without RPC
     _check_port(params.host, params.port)
+    devices = backend.rpc_worker_devices()  # refuses a build without RPC
     if remote:
         say(f"warning: rpc-worker listens on {params.host}:{params.port} with no authentication and no "
             f"encryption: anyone who can reach it can use it; use a trusted network or an SSH tunnel")
