@@ -63,8 +63,10 @@ def test_through_two_workers_the_output_is_the_local_output(tiny_pair, two_worke
         log = capfd.readouterr().err
         assert remote.info()["target"]["rpc"] == endpoints and remote.info()["draft"]["rpc"] is None
         got = [remote.generate(PROMPT, sp, dp).tokens for sp, dp in runs]
-    # llama.cpp's load log: the target's weights sit on both workers (RPC0, RPC1)
-    assert "RPC0 model buffer size" in log and "RPC1 model buffer size" in log, log[-3000:]
+    # llama.cpp's load log: the target's weights sit on both workers, the draft's on the CPU
+    for i, worker in enumerate(two_workers):
+        assert f"using device RPC{i} ({worker.endpoint})" in log, log[-3000:]
+        assert f"RPC0[{worker.endpoint}] model buffer size" in log, log[-3000:]
     assert got == want
 
 
