@@ -722,14 +722,17 @@ class _rpc_loading:
 
 
 def _dead_endpoints() -> list[str]:
-    """The endpoints in use that refuse a connection now (a worker that died)."""
+    """The endpoints in use that refuse a connection now: a worker that died.  (A live one
+    busy with this client may leave a connection pending until it times out: not dead.)"""
     dead = []
     for endpoint in _rpc["endpoints"]:
         host, _, port = endpoint.rpartition(":")
         try:
             socket.create_connection((host, int(port)), timeout=0.5).close()
-        except OSError:
+        except (ConnectionRefusedError, socket.gaierror):
             dead.append(endpoint)
+        except OSError:
+            pass
     return dead
 
 
