@@ -41,6 +41,7 @@ import os
 import socket
 import struct
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -745,7 +746,12 @@ def _on_ggml_abort(message):  # pragma: no cover - called from C, then the proce
     if "RPC" not in text and "connect" not in text and "handshake" not in text:
         os.write(2, f"resispec-gguf: llama.cpp aborted: {text}\n".encode())
         return  # not ours: ggml goes on to abort()
-    dead = _dead_endpoints() or _rpc["endpoints"]
+    for _ in range(10):  # a killed worker's connection may close a moment before its port does
+        dead = _dead_endpoints()
+        if dead:
+            break
+        time.sleep(0.1)
+    dead = dead or _rpc["endpoints"]
     workers = "RPC worker" + ("s " if len(dead) > 1 else " ") + ", ".join(dead)
     if _rpc["loading"]:
         line, code = f"{workers} failed while the model loaded ({text})", RPC_LOADING_EXIT

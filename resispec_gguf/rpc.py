@@ -22,19 +22,21 @@ from . import backend
 from .config import WorkerParams
 from .errors import UserError
 
-__all__ = ["is_loopback", "run_worker"]
+__all__ = ["ipv4_address", "is_loopback", "run_worker"]
 
 _STARTED = 0.5  # seconds: a server still running after this has bound its port
 
 
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` names is a loopback address (``UserError`` when it
-    names none)."""
+def ipv4_address(host: str) -> str:
+    """The IPv4 address ``host`` names (ggml's server binds IPv4 literals only)."""
     try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise UserError(f"cannot listen on {host}: cannot resolve it ({e.strerror})") from None
-    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+        return socket.gethostbyname(host)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}: no IPv4 address ({getattr(e, 'strerror', None) or e})") from None
+
+
+def is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
 
 
 def _check_port(host: str, port: int) -> None:
@@ -65,26 +67,27 @@ def run_worker(params: WorkerParams, say) -> None:
     """Serve until Ctrl-C (``KeyboardInterrupt`` propagates to the caller, the server still
     running in a daemon thread: end the process).  ``say(line)`` gets the start-up line and
     any warning.  ``UserError`` for a host, cache directory or port that cannot be used."""
-    remote = not is_loopback(params.host)
+    host = ipv4_address(params.host)
+    remote = not is_loopback(host)
     if remote and not params.allow_remote:
         raise UserError(f"cannot listen on {params.host} without --allow-remote: ggml's RPC protocol has no "
                         f"authentication or encryption, so anyone who can reach the port could use this worker "
                         f"(bind 127.0.0.1 and use an SSH tunnel, or a trusted network)")
     cache = _cache_dir(params.cache_dir)
     threads = params.n_threads or max(1, os.cpu_count() or 1)
-    _check_port(params.host, params.port)
+    _check_port(host, params.port)
     devices = backend.rpc_worker_devices()  # refuses a build without RPC
     if remote:
-        say(f"warning: rpc-worker listens on {params.host}:{params.port} with no authentication and no "
+        say(f"warning: rpc-worker listens on {host}:{params.port} with no authentication and no "
             f"encryption: anyone who can reach it can use it; use a trusted network or an SSH tunnel")
     server = threading.Thread(target=backend.serve_rpc_worker, name="rpc-worker", daemon=True,
-                              args=(params.host, params.port, threads, cache))
+                              args=(host, params.port, threads, cache))
     server.start()
     server.join(_STARTED)
     if not server.is_alive():
-        raise UserError(f"cannot listen on {params.host}:{params.port} (ggml's server did not start)")
-    say(f"rpc-worker serving {', '.join(devices)} on {params.host}:{params.port} with {threads} thread"
+        raise UserError(f"cannot listen on {host}:{params.port} (ggml's server did not start)")
+    say(f"rpc-worker serving {', '.join(devices)} on {host}:{params.port} with {threads} thread"
         f"{'s' if threads > 1 else ''}{f', cache {cache}' if cache else ''} (Ctrl-C stops it)")
     while server.is_alive():
         server.join(0.5)
-    raise UserError(f"rpc-worker on {params.host}:{params.port} stopped (see ggml's message above)")
+    raise UserError(f"rpc-worker on {host}:{params.port} stopped (see ggml's message above)")

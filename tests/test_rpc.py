@@ -133,7 +133,7 @@ def test_rpc_worker_refuses_a_non_loopback_host_without_the_flag(host, capsys):
 
 def test_rpc_worker_with_the_flag_warns_before_serving(monkeypatch):
     """The order of events on a non-loopback host, with ggml's server faked (no binding)."""
-    monkeypatch.setattr(rpc, "is_loopback", lambda host: False)
+    monkeypatch.setattr(rpc, "is_loopback", lambda address: False)
     monkeypatch.setattr(rpc, "_check_port", lambda host, port: None)
     monkeypatch.setattr(backend, "rpc_worker_devices", lambda: ["CPU (fake)"])
     monkeypatch.setattr(backend, "serve_rpc_worker", lambda *args: time.sleep(1.0))
