@@ -609,14 +609,23 @@ def _require_rpc() -> None:
 
 
 def _ggml_libs():
-    """``(libggml, libggml_base)`` of the installed llama-cpp-python, with the few ggml
-    functions the RPC code calls declared (llama_cpp binds none of them)."""
-    if _rpc["libs"] is None:
-        from llama_cpp._ctypes_extensions import load_shared_library
-        from pathlib import Path
+    """``(libggml, libggml_base)`` as libllama links them, with the few ggml functions the RPC
+    code calls declared (llama_cpp binds none of them).
 
-        folder = Path(_ll.__file__).resolve().parent / "lib"
-        ggml, base = load_shared_library("ggml", folder), load_shared_library("ggml-base", folder)
+    Looked up through libllama's own handle, which searches the libraries it depends on: a
+    wheel holds ``libggml-base.so`` and ``libggml-base.so.0`` as two copies of one file, and
+    loading one by path could give a second copy, with its own abort hook and device registry."""
+    if _rpc["libs"] is None:
+        lib = _ll.llama_cpp._lib
+        try:
+            lib.ggml_set_abort_callback, lib.ggml_backend_reg_by_name
+            ggml = base = lib
+        except AttributeError:  # pragma: no cover - a platform whose lookups stop at libllama
+            from llama_cpp._ctypes_extensions import load_shared_library
+            from pathlib import Path
+
+            folder = Path(_ll.__file__).resolve().parent / "lib"
+            ggml, base = load_shared_library("ggml", folder), load_shared_library("ggml-base", folder)
         p, n, s = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
         for lib, name, args, res in [
             (ggml, "ggml_backend_reg_by_name", [s], p),
