@@ -15,6 +15,16 @@ they share a vocabulary; ``describe`` reports a model's file and settings.  For
 re-exported so that no other module imports llama_cpp) and ``llama_vocab_info`` (a
 ``llama_cpp.Llama``'s vocabulary facts).
 
+RPC.  A target opened with ``rpc`` endpoints lists those workers' devices (ggml's RPC backend)
+in ``llama_model_params.devices``, so its offloaded layers live there; the endpoints are not
+added to ggml's device registry, so a model opened without ``rpc`` (the draft) stays on the
+local devices.  ``serve_rpc_worker`` is the other end: it serves this machine's device.
+ggml's RPC client aborts the process when a worker fails; while a model uses RPC, ggml's abort
+hook turns that into one line on stderr and exit ``RPC_LOADING_EXIT`` (2, the worker failed
+while the model was loading) or ``RPC_LOST_EXIT`` (3, afterwards): no C backtrace.  A worker
+that vanishes without closing its connection (a cut cable) stalls the client until TCP gives
+up; a worker that dies or is stopped closes it, and the client stops within a second.
+
 KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
 sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
 same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
@@ -31,8 +41,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import warnings
+import socket
 import struct
+import threading
+import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +56,8 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from . import vocab
 from .errors import ContextFullError, UserError
 
-__all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "set_verbose"]
+__all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "rpc_hello", "rpc_supported",
+           "serve_rpc_worker", "set_verbose"]
 
 _GGUF_MAGIC = b"GGUF"
 _verbose = False
@@ -133,15 +147,22 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         n_seq_max: int = 64,
         flash_attn: bool | None = None,
+        rpc: str | None = None,
     ):
         path = os.fspath(path)
         _check_gguf_file(path)
         self.path = path
+        self.rpc = rpc
         self._model = None
         self._ctx = None
         mparams = _ll.llama_model_default_params()
         mparams.n_gpu_layers = int(n_gpu_layers)
-        model = _ll.llama_model_load_from_file(path.encode(), mparams)
+        if rpc:
+            # NULL-terminated; llama.cpp copies the list while loading, kept anyway
+            self._devices = _rpc_devices(rpc)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        with _rpc_loading(rpc):
+            model = _ll.llama_model_load_from_file(path.encode(), mparams)
         if not model:
             raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {path}")
         self._model = model
@@ -178,7 +199,8 @@ class LlamaModel:
             False: _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[None if flash_attn is None else bool(flash_attn)]
         cparams.no_perf = True
-        ctx = _ll.llama_init_from_model(model, cparams)
+        with _rpc_loading(rpc):
+            ctx = _ll.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()
             raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
@@ -243,6 +265,7 @@ class LlamaModel:
             "n_threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
             "flash_attn": self.flash_attn,
+            "rpc": self.rpc,
             "llama_cpp_python": _ll.__version__,
             "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
         }
@@ -251,7 +274,8 @@ class LlamaModel:
         """This file (path, size, mtime) and the settings a decode's cost depends on."""
         st = os.stat(self.path)
         return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
-                           self.n_gpu_layers, self.n_ctx, self.flash_attn])
+                           self.n_gpu_layers, self.n_ctx, self.flash_attn]
+                          + ([self.rpc] if self.rpc else []))  # no change to the keys cached before RPC
 
     # ------------------------------------------------------------------ vocabulary
 
@@ -559,7 +583,7 @@ def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[Lla
     common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
                   flash_attn=params.flash_attn)
     draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
-    target = LlamaModel(target_path, n_gpu_layers=params.n_gpu_layers, **common)
+    target = LlamaModel(target_path, n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
     draft = None
     try:
         if draft_path is not None:
@@ -571,3 +595,226 @@ def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[Lla
             draft.close()
         raise
     return target, draft
+
+
+# ---------------------------------------------------------------------------------- RPC
+
+RPC_LOADING_EXIT = 2  # a worker failed while a model was loading: as a user error
+RPC_LOST_EXIT = 3  # a worker was lost afterwards (mid-generation)
+RPC_REBUILD = ("CMAKE_ARGS='-DGGML_RPC=on' pip install --force-reinstall --no-deps --no-cache-dir "
+               f"llama-cpp-python=={_ll.__version__}")
+_RPC_HELLO = 14  # ggml-rpc.h: RPC_CMD_HELLO, fixed across protocol versions
+_RPC_CAPS = 24  # ggml-rpc's hello request: connection capabilities, none asked for here
+_HELLO_TIMEOUT = 5.0
+
+_ggml_abort_t = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml.h: ggml_abort_callback_t
+_rpc = {"libs": None, "endpoints": [], "loading": 0, "devices": {}}
+_rpc_lock = threading.Lock()
+
+
+def rpc_supported() -> bool:
+    """Whether the installed llama-cpp-python was built with ggml's RPC backend."""
+    return bool(_ll.llama_supports_rpc())
+
+
+def _require_rpc() -> None:
+    if not rpc_supported():
+        raise UserError(f"this llama-cpp-python was built without RPC; rebuild it: {RPC_REBUILD}")
+
+
+def _ggml_libs():
+    """``(libggml, libggml_base)`` as libllama links them, with the few ggml functions the RPC
+    code calls declared (llama_cpp binds none of them).
+
+    Looked up through libllama's own handle, which searches the libraries it depends on: a
+    wheel holds ``libggml-base.so`` and ``libggml-base.so.0`` as two copies of one file, and
+    loading one by path could give a second copy, with its own abort hook and device registry."""
+    if _rpc["libs"] is None:
+        lib = _ll.llama_cpp._lib
+        try:
+            lib.ggml_set_abort_callback, lib.ggml_backend_reg_by_name
+            ggml = base = lib
+        except AttributeError:  # pragma: no cover - a platform whose lookups stop at libllama
+            from llama_cpp._ctypes_extensions import load_shared_library
+            from pathlib import Path
+
+            folder = Path(_ll.__file__).resolve().parent / "lib"
+            ggml, base = load_shared_library("ggml", folder), load_shared_library("ggml-base", folder)
+        p, n, s = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
+        for lib, name, args, res in [
+            (ggml, "ggml_backend_reg_by_name", [s], p),
+            (ggml, "ggml_backend_dev_count", [], n),
+            (ggml, "ggml_backend_dev_get", [n], p),
+            (base, "ggml_backend_reg_get_proc_address", [p, s], p),
+            (base, "ggml_backend_reg_dev_count", [p], n),
+            (base, "ggml_backend_reg_dev_get", [p, n], p),
+            (base, "ggml_backend_dev_name", [p], s),
+            (base, "ggml_backend_dev_description", [p], s),
+            (base, "ggml_backend_dev_type", [p], ctypes.c_int),
+            (base, "ggml_set_abort_callback", [_ggml_abort_t], _ggml_abort_t),
+        ]:
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        _rpc["libs"] = (ggml, base)
+    return _rpc["libs"]
+
+
+def _rpc_proc(name: str):
+    ggml, base = _ggml_libs()
+    reg = ggml.ggml_backend_reg_by_name(b"RPC")
+    addr = base.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
+    if not addr:
+        raise UserError(f"this llama-cpp-python was built without RPC; rebuild it: {RPC_REBUILD}")
+    return addr
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("the worker closed the connection")
+        data += chunk
+    return data
+
+
+def rpc_hello(host: str, port: int, timeout: float = _HELLO_TIMEOUT) -> tuple[int, int, int]:
+    """Greet the ggml RPC worker at ``host:port`` as ggml's client does; returns its protocol
+    version.  ``UserError`` naming the endpoint when it cannot be reached or does not answer.
+
+    ggml's client aborts the process on any of these, so each endpoint is greeted here first.
+    A worker serves one client at a time: one busy with another client does not answer."""
+    endpoint = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(bytes([_RPC_HELLO]) + struct.pack("<Q", _RPC_CAPS) + bytes(_RPC_CAPS))
+            size = struct.unpack("<Q", _recv_exact(sock, 8))[0]
+            reply = _recv_exact(sock, size) if size < 4096 else b""
+    except socket.timeout:
+        raise UserError(f"RPC worker {endpoint} did not answer within {timeout:g} s (a worker serves one client "
+                        f"at a time: is another one using it?)") from None
+    except OSError as e:
+        raise UserError(f"cannot reach RPC worker {endpoint}: {e.strerror or e} (is rpc-worker running there?)") from None
+    if len(reply) < 3:
+        raise UserError(f"RPC worker {endpoint} does not speak this llama.cpp's RPC protocol (install the same "
+                        f"llama-cpp-python, {_ll.__version__}, on every machine)")
+    return reply[0], reply[1], reply[2]
+
+
+def _rpc_devices(rpc: str):
+    """A NULL-terminated ``ggml_backend_dev_t[]`` of the devices of every worker in ``rpc``
+    (``config.rpc_endpoints`` spelling), each worker greeted first; installs the abort hook."""
+    from .config import rpc_endpoints
+
+    _require_rpc()
+    ggml, base = _ggml_libs()
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_rpc_proc("ggml_backend_rpc_add_server"))
+    devices = []
+    with _rpc_lock:
+        _install_abort_hook()
+        for host, port in rpc_endpoints(rpc):
+            endpoint = f"{host}:{port}"
+            if endpoint not in _rpc["devices"]:
+                rpc_hello(host, port)
+                _rpc["endpoints"].append(endpoint)
+                _rpc["loading"] += 1
+                try:
+                    reg = add_server(endpoint.encode())
+                finally:
+                    _rpc["loading"] -= 1
+                if not reg:
+                    raise UserError(f"RPC worker {endpoint} offers no device")
+                _rpc["devices"][endpoint] = [base.ggml_backend_reg_dev_get(reg, i)
+                                             for i in range(base.ggml_backend_reg_dev_count(reg))]
+            devices += _rpc["devices"][endpoint]
+    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+
+
+class _rpc_loading:
+    """While a model with ``rpc`` loads, a worker failure is a load error (exit 2)."""
+
+    def __init__(self, rpc):
+        self.rpc = rpc
+
+    def __enter__(self):
+        if self.rpc:
+            _rpc["loading"] += 1
+
+    def __exit__(self, *exc):
+        if self.rpc:
+            _rpc["loading"] -= 1
+
+
+def _dead_endpoints() -> list[str]:
+    """The endpoints in use that refuse a connection now: a worker that died.  (A live one
+    busy with this client may leave a connection pending until it times out: not dead.)"""
+    dead = []
+    for endpoint in _rpc["endpoints"]:
+        host, _, port = endpoint.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+        except (ConnectionRefusedError, socket.gaierror):
+            dead.append(endpoint)
+        except OSError:
+            pass
+    return dead
+
+
+@_ggml_abort_t
+def _on_ggml_abort(message):  # pragma: no cover - called from C, then the process ends
+    """ggml is about to abort the process (its RPC client does when a worker fails): say so on
+    one line, naming the worker, and exit without ggml's backtrace."""
+    text = (message or b"").decode("utf-8", "replace").strip()
+    text = text.split(": ", 1)[-1] if text.split(":", 1)[0].endswith((".c", ".cpp", ".h")) else text
+    if "RPC" not in text and "connect" not in text and "handshake" not in text:
+        os.write(2, f"resispec-gguf: llama.cpp aborted: {text}\n".encode())
+        return  # not ours: ggml goes on to abort()
+    for _ in range(10):  # a killed worker's connection may close a moment before its port does
+        dead = _dead_endpoints()
+        if dead:
+            break
+        time.sleep(0.1)
+    dead = dead or _rpc["endpoints"]
+    workers = "RPC worker" + ("s " if len(dead) > 1 else " ") + ", ".join(dead)
+    if _rpc["loading"]:
+        line, code = f"{workers} failed while the model loaded ({text})", RPC_LOADING_EXIT
+    else:
+        line, code = f"lost {workers} ({text}); stopping with exit {RPC_LOST_EXIT}", RPC_LOST_EXIT
+    try:
+        os.write(2, f"\nresispec-gguf: error: {line}\n".encode())
+    finally:
+        os._exit(code)
+
+
+def _install_abort_hook() -> None:
+    _ggml_libs()[1].ggml_set_abort_callback(_on_ggml_abort)
+
+
+def _local_devices(base, ggml) -> list:
+    """What a worker serves: every GPU (integrated ones if there is no discrete one), else the
+    CPU (ggml_backend_dev_type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL)."""
+    devices = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
+    by_type = {t: [d for d in devices if base.ggml_backend_dev_type(d) == t] for t in (0, 1, 2)}
+    return by_type[1] or by_type[2] or by_type[0][:1]
+
+
+def rpc_worker_devices() -> list[str]:
+    """``"NAME (description)"`` of each device ``serve_rpc_worker`` would serve."""
+    _require_rpc()
+    ggml, base = _ggml_libs()
+    return [f"{base.ggml_backend_dev_name(d).decode()} ({base.ggml_backend_dev_description(d).decode().strip()})"
+            for d in _local_devices(base, ggml)]
+
+
+def serve_rpc_worker(host: str, port: int, n_threads: int, cache_dir: str | None) -> None:
+    """Serve this machine's devices to ggml RPC clients on ``host:port``, one client at a time;
+    returns only if the server cannot start (ggml then says why on stderr).  Blocks in C: run it
+    in a thread to keep Ctrl-C working.  ggml prints a few lines of its own on stdout."""
+    _require_rpc()
+    ggml, base = _ggml_libs()
+    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                             ctypes.POINTER(ctypes.c_void_p))(_rpc_proc("ggml_backend_rpc_start_server"))
+    devices = _local_devices(base, ggml)
+    array = (ctypes.c_void_p * len(devices))(*devices)
+    start(f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None, int(n_threads), len(devices), array)
+

@@ -1,4 +1,4 @@
-"""Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models}``.
+"""Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models,rpc-worker}``.
 
 A thin layer: the settings' flags come from the config dataclasses (``flags.py``), which also
 validate them; each command turns its flags into settings, loads the engine and hands both to
@@ -13,7 +13,7 @@ import os
 import sys
 
 from . import flags
-from .config import DraftParams, ModelParams, SamplingParams, ServerParams
+from .config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
 from .errors import UserError
 
 
@@ -169,6 +169,13 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _cmd_rpc_worker(args) -> int:
+    from . import rpc
+
+    rpc.run_worker(flags.from_args(WorkerParams, args), lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
 # ---------------------------------------------------------------------------------- parser
 
 
@@ -289,6 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--rrs-samples", type=_count(0), default=0,
                    help="estimate rrs acceptance with this many sampled draw sequences per position")
     a.add_argument("--json", type=_output_file, default=None, help="write the results to this JSON file")
+
+    worker = sub.add_parser("rpc-worker", help="serve this machine's device to a target run elsewhere with --rpc "
+                                               "(ggml RPC: no authentication, loopback by default)")
+    worker.set_defaults(func=_cmd_rpc_worker)
+    flags.add_settings(worker, WorkerParams, "worker")
 
     models = sub.add_parser("models", help="resolve and list model presets")
     models.set_defaults(func=_cmd_models)

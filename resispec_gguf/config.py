@@ -91,6 +91,36 @@ def _non_empty(name: str, value: str) -> None:
         raise ConfigError(name, f"{name} must be non-empty strings")
 
 
+def rpc_endpoints(text: str) -> tuple[tuple[str, int], ...]:
+    """``HOST:PORT[,HOST:PORT...]`` (``--rpc``) as ``(host, port)`` pairs, in order.
+
+    Raises ``ValueError`` with a message naming the bad part.  A host is a name or an IPv4
+    address: ggml's RPC client splits an endpoint at its first colon, so it cannot reach an
+    IPv6 literal."""
+    out = []
+    for part in text.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"an RPC worker is HOST:PORT with a port in [1, 65535], got {part.strip()!r}")
+        if ":" in host or "[" in host or any(c.isspace() for c in host):
+            raise ValueError(f"an RPC worker's host is a name or an IPv4 address (ggml cannot reach IPv6 literals), got {host!r}")
+        out.append((host, int(port)))
+    return tuple(out)
+
+
+def _rpc_list(name: str, value: str) -> None:
+    try:
+        rpc_endpoints(value)
+    except ValueError as e:
+        raise ConfigError(name, str(e)) from None
+
+
+def _rpc_host(name: str, host: str) -> None:
+    if not host or ":" in host or any(c.isspace() for c in host):
+        raise ConfigError(name, f"{name} must be a host name or an IPv4 address (ggml's RPC server cannot "
+                                f"bind IPv6 literals), got {host!r}")
+
+
 def _bearer_key(name: str, key: str) -> None:
     """An empty key would turn auth off without a word, and one that is not printable ASCII
     without surrounding blanks can never match what a client sends."""
@@ -348,7 +378,9 @@ class ModelParams(_Settings):
     ``n_ctx``/``n_batch``: each model's context and batch in tokens.  ``n_gpu_layers``:
     target layers offloaded to the GPU; ``draft_gpu_layers`` None: as many.  ``n_threads``
     None: all cores.  ``flash_attn`` None: llama.cpp decides (on where supported).
-    ``verbose``: let llama.cpp's own logging through.
+    ``verbose``: let llama.cpp's own logging through.  ``rpc``: ``HOST:PORT[,HOST:PORT...]``
+    of ggml RPC workers (``rpc-worker``) that hold the target's offloaded layers
+    (``n_gpu_layers``) instead of local devices; the draft stays local.
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -364,6 +396,9 @@ class ModelParams(_Settings):
     flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: llama.cpp decides, "
                                                                  "on where supported)")
     verbose: bool = setting(False, "--verbose", help="show llama.cpp's own logging and auto's choices")
+    rpc: str | None = setting(None, "--rpc", help="put the target's offloaded layers (-ngl) on these ggml RPC "
+                                                  "workers, split by their memory (default: none, local devices)",
+                              check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")
 
 
 @dataclass(frozen=True)
@@ -386,3 +421,24 @@ class ServerParams(_Settings):
                                             check=_cors_origin, metavar="ORIGIN")
     model_name: str | None = setting(None, "--model-name", help="model id reported by /v1/models (default: the "
                                                                 "target's file name)", unset=())
+
+
+@dataclass(frozen=True)
+class WorkerParams(_Settings):
+    """How ``rpc-worker`` serves this machine's device to a remote target (``rpc.run_worker``).
+
+    ggml's RPC protocol has neither authentication nor encryption, so ``host`` is loopback
+    unless ``allow_remote``.  ``cache_dir``: where the worker keeps large tensors it has
+    received, so that a client that loads the same model again sends hashes instead of
+    weights (None: no cache).
+    """
+
+    host: str = setting("127.0.0.1", "--host", help="bind address (loopback unless --allow-remote)",
+                        check=_rpc_host)
+    port: int = setting(50052, "--port", help="port", check=Range(1, 65535))
+    n_threads: int | None = setting(None, "--threads", help="CPU threads (default: all cores)", check=Range(1))
+    cache_dir: str | None = setting(None, "--cache", help="keep large received tensors in DIR, so the next load "
+                                                          "of the same model skips the network (default: no cache)",
+                                    unset=(), metavar="DIR")
+    allow_remote: bool = setting(False, "--allow-remote", help="allow a non-loopback --host: anyone who can reach "
+                                                               "the port can use this worker (no authentication)")

@@ -747,7 +747,8 @@ class Engine:
     def info(self) -> dict:
         """What is loaded, for reports: per model (``"target"``, ``"draft"`` or None) the
         backend's ``describe()``: file path, context, batch, threads, GPU layers, flash
-        attention, the backend library's version and whether it can offload to a GPU."""
+        attention, RPC workers, the backend library's version and whether it can offload to a
+        GPU."""
         return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft is not None else None}
 
     def check_draft_params(self, dp: DraftParams) -> None:

@@ -10,6 +10,9 @@ gives every flag a value it may not take, derived from the field's check where i
 and expects exit 2 with one line naming the flag; it runs ``cli.main`` in this process, as
 none of those values gets as far as loading a model.
 
+Cases marked ``needs=RPC`` run with the target's layers on two loopback ``rpc-worker``
+processes (rpc_workers.py); without a llama-cpp-python built with RPC they are skipped.
+
 Hermetic: an empty model cache, the Hugging Face Hub offline, no package index and a private
 cost cache, so nothing is downloaded and nothing runs on the default pair.
 """
@@ -31,13 +34,15 @@ from typing import Callable
 
 import pytest
 
+import rpc_workers
 from resispec_gguf import cli, config, flags
-from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams
+from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-SETTINGS = (ModelParams, SamplingParams, DraftParams, ServerParams)
+SETTINGS = (ModelParams, SamplingParams, DraftParams, ServerParams, WorkerParams)
 PORT = "{port}"  # replaced by a free port when the case runs
+RPC = "{rpc}"  # replaced by two loopback workers' endpoints when the case runs
 
 
 # ---------------------------------------------------------------------------------- the cases
@@ -53,7 +58,7 @@ class Case:
     argv: tuple[str, ...]
     check: Callable
     stdin: str | None = None
-    needs: str | None = None  # a module without which the case is skipped
+    needs: str | None = None  # a module without which the case is skipped, or RPC: an RPC build
 
 
 STATS = re.compile(r"^\[(\d+) tokens, [\d.]+ tok/s, tau [\d.]+ tokens/target call, acceptance (?:\d+%|-), (\w+)\]$",
@@ -165,6 +170,14 @@ def served(r, tmp):
     """Checked in ``_serve``, which sends the request."""
 
 
+def worked(cache: str | None = None):
+    """Checked in ``_work``, which greets the worker; ``cache``: the directory it made."""
+    def check(r, tmp):
+        assert r.stderr.startswith(rpc_workers.STARTED), r.stderr
+        assert cache is None or (tmp / cache).is_dir()
+    return check
+
+
 # Every model flag set away from its default, in two spellings.
 # (--threads is in every case: see cases().)
 MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose")
@@ -182,6 +195,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
     # spin waiting for each other, and analyze's defaults take minutes instead of seconds.
     pair = ("--target", target, "--draft", draft, "--threads", "1")
     prompts = str(tmp / "prompts.jsonl")
+    rpc = ("--rpc", RPC, "-ngl", "99")  # the target on two workers, the draft local
     return [
         Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),
         Case("generate-every-flag", ("generate", *pair, *MODEL_A, *SAMPLING_A, "--stop", "zq", "--stop", "qz",
@@ -220,6 +234,16 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("analyze-workload", ("analyze", *pair, "--workload", "edit,chat", "--max-tokens", "4"),
              analysis([1.0, 0.6], [1, 4, 16])),
         Case("models-list", ("models", "list"), models_listed),
+        Case("generate-rpc", ("generate", *pair, *rpc, "-n", "6", "Once upon a time"), generated("auto", 6), needs=RPC),
+        Case("chat-rpc", ("chat", *pair, *rpc, "-n", "4"), chatted(1, "auto", 4), stdin="Hello\n", needs=RPC),
+        Case("serve-rpc", ("serve", *pair, *rpc, "--port", PORT), served, needs=RPC),
+        Case("bench-rpc", ("bench", *pair, *rpc, "--workload", "chat", "-n", "4", "--methods", "chain,auto",
+                           "--temperature", "0"), bench_table(["chat"], [0.0], ["none", "chain", "auto"]), needs=RPC),
+        Case("analyze-rpc", ("analyze", *pair, *rpc, "--workload", "chat", "-n", "4", "--temperature", "0.6", "-k", "1"),
+             analysis([0.6], [1]), needs=RPC),
+        Case("rpc-worker-defaults", ("rpc-worker", "--port", PORT, "--threads", "1"), worked(), needs=RPC),
+        Case("rpc-worker-every-flag", ("rpc-worker", "--host", "localhost", "--port", PORT, "--threads", "1", "--cache",
+                                       str(tmp / "rpc-cache"), "--allow-remote"), worked("rpc-cache"), needs=RPC),
     ]
 
 
@@ -302,23 +326,64 @@ def _serve(argv, env, tmp) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, 0, out, err_path.read_text())
 
 
-def _run(case: Case, env, tmp) -> subprocess.CompletedProcess:
+def _work(argv, env, tmp) -> subprocess.CompletedProcess:
+    """Start an RPC worker, greet it as a client does, stop it with Ctrl-C."""
+    from resispec_gguf import backend
+
+    port = int(argv[argv.index("--port") + 1])
+    err_path = tmp / f"rpc-worker-{port}.err"
+    with open(err_path, "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "resispec_gguf", *argv], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while rpc_workers.STARTED not in err_path.read_text():
+            assert p.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.05)
+        assert len(backend.rpc_hello("127.0.0.1", port)) == 3
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+    assert p.returncode == 130, err_path.read_text()[-3000:]
+    return subprocess.CompletedProcess(argv, 0, out, err_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoints(tmp_path_factory):
+    """Two loopback workers for the RPC cases, started on first use."""
+    if rpc_workers.skip_reason():
+        pytest.skip(rpc_workers.skip_reason())
+    with rpc_workers.workers(tmp_path_factory.mktemp("rpc")) as started:
+        yield rpc_workers.endpoints(started)
+
+
+def _run(case: Case, env, tmp, rpc: str | None = None) -> subprocess.CompletedProcess:
     port = str(_free_port())
-    argv = [port if a == PORT else a for a in case.argv]
+    argv = [port if a == PORT else rpc if a == RPC else a for a in case.argv]
     if argv[0] == "serve":
         return _serve(argv, env, tmp)
+    if argv[0] == "rpc-worker":
+        return _work(argv, env, tmp)
     return subprocess.run([sys.executable, "-m", "resispec_gguf", *argv], cwd=ROOT, env=env, input=case.stdin,
                           stdin=None if case.stdin is not None else subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=240)
 
 
 @pytest.mark.parametrize("name", [c.name for c in cases("T.gguf", "D.gguf", Path("tmp"))])
-def test_command(e2e, name):
+def test_command(e2e, name, request):
     by_name, env, tmp = e2e
     case = by_name[name]
-    if case.needs:
+    if case.needs == RPC:
+        if rpc_workers.skip_reason():
+            pytest.skip(rpc_workers.skip_reason())
+    elif case.needs:
         pytest.importorskip(case.needs)
-    r = _run(case, env, tmp)
+    rpc = request.getfixturevalue("rpc_endpoints") if RPC in case.argv else None
+    r = _run(case, env, tmp, rpc)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     case.check(r, tmp)
@@ -350,7 +415,7 @@ def _words(argv) -> str:
 def _set_by(case: Case) -> set[str]:
     """The dests whose parsed value ``case`` moves off the command's default."""
     parser = cli.build_parser()
-    argv = [("8123" if a == PORT else a) for a in case.argv]  # not the default port
+    argv = [("8123" if a == PORT else "127.0.0.1:50052" if a == RPC else a) for a in case.argv]  # not the default port
     words = _words(argv).split()
     parsed, default = parser.parse_args(argv), parser.parse_args(words)
     options = _options(_commands(parser)[" ".join(words)])
@@ -402,7 +467,7 @@ def _out_of_range(f) -> list[str]:
 
 
 # Settings whose check is a function: a value it refuses.
-REFUSED_TEXT = {"stop": "", "api_key": "", "cors_origins": "evil.example/"}
+REFUSED_TEXT = {"stop": "", "api_key": "", "cors_origins": "evil.example/", "rpc": "127.0.0.1"}
 # Settings and options refused only when the command runs (model resolution, binding, reading):
 # the value and a word of the one-line error.
 REFUSED_AT_RUN = {
@@ -413,6 +478,7 @@ REFUSED_AT_RUN = {
     "json_schema": ("{not json", "--json-schema is not valid JSON"),
     "grammar": ("/nonexistent/g.gbnf", "--grammar: cannot read '/nonexistent/g.gbnf'"),
     "preset": ("no-such-preset", "unknown model preset"),
+    "cache_dir": ("/proc/version/cache", "cannot use cache directory /proc/version/cache"),  # under a file
 }
 # Each command's own options (not settings): values their parsers refuse.
 REFUSED_OWN = {
@@ -465,11 +531,11 @@ def _bad_argv(cmd, action, value, pair) -> list[str]:
     """The command with ``value`` last (so it overrides), after what the command needs to reach
     it: the tiny pair, a prompt (rather than stdin), a free port."""
     argv = cmd.split()
-    if cmd != "models fetch":
+    if cmd not in ("models fetch", "rpc-worker"):
         argv += ["--target", str(pair[0]), "--draft", str(pair[1])]
     if cmd == "generate":
         argv.append("hi")
-    if cmd == "serve":
+    if cmd in ("serve", "rpc-worker"):
         argv += ["--port", str(_free_port())]
     if not action.option_strings:
         return argv + [value]

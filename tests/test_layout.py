@@ -57,10 +57,11 @@ def test_nothing_imports_the_command_line():
 
 def test_only_the_backend_imports_llama_cpp():
     assert [name for name in sorted(MODULES) if "llama_cpp" in _imports(name)[1]] == ["backend"]
-    # and only the engine opens models through it (and LlamaDraft, the draft model it lends to
-    # llama-cpp-python's own Llama, which subclasses llama_cpp's base class as backend
-    # re-exports it); surfaces never import it
-    assert sorted(name for name, deps in GRAPH.items() if "backend" in deps) == ["engine", "llama_draft"]
+    # and only the engine opens models through it; surfaces never import it.  Two exceptions:
+    # LlamaDraft, the draft model lent to llama-cpp-python's own Llama (it subclasses the base
+    # class backend re-exports), and rpc, which serves this machine's device to a remote
+    # target (no model, no engine)
+    assert sorted(name for name, deps in GRAPH.items() if "backend" in deps) == ["engine", "llama_draft", "rpc"]
 
 
 def test_kernels_and_settings_import_no_surface_and_no_engine():
