@@ -19,15 +19,11 @@ from typing import Callable, Iterator
 
 from . import tools as _tools
 from .config import DraftParams, SamplingParams
-from .errors import UserError
+from .errors import FieldError
 
 
-class RequestError(UserError):
-    """A request field that cannot be honoured; ``param`` names it (the server's 400)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
+class RequestError(FieldError):
+    """A chat request's ``response_format`` or tool options that cannot be honoured."""
 
 
 @dataclass

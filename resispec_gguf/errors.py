@@ -12,3 +12,12 @@ class UserError(Exception):
 
 class ContextFullError(UserError):
     """The model's context window cannot hold the request."""
+
+
+class FieldError(UserError):
+    """A request field that cannot be honoured; ``param`` names it (``messages[0].content``,
+    ``tools[1].function.name``): the server's 400 carries it."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param

@@ -335,17 +335,8 @@ def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int,
     fields = body.get("response_fields")
     if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
         raise _bad("response_fields must be a list of strings", "response_fields", "invalid_type")
-    sampling = {
-        "temperature": _number(body, "temperature"),
-        "top_p": _number(body, "top_p"),
-        "min_p": _number(body, "min_p"),
-        "top_k": _integer(body, "top_k"),
-        "seed": _integer(body, "seed", _SEED_LIMIT),
-        "stop": _stop(body),
-        "max_tokens": n_ctx if n_predict == -1 else n_predict,
-    }
-    draft = {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
-             "budget": _integer(body, "budget")}
+    sampling = {**_sampling_fields(body), "max_tokens": n_ctx if n_predict == -1 else n_predict}
+    draft = _draft_fields(body)
     try:
         sp = sp0.replace(**{k: v for k, v in sampling.items() if v is not None})
         dp = dp0.replace(**{k: v for k, v in draft.items() if v is not None})
@@ -354,6 +345,25 @@ def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int,
     prompt = _Infill(prefix, suffix, middle, extra, repo_level=True)
     return _Request("infill", prompt, sp, dp, bool(_boolean(body, "stream")), False,
                     response_fields=None if fields is None else tuple(fields))
+
+
+def _sampling_fields(body: dict) -> dict:
+    """The sampling settings a request may set (None: not given), type-checked; their ranges
+    are the settings' own."""
+    return {
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "min_p": _number(body, "min_p"),
+        "top_k": _integer(body, "top_k"),
+        "seed": _integer(body, "seed", _SEED_LIMIT),
+        "stop": _stop(body),
+    }
+
+
+def _draft_fields(body: dict) -> dict:
+    """The speculation settings a request may override (None: not given)."""
+    return {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
+            "budget": _integer(body, "budget")}
 
 
 def _settings_error(e: ConfigError, fields: dict) -> _ApiError:
@@ -430,14 +440,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
             raise _too_long(len(prompt), limit, n_ctx, "prompt")
         prompt = _with_suffix(body, prompt, limit, n_ctx)
 
-    sampling: dict[str, Any] = {
-        "temperature": _number(body, "temperature"),
-        "top_p": _number(body, "top_p"),
-        "min_p": _number(body, "min_p"),
-        "top_k": _integer(body, "top_k"),
-        "seed": _integer(body, "seed", _SEED_LIMIT),
-        "stop": _stop(body),
-    }
+    sampling: dict[str, Any] = _sampling_fields(body)
     max_tokens = _integer(body, "max_tokens", MAX_TOKENS_LIMIT)
     renamed: dict[str, str] = {}
     if chat:
@@ -446,12 +449,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
             max_tokens = mct
             renamed["max_tokens"] = "max_completion_tokens"
     sampling["max_tokens"] = max_tokens
-    draft: dict[str, Any] = {
-        "method": _string(body, "method"),
-        "draws": _integer(body, "draws"),
-        "depth": _integer(body, "depth"),
-        "budget": _integer(body, "budget"),
-    }
+    draft: dict[str, Any] = _draft_fields(body)
     sampling = {k: v for k, v in sampling.items() if v is not None}
     draft = {k: v for k, v in draft.items() if v is not None}
     try:

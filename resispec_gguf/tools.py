@@ -28,7 +28,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from .errors import UserError
+from .errors import FieldError
 from .grammar import JSON_DEFAULTS
 
 __all__ = ["ToolError", "ToolRequest", "ToolCall", "check_tools", "check_tool_choice", "choose_format",
@@ -38,12 +38,8 @@ MAX_TOOLS = 128
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
-class ToolError(UserError):
+class ToolError(FieldError):
     """A malformed ``tools``/``tool_choice``/tool message; ``param`` names the field."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass

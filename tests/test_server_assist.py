@@ -30,6 +30,13 @@ def _load(pair) -> Engine:
     return Engine.load(str(pair[0]), str(pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False)
 
 
+def _served(engine, name):
+    """A server for ``engine`` (24-token replies by default), yielding its URL."""
+    app = create_app(engine, model_name=name, draft_params=DraftParams(), sampling_defaults=SamplingParams(max_tokens=24))
+    with _serve(app) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def plain_engine(tiny_pair):
     e = _load(tiny_pair)
@@ -39,10 +46,7 @@ def plain_engine(tiny_pair):
 
 @pytest.fixture(scope="module")
 def plain_server(plain_engine):
-    app = create_app(plain_engine, model_name="tiny", draft_params=DraftParams(),
-                     sampling_defaults=SamplingParams(max_tokens=24))
-    with _serve(app) as url:
-        yield url
+    yield from _served(plain_engine, "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +141,7 @@ def fim_engine(fim_pair):
 
 @pytest.fixture(scope="module")
 def fim_server(fim_engine):
-    app = create_app(fim_engine, model_name="tiny-fim", draft_params=DraftParams(),
-                     sampling_defaults=SamplingParams(max_tokens=24))
-    with _serve(app) as url:
-        yield url
+    yield from _served(fim_engine, "tiny-fim")
 
 
 PREFIX = "def area(width, height):\n    "
