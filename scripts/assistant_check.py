@@ -103,19 +103,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-tokens", type=int, default=600)
+    ap.add_argument("--only", default="tools,parse,json", help="comma-separated: tools, parse, json")
     args = ap.parse_args(argv)
     client = OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
     kw = dict(model=args.model, temperature=args.temperature, max_tokens=args.max_tokens)
     tally: dict[str, list[int]] = {}
 
+    only = set(args.only.split(","))
+
     def count(name, ok):
         tally.setdefault(name, [0, 0])
         tally[name][0] += bool(ok)
         tally[name][1] += 1
+        print(f"  {name}: {'ok' if ok else 'FAILED'}", flush=True)
 
     first_call = None
     for seed in range(args.seeds):
-        for prompt, expected in TOOL_PROMPTS:
+        for prompt, expected in TOOL_PROMPTS if "tools" in only else ():
             msgs = [{"role": "user", "content": prompt}]
             for choice in ("required", {"type": "function", "function": {"name": expected}}):
                 r = client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice=choice, seed=seed, **kw)
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
                     entry[1] += d.function.arguments or ""
             expected_calls = [[t.function.name, t.function.arguments] for t in whole.message.tool_calls or []]
             count("streamed call reassembles", expected_calls and [calls[i] for i in sorted(calls)] == expected_calls)
-        if first_call is not None:
+        if first_call is not None and "tools" in only:
             msgs, message = first_call
             call = message.tool_calls[0]
             back = msgs + [message.model_dump(exclude_none=True),
@@ -151,7 +155,7 @@ def main(argv=None) -> int:
             r = client.chat.completions.create(messages=back, tools=TOOLS, seed=seed, **kw).choices[0]
             count("tool result -> text answer", r.finish_reason == "stop" and (r.message.content or "").strip()
                   and not r.message.tool_calls)
-        for model, prompt in PARSE_CASES:
+        for model, prompt in PARSE_CASES if "parse" in only else ():
             try:
                 r = client.chat.completions.parse(messages=[{"role": "user", "content": prompt}], response_format=model,
                                                   seed=seed, **kw)
@@ -160,6 +164,8 @@ def main(argv=None) -> int:
                 print(f"parse {model.__name__} seed {seed}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
                 ok = False
             count("parse(PydanticModel)", ok)
+        if "json" not in only:
+            continue
         r = client.chat.completions.create(messages=[{"role": "user", "content": "List three fruits and their colours "
                                                                                  "as a JSON object."}],
                                            response_format={"type": "json_object"}, seed=seed, **kw).choices[0]
