@@ -239,7 +239,7 @@ class _Generation:
                 f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
             )
         self.stats.prompt_reused = e.target.sync_prefix(self.prompt)
-        uses_draft = self.dp.method != "none" and e.draft is not None
+        uses_draft = self.dp.method != "none" and self.dp.use_draft and e.draft is not None
         if uses_draft:
             e.draft.sync_prefix(self.prompt)
             self.draft_pending = [self.prompt[-1]]
@@ -332,7 +332,10 @@ class _Generation:
 
     def _spec_step(self) -> tuple[str, list[int]]:
         e = self.e
-        kind = self.plan.kind if self.plan is not None else ("draft" if e.draft is not None else "lookup")
+        if self.plan is not None:
+            kind = self.plan.kind
+        else:
+            kind = "draft" if e.draft is not None and self.dp.use_draft else "lookup"
         if kind == "draft" and len(self.draft_pending) > 32:  # after plain steps: catch the draft up
             seq = self.prompt + self.out
             e.draft.sync_prefix(seq)
@@ -737,7 +740,7 @@ class Engine:
         depth and budget bound what it may choose."""
         from . import autotune
 
-        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None,
+        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
                                   row_s=self._auto_row_seconds())
 
     def _auto_curves(self):
