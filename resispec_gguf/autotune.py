@@ -326,7 +326,7 @@ class AutoTuner:
         lim = self.limits
         k = max(1, min(int(lim.draws), 4)) if kind == "draft" else 0
         method = "chain" if k == 1 else "resispec"
-        params = lim.replace(method=method, draws=max(k, 1), policy="budget")
+        params = lim.replace(method=method, draws=max(k, 1), policy="budget", use_draft=True)  # kind decides
         self.last_choice, self.reason = kind, reason
         plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
                         accept=self.accept, overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
