@@ -34,7 +34,7 @@ from .textstream import TextAssembler
 from .autotune import lookup_bin
 from .lookup import NgramIndex
 from .tree import DraftTree, Draw, GrowthLimits, grow
-from .verify import verify_greedy, verify_prepared, verify_prepared_with_candidate
+from .verify import verify_greedy, verify_prepared, verify_prepared_sparse, verify_prepared_with_candidate
 
 __all__ = ["Engine", "Result", "Stats"]
 
@@ -168,6 +168,8 @@ _PLAIN = DraftParams(method="none")
 _NO_DRAWS = np.empty(0, np.int64)
 # score factor of a lookup candidate under the fixed methods (auto learns its own)
 _LOOKUP_WEIGHT = 0.5
+# a target p with more tokens than this is verified densely
+_SPARSE_P_MAX = 4096
 
 
 class _Generation:
@@ -197,9 +199,18 @@ class _Generation:
 
     # ------------------------------------------------------------------ distributions
 
-    def _p(self, logits) -> np.ndarray:
+    def _p(self, logits):
+        """The target's p: ``(ids, probs)`` when the filters leave a small support (no work
+        then grows with the vocabulary), else dense ``[V]``."""
         sp = self.sp
-        return sampling.probs_dense(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        if sp.top_k <= 0 and sp.top_p >= 1.0 and sp.min_p <= 0.0:  # the whole vocabulary
+            return sampling.probs_dense(logits, sp.temperature)
+        ids, probs = sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        if ids.shape[0] > _SPARSE_P_MAX:
+            out = np.zeros(np.shape(logits)[0], np.float64)
+            out[ids] = probs
+            return out
+        return ids, probs
 
     def _q(self, logits):
         sp = self.sp
@@ -489,6 +500,11 @@ class _Generation:
             if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))
                 is_lookup = x0 >= 0 and idx == 0
+            elif isinstance(p, tuple):  # a sparse p
+                qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
+                u = self.rng.random(len(draws) + (2 if x0 >= 0 else 1))
+                tok, idx = verify_prepared_sparse(self.dp.method, p[0], p[1], x0, qids, qprobs, draws, u)
+                is_lookup = x0 >= 0 and idx == 0
             else:
                 if x0 >= 0:
                     qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
@@ -534,13 +550,22 @@ class _Generation:
                     cal.observe_draft(q, accepted and tok == x)
         self.tuner.observe_node(accepted)
 
-    def _target_dist(self, logits) -> tuple[np.ndarray | None, int, object]:
+    def _target_dist(self, logits) -> tuple[object, int, object]:
         """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and
-        ``p_of`` one-hot on the argmax when greedy; ``p_of(x)`` is the probability of x."""
+        ``p_of`` one-hot on the argmax when greedy, else ``p`` as ``_p`` gives it;
+        ``p_of(x)`` is the probability of x."""
         if self.sp.greedy:
             top = int(np.argmax(logits))
             return None, top, (lambda x: float(x == top))
         p = self._p(logits)
+        if isinstance(p, tuple):
+            ids, probs = p
+
+            def p_of(x):
+                hit = np.flatnonzero(ids == x)
+                return float(probs[hit[0]]) if hit.size else 0.0
+
+            return p, -1, p_of
         return p, -1, p.__getitem__
 
     def _sample_p(self, logits) -> int:
@@ -549,7 +574,11 @@ class _Generation:
 
     def _sample(self, p, top: int) -> int:
         """A token from ``_target_dist``'s ``(p, argmax)``."""
-        return top if p is None else sampling.sample_dense(p, self.rng.random())
+        if p is None:
+            return top
+        if isinstance(p, tuple):
+            return sampling.sample_sparse(p[0], p[1], self.rng.random())
+        return sampling.sample_dense(p, self.rng.random())
 
     def _commit(self, tree: DraftTree, draft_index: dict[int, int] | None, emitted: list[int], path: list[int]) -> None:
         e = self.e
@@ -579,15 +608,20 @@ def _kernel_warm_ups() -> list:
     """
     row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
     row.flags.writeable = False  # as backend.LogitsRows gives it
+    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary read by groups (sampling._scan)
+    wide.flags.writeable = False
 
     def distributions():
         sampling.probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
+        sampling.probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
+        sampling.probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
         sampling.probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
         sampling.probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
 
     def draws():
         ids, probs = sampling.probs_sparse(row, 1.0)
         sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
+        sampling.sample_sparse(ids, probs, 0.5)
         sampling.sample_iid(ids, probs, np.full(2, 0.5))
         sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
 
@@ -600,6 +634,10 @@ def _kernel_warm_ups() -> list:
             verify_prepared(method, p, ids, probs, draws, np.full(len(draws) + 1, 0.5))
             verify_prepared_with_candidate(method, p, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
             verify_prepared_with_candidate(method, p, 4, None, None, _NO_DRAWS, np.full(2, 0.5))  # lookup only
+            pids, pprobs = sampling.probs_sparse(row, 1.0, 3)
+            verify_prepared_sparse(method, pids, pprobs, -1, ids, probs, draws, np.full(len(draws) + 1, 0.5))
+            verify_prepared_sparse(method, pids, pprobs, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
+            verify_prepared_sparse(method, pids, pprobs, 4, None, None, _NO_DRAWS, np.full(2, 0.5))
 
     return [distributions, draws, verification]
 
@@ -779,15 +817,17 @@ class Engine:
         def measure():
             row = np.random.default_rng(0).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
             best = float("inf")
+            row.flags.writeable = False  # as the backend's rows
             for _ in range(5):
                 t = time.perf_counter()
-                p = sampling.probs_dense(row, 0.8, 40, 0.95, 0.05)
-                sampling.sample_dense(p, 0.5)
+                ids, probs = sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05)  # as _Generation._p
+                sampling.sample_sparse(ids, probs, 0.5)
                 sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05, 64)
                 best = min(best, time.perf_counter() - t)
             return autotune.CostCurve((1,), (best,))
 
-        return self._measured(f"host-row:{self.n_vocab}", measure).seconds[0]
+        # v2: since the target's p is sparse (rows read once, no dense [V] vector)
+        return self._measured(f"host-row-v2:{self.n_vocab}", measure).seconds[0]
 
     def _cost_curve(self, model):
         """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes."""
