@@ -472,9 +472,10 @@ class _Generation:
         else:
             draws = sampling.sample_iid(ids, probs, rng.random(k))
         qx = {}
+        ids_l = ids.tolist()
         for x in draws.tolist():
             if x not in qx:
-                qx[x] = float(probs[np.flatnonzero(ids == x)[0]])
+                qx[x] = float(probs[ids_l.index(x)])
         return Draw(draws, (ids, probs), self._weights(qx, x0, n), x0, (qx, n))
 
     # -------------------------------------------------------------- verification

@@ -114,19 +114,45 @@ _NO_CAND = np.empty(0, np.int64)
 
 
 @njit(cache=True)
-def _group_candidates(logits, gmax, thr):
-    """Ascending ids of the entries >= thr: only the groups whose maximum reaches thr are
-    read, and the tail past the last full group."""
+def _scan_groups(logits, gmax, k):
+    """From the group maxima: ``(argmax, max, candidates, top)``.  ``candidates``: ascending
+    ids of the entries >= the k-th largest group maximum when ``top`` (only the groups that
+    reach it, and the tail past the last full group, are read); otherwise of the entries
+    equal to the maximum.  A NaN or infinite maximum is returned as found, with no
+    candidates."""
     # logits: [V] float32; gmax: [G] float32, gmax[g] = max of logits[g::G][:_LANES]
+    V = logits.shape[0]
     G = gmax.shape[0]
     full = G * _LANES
+    m = -np.inf
+    for g in range(G):
+        v = gmax[g]
+        if v != v:
+            return 0, np.float64(v), _NO_CAND, False
+        if v > m:
+            m = v
+    for i in range(full, V):
+        v = logits[i]
+        if v != v:
+            return 0, np.float64(v), _NO_CAND, False
+        if v > m:
+            m = v
+    if not (m > -np.inf and m < np.inf):
+        return 0, np.float64(m), _NO_CAND, False
+    thr = m
+    top = False
+    if 0 < k <= G and V >= 256 * k:
+        t = np.partition(gmax, G - k)[G - k]
+        if t > -np.inf:
+            thr = t
+            top = True
     n = 0
     for g in range(G):
         if gmax[g] >= thr:
             for r in range(_LANES):
                 if logits[r * G + g] >= thr:
                     n += 1
-    for i in range(full, logits.shape[0]):
+    for i in range(full, V):
         if logits[i] >= thr:
             n += 1
     out = np.empty(n, np.int64)
@@ -137,12 +163,17 @@ def _group_candidates(logits, gmax, thr):
                 if logits[r * G + g] >= thr:
                     out[n] = r * G + g
                     n += 1
-    for i in range(full, logits.shape[0]):
+    for i in range(full, V):
         if logits[i] >= thr:
             out[n] = i
             n += 1
     out.sort()
-    return out
+    best = out[0]
+    for j in range(n):  # the first (lowest id) maximum
+        if logits[out[j]] == m:
+            best = out[j]
+            break
+    return best, np.float64(m), out, top
 
 
 def _scan(logits, k: int) -> tuple[int, np.ndarray]:
@@ -165,21 +196,9 @@ def _scan(logits, k: int) -> tuple[int, np.ndarray]:
         return best, _NO_CAND
     G = V // _LANES
     gmax = logits[: G * _LANES].reshape(_LANES, G).max(axis=0)
-    m = float(gmax.max())
-    if V > G * _LANES:
-        mt = float(logits[G * _LANES:].max())
-        m = mt if (mt > m or mt != mt) else m
+    best, m, cand, top = _scan_groups(logits, gmax, k)
     _screen(logits, m)
-    if not m > -np.inf:
-        return 0, _NO_CAND
-    thr, top = m, False
-    if 0 < k <= G and V >= 256 * k:
-        t = np.partition(gmax, G - k)[G - k]
-        if t > -np.inf:
-            thr, top = float(t), True
-    cand = _group_candidates(logits, gmax, np.float32(thr))
-    best = int(cand[np.argmax(logits[cand])])  # the first (lowest id) maximum
-    return best, cand if top else _NO_CAND
+    return int(best), cand if top else _NO_CAND
 
 
 def _screen(logits, m: float) -> None:
