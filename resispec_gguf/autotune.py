@@ -284,6 +284,9 @@ class AutoTuner:
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         self.last_choice = "none"
         self.reason = "start: probe"
+        # per kind ("none", "draft", "lookup"): [steps, predicted seconds, measured seconds],
+        # for the user's eyes only (a measured time never steers a choice)
+        self.timing: dict[str, list] = {}
 
     def best_case(self, kind: str) -> float:
         """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
@@ -344,6 +347,16 @@ class AutoTuner:
         else:
             arm.backoff = 4
 
+    def record_time(self, plan: StepPlan | None, measured_s: float) -> None:
+        """A step of ``plan`` (None: plain) took ``measured_s`` of wall time: kept beside its
+        predicted time for ``summary``, never used to choose."""
+        kind = "none" if plan is None else plan.kind
+        predicted = 1.0 / self.plain_rate if plan is None else plan.cost
+        t = self.timing.setdefault(kind, [0, 0.0, 0.0])
+        t[0] += 1
+        t[1] += predicted
+        t[2] += measured_s
+
     def observe_node(self, accepted: bool) -> None:
         """A reached, expanded node was verified."""
         self.accept = (self.accept * self._acc_n * self.decay + float(accepted)) / (self._acc_n * self.decay + 1.0)
@@ -351,5 +364,8 @@ class AutoTuner:
 
     def summary(self) -> str:
         arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps" for n, a in self.arms.items())
+        times = ", ".join(f"{k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n}"
+                          for k, (n, p, m) in self.timing.items())
         return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
-                f"{arms}; acceptance per node {self.accept:.2f}")
+                f"{arms}; acceptance per node {self.accept:.2f}"
+                + (f"; step time predicted/measured: {times}" if times else ""))

@@ -270,6 +270,7 @@ class _Generation:
                 if self.tuner is not None:
                     self.plan = self.tuner.choose(len(self.draft_pending))
                     self.dp = self.plan.params if self.plan is not None else _PLAIN
+                t_step = time.perf_counter()
                 if self.dp.method == "none":
                     emitted = self._plain_step()
                     if uses_draft:
@@ -277,6 +278,8 @@ class _Generation:
                     kind = "none"
                 else:
                     kind, emitted = self._spec_step()
+                if self.tuner is not None:
+                    self.tuner.record_time(self.plan, time.perf_counter() - t_step)
                 self.stats.steps += 1
                 self.stats.steps_by_kind[kind] = self.stats.steps_by_kind.get(kind, 0) + 1
                 n_out = len(self.out)

@@ -124,3 +124,17 @@ def test_cost_curve_cache_roundtrip(tmp_path):
     autotune.store_cached_curve(cache, key, curve)
     assert autotune.load_cached_curve(cache, key) == curve
     assert curve(3) == pytest.approx((curve.seconds[1] + curve.seconds[2]) / 2)
+
+
+def test_summary_shows_predicted_and_measured_step_times():
+    from resispec_gguf.autotune import AutoTuner, CostCurve
+    from resispec_gguf.config import DraftParams
+
+    curve = CostCurve((1, 2, 4), (0.010, 0.011, 0.012))
+    tuner = AutoTuner(curve, curve, DraftParams(), overhead_s=0.0)
+    plan = tuner.choose()
+    tuner.record_time(plan, 0.030)
+    tuner.record_time(None, 0.012)
+    tuner.record_time(None, 0.014)
+    text = tuner.summary()
+    assert f"{plan.kind} {1000 * plan.cost:.1f}/30.0 ms over 1" in text and "none 10.0/13.0 ms over 2" in text
