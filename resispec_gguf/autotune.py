@@ -70,17 +70,18 @@ class CostCurve:
         return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))
 
 
-def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 2) -> CostCurve:
-    """Time ``decode_rows(n)`` (one decode of n rows) for each n; keeps the fastest repeat."""
+def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
+    """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
+    all n (so that every n sees the same mix of a shared machine's load), keeping each n's
+    median round."""
     decode_rows(1)  # warm-up
-    out = []
-    for n in rows:
-        best = float("inf")
-        for _ in range(repeats):
+    times = [[] for _ in rows]
+    for _ in range(repeats):
+        for i, n in enumerate(rows):
             t = time.perf_counter()
             decode_rows(n)
-            best = min(best, time.perf_counter() - t)
-        out.append(best)
+            times[i].append(time.perf_counter() - t)
+    out = [float(np.median(ts)) for ts in times]
     # a decode of more rows never costs less than one of fewer (timing noise aside)
     for i in range(1, len(out)):
         out[i] = max(out[i], out[i - 1])

@@ -168,6 +168,8 @@ _PLAIN = DraftParams(method="none")
 _NO_DRAWS = np.empty(0, np.int64)
 # score factor of a lookup candidate under the fixed methods (auto learns its own)
 _LOOKUP_WEIGHT = 0.5
+# committed tokens before a cost curve is measured
+_CURVE_CONTEXT = 128
 # a target p with more tokens than this is verified densely
 _SPARSE_P_MAX = 4096
 
@@ -834,20 +836,27 @@ class Engine:
         return self._measured(f"host-row-v2:{self.n_vocab}", measure).seconds[0]
 
     def _cost_curve(self, model):
-        """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes."""
+        """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes
+        after ``_CURVE_CONTEXT`` committed tokens (a reply's context rather than an empty
+        one: attention over it is part of every row's cost)."""
         from . import autotune
 
         def measure():
-            if model.n_past + max(autotune.ROW_COUNTS) + 1 > model.n_ctx:
-                model.reset()
+            context = max(0, min(_CURVE_CONTEXT, model.n_ctx - max(autotune.ROW_COUNTS) - 2))
+            model.reset()
+            if context:
+                model.sync_prefix([min(100 + i % 50, model.n_vocab - 1) for i in range(context + 1)])
 
             def rows(n):
                 model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
                 model.drop_uncommitted()
 
-            return autotune.measure_curve(rows)
+            curve = autotune.measure_curve(rows)
+            model.reset()
+            return curve
 
-        return self._measured(model.cost_key(), measure)
+        # v2: measured after a context, median of interleaved rounds
+        return self._measured("v2:" + model.cost_key(), measure)
 
     # ------------------------------------------------------------------ text
 
