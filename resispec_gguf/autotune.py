@@ -25,7 +25,9 @@ Plain or speculate (``AutoTuner.choose``): every request starts with a speculati
 After each speculative step the tuner compares the tokens it realised per *predicted*
 second (decayed) with plain decoding's predicted speed.  When speculation loses, it decodes
 plain for a stretch that doubles after each losing probe (4, 8, 16, ... tokens) and then
-probes again; a winning probe resets the stretch.  Lookup-only trees (no draft model calls)
+probes again, unless a chain at the acceptance learnt so far could not beat plain decoding
+(``expected_case``): then it waits the next stretch out as well.  A winning probe resets
+the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
 No model calls here: measuring is done by the caller (``measure_curve``) through a callback.
@@ -299,6 +301,23 @@ class AutoTuner:
             best = max(best, (depth + 1) / t)
         return best
 
+    def expected_case(self, kind: str, pending: int = 1) -> float:
+        """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
+        candidate: ``accept`` per reached node; a lookup one: its best bin's rate), with the
+        draft's catch-up on ``pending`` tokens."""
+        if kind == "draft":
+            a = self.accept
+        else:
+            cal = self.calibration
+            a = max(cal.lookup(b) for b in range(len(cal.look_seen)))
+        best = 0.0
+        for depth in range(1, int(self.limits.depth) + 1):
+            t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
+            if kind == "draft":
+                t += self.draft(pending) + (depth - 1) * self.draft(1) + depth * self.row_s
+            best = max(best, sum(a ** i for i in range(depth + 1)) / t)
+        return best
+
     # -------------------------------------------------------------- choice per step
 
     def choose(self, pending: int = 1) -> StepPlan | None:
@@ -316,13 +335,19 @@ class AutoTuner:
             return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
         # nothing wins now: count down to the next probe of each kind
         due = None
-        for name, arm in self.arms.items():
+        for name, arm in self.arms.items():  # an arm whose wait ran out stays due until probed
             if arm.wait > 0:
                 arm.wait -= 1
-                if arm.wait == 0 and due is None:
-                    due = name
-        if due is not None:
+                if arm.wait > 0:
+                    continue
+            if due is None:
+                due = name
+        if due is not None and self.expected_case(due, pending) > self.plain_rate * self.margin:
             return self._plan(due, pending, f"re-probe {due} after backing off")
+        if due is not None:  # what it has learnt says it cannot win: wait the next stretch out too
+            arm = self.arms[due]
+            arm.wait = arm.backoff
+            arm.backoff = min(arm.backoff * 2, 256)
         self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
 
