@@ -161,7 +161,7 @@ def test_eos_inside_accepted_run_stops_there(engine, monkeypatch):
     cut = ref.tokens.index(stop_tok)
     orig = engine.target.is_eog
     monkeypatch.setattr(engine.target, "is_eog", lambda t: t == stop_tok or orig(t))
-    res = engine.generate("End of generation", sp, DraftParams(depth=6, budget=20))
+    res = engine.generate("End of generation", sp, DraftParams(method="resispec", depth=6, budget=20))
     assert res.tokens == ref.tokens[:cut]
     assert res.finish_reason == "eos"
     assert res.stats.steps < cut + 1  # it did speculate
