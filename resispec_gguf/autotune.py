@@ -25,7 +25,9 @@ Plain or speculate (``AutoTuner.choose``): every request starts with a speculati
 After each speculative step the tuner compares the tokens it realised per *predicted*
 second (decayed) with plain decoding's predicted speed.  When speculation loses, it decodes
 plain for a stretch that doubles after each losing probe (4, 8, 16, ... tokens) and then
-probes again; a winning probe resets the stretch.  Lookup-only trees (no draft model calls)
+probes again, unless a chain at the acceptance learnt so far could not beat plain decoding
+(``expected_case``): then it waits the next stretch out as well.  A winning probe resets
+the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
 No model calls here: measuring is done by the caller (``measure_curve``) through a callback.
@@ -70,17 +72,18 @@ class CostCurve:
         return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))
 
 
-def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 2) -> CostCurve:
-    """Time ``decode_rows(n)`` (one decode of n rows) for each n; keeps the fastest repeat."""
+def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
+    """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
+    all n (so that every n sees the same mix of a shared machine's load), keeping each n's
+    median round."""
     decode_rows(1)  # warm-up
-    out = []
-    for n in rows:
-        best = float("inf")
-        for _ in range(repeats):
+    times = [[] for _ in rows]
+    for _ in range(repeats):
+        for i, n in enumerate(rows):
             t = time.perf_counter()
             decode_rows(n)
-            best = min(best, time.perf_counter() - t)
-        out.append(best)
+            times[i].append(time.perf_counter() - t)
+    out = [float(np.median(ts)) for ts in times]
     # a decode of more rows never costs less than one of fewer (timing noise aside)
     for i in range(1, len(out)):
         out[i] = max(out[i], out[i - 1])
@@ -284,6 +287,9 @@ class AutoTuner:
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         self.last_choice = "none"
         self.reason = "start: probe"
+        # per kind ("none", "draft", "lookup"): [steps, predicted seconds, measured seconds],
+        # for the user's eyes only (a measured time never steers a choice)
+        self.timing: dict[str, list] = {}
 
     def best_case(self, kind: str) -> float:
         """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
@@ -293,6 +299,23 @@ class AutoTuner:
             if kind == "draft":
                 t += depth * (self.draft(1) + self.row_s)
             best = max(best, (depth + 1) / t)
+        return best
+
+    def expected_case(self, kind: str, pending: int = 1) -> float:
+        """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
+        candidate: ``accept`` per reached node; a lookup one: its best bin's rate), with the
+        draft's catch-up on ``pending`` tokens."""
+        if kind == "draft":
+            a = self.accept
+        else:
+            cal = self.calibration
+            a = max(cal.lookup(b) for b in range(len(cal.look_seen)))
+        best = 0.0
+        for depth in range(1, int(self.limits.depth) + 1):
+            t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
+            if kind == "draft":
+                t += self.draft(pending) + (depth - 1) * self.draft(1) + depth * self.row_s
+            best = max(best, sum(a ** i for i in range(depth + 1)) / t)
         return best
 
     # -------------------------------------------------------------- choice per step
@@ -312,13 +335,19 @@ class AutoTuner:
             return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
         # nothing wins now: count down to the next probe of each kind
         due = None
-        for name, arm in self.arms.items():
+        for name, arm in self.arms.items():  # an arm whose wait ran out stays due until probed
             if arm.wait > 0:
                 arm.wait -= 1
-                if arm.wait == 0 and due is None:
-                    due = name
-        if due is not None:
+                if arm.wait > 0:
+                    continue
+            if due is None:
+                due = name
+        if due is not None and self.expected_case(due, pending) > self.plain_rate * self.margin:
             return self._plan(due, pending, f"re-probe {due} after backing off")
+        if due is not None:  # what it has learnt says it cannot win: wait the next stretch out too
+            arm = self.arms[due]
+            arm.wait = arm.backoff
+            arm.backoff = min(arm.backoff * 2, 256)
         self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
 
@@ -326,7 +355,7 @@ class AutoTuner:
         lim = self.limits
         k = max(1, min(int(lim.draws), 4)) if kind == "draft" else 0
         method = "chain" if k == 1 else "resispec"
-        params = lim.replace(method=method, draws=max(k, 1), policy="budget")
+        params = lim.replace(method=method, draws=max(k, 1), policy="budget", use_draft=True)  # kind decides
         self.last_choice, self.reason = kind, reason
         plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
                         accept=self.accept, overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
@@ -344,6 +373,16 @@ class AutoTuner:
         else:
             arm.backoff = 4
 
+    def record_time(self, plan: StepPlan | None, measured_s: float) -> None:
+        """A step of ``plan`` (None: plain) took ``measured_s`` of wall time: kept beside its
+        predicted time for ``summary``, never used to choose."""
+        kind = "none" if plan is None else plan.kind
+        predicted = 1.0 / self.plain_rate if plan is None else plan.cost
+        t = self.timing.setdefault(kind, [0, 0.0, 0.0])
+        t[0] += 1
+        t[1] += predicted
+        t[2] += measured_s
+
     def observe_node(self, accepted: bool) -> None:
         """A reached, expanded node was verified."""
         self.accept = (self.accept * self._acc_n * self.decay + float(accepted)) / (self._acc_n * self.decay + 1.0)
@@ -351,5 +390,8 @@ class AutoTuner:
 
     def summary(self) -> str:
         arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps" for n, a in self.arms.items())
+        times = ", ".join(f"{k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n}"
+                          for k, (n, p, m) in self.timing.items())
         return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
-                f"{arms}; acceptance per node {self.accept:.2f}")
+                f"{arms}; acceptance per node {self.accept:.2f}"
+                + (f"; step time predicted/measured: {times}" if times else ""))

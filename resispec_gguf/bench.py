@@ -134,18 +134,35 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
     summary}}]``, each method compared with ``none`` on the same prompts and seeds.  With a
     ``constraint`` every method also runs under it, as ``METHOD+schema`` (its
     ``speedup_vs_free``: the median per-prompt speed against the same method unconstrained)."""
+    variants = [(m, dp.replace(method=m), None) for m in methods]
+    if constraint is not None:
+        variants += [(m + "+schema", dp.replace(method=m), constraint) for m in methods]
+    results = run_variants(engine, workloads, variants, temperatures, sp, repeat=repeat, progress=progress)
+    for block in results:
+        summary = block["methods"]
+        for name, m, c in variants:
+            if c is not None:  # against the same method without the constraint
+                free = {key: s.tokens_per_s for key, s in block["runs"][m.method]}
+                summary[name]["speedup_vs_free"] = summarise(block["runs"][name], free)["speedup_vs_none"]
+        del block["runs"]
+    return results
+
+
+def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingParams, repeat=1, progress=True):
+    """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, in turn
+    per prompt and seed, after one warm-up generation each.  The first variant is the
+    baseline of ``speedup_vs_none``.  Returns ``[{"workload", "temperature", "methods": {name:
+    summary}, "runs": {name: [(key, Stats)]}}]``."""
     from tqdm import tqdm
 
     toks = {w: [prompt_tokens(engine, p) for p in items] for w, items in workloads.items()}
-    variants = [(m, m, None) for m in methods]
-    if constraint is not None:
-        variants += [(m + "+schema", m, constraint) for m in methods]
     total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(variants)
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
     # warm-up: page the weights in, settle the caches (Engine.load prepared kernels and costs)
     first = next(iter(toks.values()))[0]
-    for _, m, c in variants:
-        engine.generate(first, sp.replace(max_tokens=8, seed=0), dp.replace(method=m), constraint=c)
+    for _, d, c in variants:
+        engine.generate(first, sp.replace(max_tokens=8, seed=0), d, constraint=c)
+    base = variants[0][0]
     out = []
     for w, prompt_toks in toks.items():
         for t in temperatures:
@@ -153,25 +170,159 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
             for r in range(repeat):
                 for i, pt in enumerate(prompt_toks):
                     seed = (sp.seed or 0) + 1000 * r + i
-                    for name, m, c in variants:
-                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), dp.replace(method=m),
-                                              constraint=c)
+                    for name, d, c in variants:
+                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), d, constraint=c)
                         runs[name].append(((r, i), res.stats))
                         bar.update(1)
-            baseline = {key: s.tokens_per_s for key, s in runs["none"]}
+            baseline = {key: s.tokens_per_s for key, s in runs[base]}
             summary = {name: summarise(runs[name], baseline) for name, _, _ in variants}
-            for name, m, c in variants:
-                if c is not None:  # against the same method without the constraint
-                    free = {key: s.tokens_per_s for key, s in runs[m]}
-                    summary[name]["speedup_vs_free"] = summarise(runs[name], free)["speedup_vs_none"]
-            out.append({"workload": w, "temperature": t, "methods": summary})
+            out.append({"workload": w, "temperature": t, "methods": summary, "runs": runs})
     bar.close()
     return out
 
 
+# --------------------------------------------------------------------------- bench --sweep
+
+SWEEPS = ("quick", "full")
+
+
+def sweep_grid(size: str, dp: DraftParams) -> list[tuple[str, DraftParams]]:
+    """The fixed settings ``bench --sweep`` compares, ``(label, DraftParams)``, plain first and
+    ``auto`` last (with ``dp``'s bounds).  ``dp`` gives what the grid does not set
+    (``draft_support``, ``policy``).  "full": plain; chain at depth 1, 2, 3, 5; context lookup
+    alone (no draft model call) at lengths 4, 8, 16; resispec at K 2, 4 x depth 3, 5 x budget
+    8, 16, 32; chain and resispec with and without lookup.  "quick": a few of those, for a
+    first look or a test."""
+    if size not in SWEEPS:
+        raise UserError(f"unknown sweep {size!r}; choose from {', '.join(SWEEPS)}")
+    base = dp.replace(lookup=False, use_draft=True)
+    fixed = [("none", base.replace(method="none"))]
+
+    def chain(depth, look):
+        fixed.append((f"chain-d{depth}" + ("+lk" if look else ""), base.replace(method="chain", depth=depth,
+                                                                                budget=depth, lookup=look)))
+
+    def lookup_alone(length):
+        fixed.append((f"lookup-{length}", base.replace(method="chain", depth=length, budget=length, lookup=True,
+                                                       use_draft=False)))
+
+    def resispec(k, depth, budget, look):
+        fixed.append((f"resispec-K{k}d{depth}b{budget}" + ("+lk" if look else ""),
+                      base.replace(method="resispec", draws=k, depth=depth, budget=budget, lookup=look)))
+
+    if size == "quick":
+        chain(1, False)
+        chain(3, False)
+        chain(3, True)
+        lookup_alone(8)
+        resispec(2, 3, 8, False)
+        resispec(2, 3, 8, True)
+        resispec(4, 5, 16, False)
+    else:
+        for look in (False, True):
+            for depth in (1, 2, 3, 5):
+                chain(depth, look)
+        for length in (4, 8, 16):
+            lookup_alone(length)
+        for look in (False, True):
+            for k in (2, 4):
+                for depth in (3, 5):
+                    for budget in (8, 16, 32):
+                        resispec(k, depth, budget, look)
+    return fixed + [("auto", dp.replace(method="auto"))]
+
+
+def run_sweep(engine, workloads: dict, size: str, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1,
+              progress=True):
+    """``bench --sweep``: the grid of ``sweep_grid`` run like ``run_bench`` (one process,
+    interleaved per prompt).  Settings that need a draft model are left out when none is
+    loaded.  Each result block also has ``"best"``: the fixed setting with the highest
+    median speed-up over plain decoding (plain itself included), and ``auto``'s speed against
+    it (``auto_vs_best``: the median of per-prompt ratios) and against plain."""
+    grid = [(name, d) for name, d in sweep_grid(size, dp)
+            if engine.has_draft or d.method in ("none", "auto") or not d.use_draft]
+    results = run_variants(engine, workloads, [(name, d, None) for name, d in grid], temperatures, sp,
+                           repeat=repeat, progress=progress)
+    params = dict(grid)
+    for block in results:
+        summary = block["methods"]
+        fixed = [name for name in summary if name != "auto"]
+        best = max(fixed, key=lambda n: summary[n]["speedup_vs_none"] or 0.0)
+        best_tps = {key: s.tokens_per_s for key, s in block["runs"][best]}
+        block["best"] = {
+            "setting": best,
+            "speedup_vs_none": summary[best]["speedup_vs_none"],
+            "draft_params": _draft_fields(params[best]),
+            "auto_vs_best": summarise(block["runs"]["auto"], best_tps)["speedup_vs_none"],
+            "auto_vs_none": summary["auto"]["speedup_vs_none"],
+        }
+        del block["runs"]
+    return results, params
+
+
+def _draft_fields(dp: DraftParams) -> dict:
+    return {k: getattr(dp, k) for k in ("method", "draws", "depth", "budget", "draft_support", "policy", "lookup",
+                                        "use_draft")}
+
+
+def reproduce_command(model: ModelParams, sp: SamplingParams, dp: DraftParams, temperature: float) -> str:
+    """The ``generate`` command line that runs ``dp`` with these models and sampling
+    settings: every setting away from its default, by its long flag; lookup without the
+    draft model as ``--draft ''``."""
+    import shlex
+
+    from . import config
+
+    words = ["python", "-m", "resispec_gguf", "generate"]
+
+    def flag(f):
+        return next((x for x in f.metadata["flags"] if x.startswith("--")), f.metadata["flags"][0])
+
+    def add(cls, obj, skip=(), always=()):
+        default = cls()
+        for f in config.settings(cls):
+            value = getattr(obj, f.name)
+            if f.name in skip or (value == getattr(default, f.name) and f.name not in always) or f.name == "stop":
+                continue
+            if isinstance(value, bool):
+                words.append(flag(f) if value else "--no-" + flag(f)[2:])
+            elif value is None:
+                continue
+            else:
+                words.extend([flag(f), str(value)])
+
+    if not dp.use_draft:
+        model = model.replace(draft="")
+    add(ModelParams, model, skip=("verbose",))
+    add(SamplingParams, sp.replace(temperature=temperature), skip=("max_tokens", "seed"))
+    # the tree's shape in full, so that the line does not depend on today's defaults
+    shape = {"none": ("method",), "chain": ("method", "depth", "budget")}.get(dp.method, ("method", "draws", "depth",
+                                                                                           "budget"))
+    add(DraftParams, dp.replace(use_draft=True), skip=("draws",) if dp.method in ("none", "chain") else (),
+        always=shape if dp.method != "auto" else ())
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def format_sweep(results, params, model: ModelParams, sp: SamplingParams) -> str:
+    """One line per workload and temperature: the best fixed setting, ``auto`` beside it,
+    and the command line that reproduces the best."""
+    lines = ["", "best fixed setting per workload (speed-ups are medians of per-prompt ratios):"]
+    for block in results:
+        b = block["best"]
+
+        def x(v):
+            return f"{v:.3f}" if v is not None else "-"
+
+        lines.append(f"  {block['workload']} T={block['temperature']}: best {b['setting']} ({x(b['speedup_vs_none'])}x "
+                     f"plain); auto {x(b['auto_vs_best'])}x best, {x(b['auto_vs_none'])}x plain")
+        lines.append("    " + reproduce_command(model, sp, params[b["setting"]], block["temperature"]))
+    return "\n".join(lines)
+
+
 def format_table(results) -> str:
     lines = []
-    head = f"{'T':>4} {'method':<13} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
+    width = max([13] + [len(name) for block in results for name in block["methods"]])
+    head = f"{'T':>4} {'method':<{width}} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
     workload = None
     for block in results:
         if block.get("workload") != workload:
@@ -191,7 +342,7 @@ def format_table(results) -> str:
             sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
             tau = f"{m['tau']:.2f}" if m["tau"] is not None else "-"
             lines.append(
-                f"{block['temperature']:>4} {name:<13} {m['tokens_per_s']:>7.2f} {sp:>8} {tau:>5} {acc:>7} "
+                f"{block['temperature']:>4} {name:<{width}} {m['tokens_per_s']:>7.2f} {sp:>8} {tau:>5} {acc:>7} "
                 f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
             )
     return "\n".join(lines)
@@ -221,15 +372,27 @@ def model_info(path: str) -> dict:
 
 
 def bench_command(engine, model: ModelParams, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, *,
-          repeat: int = 1, json_path: str | None = None, plot_path: str | None = None, json_schema=None) -> dict:
+          repeat: int = 1, json_path: str | None = None, plot_path: str | None = None, json_schema=None,
+          sweep: str | None = None) -> dict:
     """``bench``: run, print the table, write the JSON report and the plot when asked;
     returns the report.  ``model``: what was asked to load (recorded in the report).
-    ``json_schema``: also run every method under this schema (see ``run_bench``)."""
+    ``json_schema``: also run every method under this schema (see ``run_bench``).
+    ``sweep`` ("quick" or "full"): run ``sweep_grid``'s settings instead of ``methods`` and
+    print, per workload, the best of them with ``auto`` beside it and the command line that
+    reproduces the best (``run_sweep``)."""
     if plot_path:
         require_pyplot()
+    if sweep is not None and json_schema is not None:
+        raise UserError("--sweep runs without a schema: give one of --sweep and --json-schema")
     constraint = engine.compile_constraint(json_schema=json_schema) if json_schema is not None else None
-    results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
-    print(format_table(results))
+    if sweep is not None:
+        results, params = run_sweep(engine, workloads, sweep, temperatures, sp, dp, repeat=repeat)
+        methods = list(params)
+        print(format_table(results))
+        print(format_sweep(results, params, model, sp))
+    else:
+        results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
+        print(format_table(results))
     print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
     info = engine.info()
     report = {
@@ -247,6 +410,12 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
         "results": results,
         "methods": results[0]["methods"],
     }
+    if sweep is not None:
+        report["config"]["sweep"] = sweep
+        report["config"]["settings"] = {name: _draft_fields(d) for name, d in params.items()}
+        for block in results:
+            block["best"]["command"] = reproduce_command(model, sp, params[block["best"]["setting"]],
+                                                         block["temperature"])
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)

@@ -143,7 +143,9 @@ def _cmd_serve(args) -> int:
 def _cmd_bench(args) -> int:
     from . import bench
 
-    methods = bench.parse_methods(args.methods)
+    if args.sweep is not None and args.methods is not None:
+        raise UserError("give --sweep or --methods, not both")
+    methods = bench.parse_methods(args.methods or _BENCH_METHODS)
     prompts = bench.select_prompts(args.prompts, args.workload)
     model = flags.from_args(ModelParams, args)
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
@@ -153,7 +155,7 @@ def _cmd_bench(args) -> int:
         bench.require_pyplot()
     with _load(model) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
-                            json_path=args.json, plot_path=args.plot, json_schema=schema)
+                            json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep)
     return 0
 
 
@@ -237,6 +239,9 @@ def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=No
     flags.add_settings(p, DraftParams, "speculation", skip=skip_draft)
 
 
+_BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -271,8 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
                        defaults={"max_tokens": 128, "seed": 0})
     b.add_argument("--workload", **workload)
     b.add_argument("--prompts", **prompts)
-    b.add_argument("--methods", type=_checked_by("parse_methods"), default="none,chain,specinfer,rrs,resispec,auto",
-                   help="comma-separated methods; none is always included")
+    b.add_argument("--methods", type=_checked_by("parse_methods"), default=None,
+                   help=f"comma-separated methods; none is always included (default: {_BENCH_METHODS})")
+    b.add_argument("--sweep", choices=("quick", "full"), default=None,
+                   help="instead of --methods, a grid of fixed settings (chain depths, lookup alone, resispec K x "
+                        "depth x budget, lookup on and off) and auto; prints the best per workload, auto beside it "
+                        "and the command that reproduces the best (quick: 9 settings, full: 37)")
     b.add_argument("--temperature", **temperatures)
     b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
     b.add_argument("--json", type=_output_file, default=None, help="write the full report to this JSON file")

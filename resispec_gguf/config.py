@@ -334,7 +334,10 @@ class DraftParams(_Settings):
     ``depth``).  ``lookup``: every expanded node also gets a context-lookup candidate (the
     token that followed the longest earlier match of its context), checked before the draws;
     with no draft model the tree is lookup chains alone.  ``auto`` always considers lookup,
-    and treats ``draws``, ``depth`` and ``budget`` as upper bounds.
+    and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
+    never call the draft model, even when one is loaded (trees are lookup chains alone, so
+    it needs ``lookup``; auto considers lookup trees only); the command line's equivalent is
+    loading no draft, ``--draft ''``.
     """
 
     method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS))
@@ -348,9 +351,12 @@ class DraftParams(_Settings):
     policy: str = setting("budget", "--policy", help="tree policy", check=OneOf(TREE_POLICIES))
     lookup: bool = setting(False, "--lookup", help="add a context-lookup candidate at every tree node "
                                                    "(auto decides by itself)")
+    use_draft: bool = setting(True, help="call the draft model when one is loaded (off: lookup chains alone)")
 
     def __post_init__(self):
         super().__post_init__()
+        if not self.use_draft and not self.lookup and self.method in SPEC_METHODS:
+            raise ConfigError("use_draft", "without the draft model a tree needs lookup: set lookup or use_draft")
         if self.method == "rrs" and self.draws > self.draft_support:
             raise ConfigError("draws", "rrs draws without replacement: draws must not exceed draft_support")
 

@@ -35,7 +35,7 @@ from .textstream import TextAssembler
 from .autotune import lookup_bin
 from .lookup import NgramIndex
 from .tree import DraftTree, Draw, GrowthLimits, grow
-from .verify import verify_greedy, verify_prepared, verify_prepared_with_candidate
+from .verify import verify_greedy, verify_prepared, verify_prepared_sparse, verify_prepared_with_candidate
 
 __all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
 
@@ -182,6 +182,10 @@ _PLAIN = DraftParams(method="none")
 _NO_DRAWS = np.empty(0, np.int64)
 # score factor of a lookup candidate under the fixed methods (auto learns its own)
 _LOOKUP_WEIGHT = 0.5
+# committed tokens before a cost curve is measured
+_CURVE_CONTEXT = 128
+# a target p with more tokens than this is verified densely
+_SPARSE_P_MAX = 4096
 
 
 class _Generation:
@@ -227,9 +231,18 @@ class _Generation:
 
     # ------------------------------------------------------------------ distributions
 
-    def _p(self, logits) -> np.ndarray:
+    def _p(self, logits):
+        """The target's p: ``(ids, probs)`` when the filters leave a small support (no work
+        then grows with the vocabulary), else dense ``[V]``."""
         sp = self.sp
-        return sampling.probs_dense(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        if sp.top_k <= 0 and sp.top_p >= 1.0 and sp.min_p <= 0.0:  # the whole vocabulary
+            return sampling.probs_dense(logits, sp.temperature)
+        ids, probs = sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        if ids.shape[0] > _SPARSE_P_MAX:
+            out = np.zeros(np.shape(logits)[0], np.float64)
+            out[ids] = probs
+            return out
+        return ids, probs
 
     def _q(self, logits):
         sp = self.sp
@@ -269,7 +282,7 @@ class _Generation:
                 f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
             )
         self.stats.prompt_reused = e.target.sync_prefix(self.prompt)
-        uses_draft = self.dp.method != "none" and e.draft is not None
+        uses_draft = self.dp.method != "none" and self.dp.use_draft and e.draft is not None
         if uses_draft:
             e.draft.sync_prefix(self.prompt)
             self.draft_pending = [self.prompt[-1]]
@@ -289,6 +302,7 @@ class _Generation:
                 if self.tuner is not None:
                     self.plan = self.tuner.choose(len(self.draft_pending))
                     self.dp = self.plan.params if self.plan is not None else _PLAIN
+                t_step = time.perf_counter()
                 if self.dp.method == "none":
                     emitted = self._plain_step()
                     if uses_draft:
@@ -296,6 +310,8 @@ class _Generation:
                     kind = "none"
                 else:
                     kind, emitted = self._spec_step()
+                if self.tuner is not None:
+                    self.tuner.record_time(self.plan, time.perf_counter() - t_step)
                 self.stats.steps += 1
                 self.stats.steps_by_kind[kind] = self.stats.steps_by_kind.get(kind, 0) + 1
                 n_out = len(self.out)
@@ -368,7 +384,10 @@ class _Generation:
 
     def _spec_step(self) -> tuple[str, list[int]]:
         e = self.e
-        kind = self.plan.kind if self.plan is not None else ("draft" if e.draft is not None else "lookup")
+        if self.plan is not None:
+            kind = self.plan.kind
+        else:
+            kind = "draft" if e.draft is not None and self.dp.use_draft else "lookup"
         if kind == "draft" and len(self.draft_pending) > 32:  # after plain steps: catch the draft up
             seq = self.prompt + self.out
             e.draft.sync_prefix(seq)
@@ -494,9 +513,10 @@ class _Generation:
         else:
             draws = sampling.sample_iid(ids, probs, rng.random(k))
         qx = {}
+        ids_l = ids.tolist()
         for x in draws.tolist():
             if x not in qx:
-                qx[x] = float(probs[np.flatnonzero(ids == x)[0]])
+                qx[x] = float(probs[ids_l.index(x)])
         return Draw(draws, (ids, probs), self._weights(qx, x0, n), x0, (qx, n))
 
     # -------------------------------------------------------------- verification
@@ -522,6 +542,11 @@ class _Generation:
             p, top, p_of = self._target_dist(logits)
             if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))
+                is_lookup = x0 >= 0 and idx == 0
+            elif isinstance(p, tuple):  # a sparse p
+                qids, qprobs = tree.q[node] if tree.q[node] is not None else (None, None)
+                u = self.rng.random(len(draws) + (2 if x0 >= 0 else 1))
+                tok, idx = verify_prepared_sparse(self.dp.method, p[0], p[1], x0, qids, qprobs, draws, u)
                 is_lookup = x0 >= 0 and idx == 0
             else:
                 if x0 >= 0:
@@ -569,13 +594,22 @@ class _Generation:
                     cal.observe_draft(q, accepted and tok == x)
         self.tuner.observe_node(accepted)
 
-    def _target_dist(self, logits) -> tuple[np.ndarray | None, int, object]:
+    def _target_dist(self, logits) -> tuple[object, int, object]:
         """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and
-        ``p_of`` one-hot on the argmax when greedy; ``p_of(x)`` is the probability of x."""
+        ``p_of`` one-hot on the argmax when greedy, else ``p`` as ``_p`` gives it;
+        ``p_of(x)`` is the probability of x."""
         if self.sp.greedy:
             top = int(np.argmax(logits))
             return None, top, (lambda x: float(x == top))
         p = self._p(logits)
+        if isinstance(p, tuple):
+            ids, probs = p
+
+            def p_of(x):
+                hit = np.flatnonzero(ids == x)
+                return float(probs[hit[0]]) if hit.size else 0.0
+
+            return p, -1, p_of
         return p, -1, p.__getitem__
 
     def _sample_p(self, logits) -> int:
@@ -584,7 +618,11 @@ class _Generation:
 
     def _sample(self, p, top: int) -> int:
         """A token from ``_target_dist``'s ``(p, argmax)``."""
-        return top if p is None else sampling.sample_dense(p, self.rng.random())
+        if p is None:
+            return top
+        if isinstance(p, tuple):
+            return sampling.sample_sparse(p[0], p[1], self.rng.random())
+        return sampling.sample_dense(p, self.rng.random())
 
     def _commit(self, tree: DraftTree, draft_index: dict[int, int] | None, emitted: list[int], path: list[int]) -> None:
         e = self.e
@@ -614,15 +652,20 @@ def _kernel_warm_ups() -> list:
     """
     row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
     row.flags.writeable = False  # as backend.LogitsRows gives it
+    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary read by groups (sampling._scan)
+    wide.flags.writeable = False
 
     def distributions():
         sampling.probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
+        sampling.probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
+        sampling.probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
         sampling.probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
         sampling.probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
 
     def draws():
         ids, probs = sampling.probs_sparse(row, 1.0)
         sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
+        sampling.sample_sparse(ids, probs, 0.5)
         sampling.sample_iid(ids, probs, np.full(2, 0.5))
         sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
 
@@ -635,6 +678,10 @@ def _kernel_warm_ups() -> list:
             verify_prepared(method, p, ids, probs, draws, np.full(len(draws) + 1, 0.5))
             verify_prepared_with_candidate(method, p, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
             verify_prepared_with_candidate(method, p, 4, None, None, _NO_DRAWS, np.full(2, 0.5))  # lookup only
+            pids, pprobs = sampling.probs_sparse(row, 1.0, 3)
+            verify_prepared_sparse(method, pids, pprobs, -1, ids, probs, draws, np.full(len(draws) + 1, 0.5))
+            verify_prepared_sparse(method, pids, pprobs, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
+            verify_prepared_sparse(method, pids, pprobs, 4, None, None, _NO_DRAWS, np.full(2, 0.5))
 
     return [distributions, draws, verification]
 
@@ -776,7 +823,7 @@ class Engine:
         depth and budget bound what it may choose."""
         from . import autotune
 
-        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None,
+        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
                                   row_s=self._auto_row_seconds())
 
     def _auto_curves(self):
@@ -815,31 +862,40 @@ class Engine:
         def measure():
             row = np.random.default_rng(0).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
             best = float("inf")
+            row.flags.writeable = False  # as the backend's rows
             for _ in range(5):
                 t = time.perf_counter()
-                p = sampling.probs_dense(row, 0.8, 40, 0.95, 0.05)
-                sampling.sample_dense(p, 0.5)
+                ids, probs = sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05)  # as _Generation._p
+                sampling.sample_sparse(ids, probs, 0.5)
                 sampling.probs_sparse(row, 0.8, 40, 0.95, 0.05, 64)
                 best = min(best, time.perf_counter() - t)
             return autotune.CostCurve((1,), (best,))
 
-        return self._measured(f"host-row:{self.n_vocab}", measure).seconds[0]
+        # v2: since the target's p is sparse (rows read once, no dense [V] vector)
+        return self._measured(f"host-row-v2:{self.n_vocab}", measure).seconds[0]
 
     def _cost_curve(self, model):
-        """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes."""
+        """Seconds of one decode of n rows of ``model``, measured with a chain of n nodes
+        after ``_CURVE_CONTEXT`` committed tokens (a reply's context rather than an empty
+        one: attention over it is part of every row's cost)."""
         from . import autotune
 
         def measure():
-            if model.n_past + max(autotune.ROW_COUNTS) + 1 > model.n_ctx:
-                model.reset()
+            context = max(0, min(_CURVE_CONTEXT, model.n_ctx - max(autotune.ROW_COUNTS) - 2))
+            model.reset()
+            if context:
+                model.sync_prefix([min(100 + i % 50, model.n_vocab - 1) for i in range(context + 1)])
 
             def rows(n):
                 model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
                 model.drop_uncommitted()
 
-            return autotune.measure_curve(rows)
+            curve = autotune.measure_curve(rows)
+            model.reset()
+            return curve
 
-        return self._measured(model.cost_key(), measure)
+        # v2: measured after a context, median of interleaved rounds
+        return self._measured("v2:" + model.cost_key(), measure)
 
     # ------------------------------------------------------------------ text
 

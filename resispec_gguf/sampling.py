@@ -28,6 +28,7 @@ __all__ = [
     "sample_iid",
     "sample_without_replacement",
     "sample_dense",
+    "sample_sparse",
     "token_logprob",
 ]
 
@@ -108,25 +109,111 @@ def _top_k_ids(logits, k, cand):
     return _top_k_heap(logits, cand, k)
 
 
-_STRIDE = 64
+_LANES = 64  # a row of V >= _GROUPED_V is read as [_LANES, V // _LANES] (+ a short tail)
+_GROUPED_V = 4096
 _NO_CAND = np.empty(0, np.int64)
 
 
-def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids that surely hold the row's k largest finite logits, found with NumPy's
-    vectorised passes; empty (meaning: all of them) when the shortcut does not apply.
+@njit(cache=True)
+def _scan_groups(logits, gmax, k):
+    """From the group maxima: ``(argmax, max, candidates, top)``.  ``candidates``: ascending
+    ids of the entries >= the k-th largest group maximum when ``top`` (only the groups that
+    reach it, and the tail past the last full group, are read); otherwise of the entries
+    equal to the maximum.  A NaN or infinite maximum is returned as found, with no
+    candidates."""
+    # logits: [V] float32; gmax: [G] float32, gmax[g] = max of logits[g::G][:_LANES]
+    V = logits.shape[0]
+    G = gmax.shape[0]
+    full = G * _LANES
+    m = -np.inf
+    for g in range(G):
+        v = gmax[g]
+        if v != v:
+            return 0, np.float64(v), _NO_CAND, False
+        if v > m:
+            m = v
+    for i in range(full, V):
+        v = logits[i]
+        if v != v:
+            return 0, np.float64(v), _NO_CAND, False
+        if v > m:
+            m = v
+    if not (m > -np.inf and m < np.inf):
+        return 0, np.float64(m), _NO_CAND, False
+    thr = m
+    top = False
+    if 0 < k <= G and V >= 256 * k:
+        t = np.partition(gmax, G - k)[G - k]
+        if t > -np.inf:
+            thr = t
+            top = True
+    n = 0
+    for g in range(G):
+        if gmax[g] >= thr:
+            for r in range(_LANES):
+                if logits[r * G + g] >= thr:
+                    n += 1
+    for i in range(full, V):
+        if logits[i] >= thr:
+            n += 1
+    out = np.empty(n, np.int64)
+    n = 0
+    for g in range(G):
+        if gmax[g] >= thr:
+            for r in range(_LANES):
+                if logits[r * G + g] >= thr:
+                    out[n] = r * G + g
+                    n += 1
+    for i in range(full, V):
+        if logits[i] >= thr:
+            out[n] = i
+            n += 1
+    out.sort()
+    best = out[0]
+    for j in range(n):  # the first (lowest id) maximum
+        if logits[out[j]] == m:
+            best = out[j]
+            break
+    return best, np.float64(m), out, top
 
-    The k-th largest of a subset never exceeds the k-th largest of the whole row, so the
-    k-th largest of every 64th entry is a threshold that keeps every answer, ties included.
+
+def _scan(logits, k: int) -> tuple[int, np.ndarray]:
+    """The row's argmax (first maximum) and ascending ids that surely hold its k largest
+    finite logits (empty: all of them, when the shortcut does not apply), from one read of
+    the row.  ``logits``: as ``_check_logits`` leaves it.
+
+    The row is viewed as ``[_LANES, G]`` and reduced over the lanes with NumPy's SIMD
+    maximum: G group maxima, each an entry of the row.  The k-th largest of any k entries
+    never exceeds the row's k-th largest, so the k-th largest group maximum is a threshold
+    that keeps every answer, ties included; only the ~k groups that reach it are read again.
+    The overall maximum is among them (or among the group maxima), so the argmax comes out
+    of the same pass.  NaN propagates through the maxima and +inf is their maximum, so both
+    are screened there too.
     """
     V = logits.shape[0]
-    if k <= 0 or V < 4096 or V < 256 * k:
+    if V < _GROUPED_V:
+        best = int(np.argmax(logits))  # argmax stops at the first NaN
+        _screen(logits, float(logits[best]))
+        return best, _NO_CAND
+    G = V // _LANES
+    gmax = logits[: G * _LANES].reshape(_LANES, G).max(axis=0)
+    best, m, cand, top = _scan_groups(logits, gmax, k)
+    _screen(logits, m)
+    return int(best), cand if top else _NO_CAND
+
+
+def _screen(logits, m: float) -> None:
+    """``ValueError`` for a row whose maximum ``m`` is NaN or +inf."""
+    if m != m or m == np.inf:
+        raise ValueError("logits contain NaN or +inf")
+
+
+def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ascending ids that surely hold the row's k largest finite logits; empty (meaning: all
+    of them) when the shortcut does not apply (see ``_scan``)."""
+    if k <= 0 or logits.shape[0] < _GROUPED_V or logits.shape[0] < 256 * k:
         return _NO_CAND
-    sample = logits[::_STRIDE]
-    thr = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
-    if not thr > -np.inf:
-        return _NO_CAND
-    return np.flatnonzero(logits >= thr)
+    return _scan(logits, k)[1]
 
 
 @njit(cache=True)
@@ -338,12 +425,30 @@ def _sample_dense(p, u):
     return last
 
 
+@njit(cache=True)
+def _sample_by_id(ids, probs, u):
+    # Inverse CDF walked in ascending id order: the token sample_dense draws with the same u
+    # from the dense vector (up to round-off), whatever order (ids, probs) come in.
+    order = np.argsort(ids)
+    t = u * probs.sum()
+    c = 0.0
+    last = -1
+    for j in range(order.shape[0]):
+        v = probs[order[j]]
+        if v > 0.0:
+            c += v
+            last = order[j]
+            if c > t:
+                return ids[order[j]]
+    return ids[last]
+
+
 # --------------------------------------------------------------------------- wrappers
 
 
-def _check_logits(logits: np.ndarray, need_finite: bool = True) -> tuple[np.ndarray, int]:
-    """The row as a contiguous, read-only float32 array and its argmax (first maximum), in
-    one pass.
+def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.ndarray]:
+    """The row as a contiguous, read-only float32 array, its argmax (first maximum) and the
+    candidates of its k largest logits (``_scan``), in one read of the row.
 
     Read-only always: Numba compiles one version of a kernel per argument type, and a
     read-only array is another type.  The backend's rows are read-only views of llama.cpp's
@@ -357,15 +462,10 @@ def _check_logits(logits: np.ndarray, need_finite: bool = True) -> tuple[np.ndar
     if logits.flags.writeable:
         logits = logits.view()  # the caller's array stays writable
         logits.flags.writeable = False
-    # argmax stops at the first NaN, so the value it points to screens NaN, +inf and an
-    # all -inf row in the same pass
-    best = int(np.argmax(logits))
+    best, cand = _scan(logits, k)
     if not np.isfinite(logits[best]):
-        if np.isnan(logits[best]) or np.isposinf(logits).any():
-            raise ValueError("logits contain NaN or +inf")
-        if need_finite:
-            raise ValueError("logits have no finite entry")
-    return logits, best
+        raise ValueError("logits have no finite entry")
+    return logits, best, cand
 
 
 def _row_normaliser(logits, temperature):
@@ -383,20 +483,22 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     ``top_k``/``cap`` of 0 mean no limit.  Requires a 1-D logits row with at least one finite
     entry; returns at least one token.
     """
-    logits, best = _check_logits(logits)
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
-    V = logits.shape[0]
+    V = np.shape(logits)[0] if np.ndim(logits) == 1 else 0
+    limit = max(top_k if 0 < top_k < V else 0, cap if 0 < cap < V else 0) if temperature > 0 else 0
+    logits, best, cand = _check_logits(logits, limit)
     z_row = -1.0
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
         # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
         z_row = _row_normaliser(logits, temperature)
-    limit = max(top_k if 0 < top_k < V else 0, cap if 0 < cap < V else 0)
-    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, _candidates(logits, limit))
+    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     """Sampling distribution of one logits row as a dense float64 ``[V]`` array."""
-    logits, best = _check_logits(logits)
+    top_k = int(top_k)
+    V = np.shape(logits)[0] if np.ndim(logits) == 1 else 0
+    logits, best, cand = _check_logits(logits, top_k if 0 < top_k < V and temperature > 0 else 0)
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and min_p <= 0.0:
         # a plain softmax: NumPy's vectorised exp is ~3x faster than Numba's scalar one here
         out = logits.astype(np.float64)
@@ -405,8 +507,6 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
         np.exp(out, out=out)
         out /= out.sum()
         return out
-    top_k = int(top_k)
-    cand = _candidates(logits, top_k if 0 < top_k < logits.shape[0] else 0)
     ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, -1.0, best, cand)
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
@@ -423,6 +523,12 @@ def sample_without_replacement(ids, probs, u) -> np.ndarray:
     return _sample_without_replacement(
         np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64)
     )
+
+
+def sample_sparse(ids, probs, u: float) -> int:
+    """One draw from the sparse distribution ``(ids, probs)``: the token ``sample_dense``
+    draws with the same ``u`` from the same distribution held densely (ascending id order)."""
+    return int(_sample_by_id(np.asarray(ids, np.int64), np.asarray(probs, np.float64), float(u)))
 
 
 def sample_dense(p, u: float) -> int:

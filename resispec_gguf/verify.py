@@ -70,6 +70,7 @@ __all__ = [
     "verify_prepared",
     "verify_with_candidate",
     "verify_prepared_with_candidate",
+    "verify_prepared_sparse",
     "verify_greedy",
     "schedule",
     "expected_acceptance",
@@ -380,6 +381,35 @@ def _verify_with_candidate(method, p, x0, qids, qp, draws, u):
 
 
 @njit(cache=True)
+def _verify_sparse(method, pids, pp, x0, qids, qp, draws, u):
+    """``_verify`` (x0 < 0) or ``_verify_with_candidate`` for a sparse target ``(pids, pp)``,
+    run on the node's own small vocabulary: the ascending union of supp p, the q ids, the
+    draws and x0.  Every token outside it has p = q = 0, is never a candidate and carries
+    no mass in any residual, and renumbering the rest in ascending order keeps every
+    inverse-CDF walk in the same token order: the kernels see the same distributions on
+    fewer ids, and the output (token, index) is the one a dense p would give, up to the
+    round-off of summing in another grouping."""
+    # pids, pp: [m]; qids, qp: [n]; draws: [K]; u: [K + 1], or [K + 2] with x0 >= 0
+    m, n, k = pids.shape[0], qids.shape[0], draws.shape[0]
+    every = np.empty(m + n + k + 1, np.int64)
+    every[:m] = pids
+    every[m:m + n] = qids
+    every[m + n:m + n + k] = draws
+    every[m + n + k] = pids[0] if x0 < 0 else x0
+    space = np.unique(every)  # sorted
+    p = np.zeros(space.shape[0], np.float64)
+    for j in range(m):
+        p[np.searchsorted(space, pids[j])] = pp[j]
+    qc = np.searchsorted(space, qids)
+    dc = np.searchsorted(space, draws)
+    if x0 >= 0:
+        tok, idx = _verify_with_candidate(method, p, np.searchsorted(space, x0), qc, qp, dc, u)
+    else:
+        tok, idx = _verify(method, p, qc, qp, dc, u)
+    return space[tok], idx
+
+
+@njit(cache=True)
 def _optimal(rs, qc, pc, k):
     best = 1.0
     for j in range(rs.shape[0] + 1):
@@ -537,6 +567,21 @@ def verify_prepared_with_candidate(method: str, p, x0: int, qids, qprobs, draws,
     if qids is None:
         qids, qprobs = _NO_IDS, _NO_PROBS
     tok, idx = _verify_with_candidate(_CODE[method], p, x0, qids, qprobs, draws, u)
+    return int(tok), int(idx)
+
+
+def verify_prepared_sparse(method: str, pids, pprobs, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
+    """``verify_prepared`` (``x0`` < 0) or ``verify_prepared_with_candidate`` (``x0`` >= 0)
+    with the target given sparsely, ``(pids [m], pprobs [m])`` from ``sampling.probs_sparse``
+    (m >= 1): no work grows with the vocabulary.  Same law and, up to round-off, the same
+    result as the dense call with the same uniforms (see ``_verify_sparse``).  No input
+    validation: what ``verify_prepared_with_candidate`` requires, ``u`` of ``len(draws) + 1``
+    entries without x0 and ``+ 2`` with it; ``qids``/``qprobs`` may be None when there are no
+    draws.
+    """
+    if qids is None:
+        qids, qprobs = _NO_IDS, _NO_PROBS
+    tok, idx = _verify_sparse(_CODE[method], pids, pprobs, int(x0), qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 

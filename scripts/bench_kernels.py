@@ -7,6 +7,13 @@ Numba cache takes under 2 s.  Nothing is asserted; the table is printed (and opt
 written as JSON).
 
     python scripts/bench_kernels.py [--reps 200] [--vocab 151936] [--json OUT]
+    python scripts/bench_kernels.py --steps --vocab 32000,151936,262144
+
+``--steps`` times the engine's host work per step instead: whole generations through
+``Engine`` on fake models that return precomputed Zipf-like rows of the given vocabulary at
+no model cost, so everything but a few microseconds of list handling in the fake's decode is
+what ``bench`` reports as overhead_ms_per_step (logits -> distributions, draws,
+verification, the tree, the loop), for plain decoding and the issue's tree shapes.
 """
 
 from __future__ import annotations
@@ -269,9 +276,124 @@ def run(v, reps, k, cap, seed):
     return rows
 
 
+# --------------------------------------------------------------------------- host work per step
+
+
+class _PoolModel:
+    """A ``protocol.ModelBackend`` at no model cost: after token t the row is
+    ``pool[t % len(pool)]`` (read-only float32 [V], as the real backend's rows)."""
+
+    def __init__(self, pool, n_ctx=4096, n_seq_max=98):
+        self.pool = pool
+        self.n_vocab = pool[0].shape[0]
+        self.n_ctx, self.n_seq_max, self.n_threads = n_ctx, n_seq_max, 1
+        self.cached, self.nodes = [], []
+
+    @property
+    def n_past(self):
+        return len(self.cached)
+
+    def sync_prefix(self, tokens):
+        self.nodes = []
+        self.cached = list(tokens[:-1])
+        return 0
+
+    def decode(self, tokens, parents, want_logits=None):
+        self.nodes += list(tokens)
+        want = [True] * len(tokens) if want_logits is None else want_logits
+        return [self.pool[int(t) % len(self.pool)] for t, w in zip(tokens, want) if w]
+
+    def commit(self, path):
+        self.cached += [self.nodes[i] for i in path]
+        self.nodes = []
+
+    def drop_uncommitted(self):
+        self.nodes = []
+
+    def reset(self):
+        self.cached, self.nodes = [], []
+
+    def is_eog(self, token):
+        return False
+
+    def token_piece(self, token):
+        return b"x"
+
+    def cost_key(self):
+        return f"pool:{self.n_vocab}"
+
+
+STEP_SHAPES = (
+    ("plain", dict(method="none")),
+    ("chain d5", dict(method="chain", depth=5, budget=5)),
+    ("resispec K4 d5 b12", dict(method="resispec", draws=4, depth=5, budget=12)),
+    ("resispec K4 d6 b64", dict(method="resispec", draws=4, depth=6, budget=64)),
+)
+STEP_SAMPLING = (
+    ("default sampling", dict()),  # T 0.8, top-k 40, top-p 0.95, min-p 0.05
+    ("full distribution", dict(top_k=0, top_p=1.0, min_p=0.0)),
+)
+
+
+def run_steps(v, tokens, seed, n_rows=16):
+    """``[{"vocab", "sampling", "shape", "overhead_ms_per_step", "nodes_per_step", "tau"}]``."""
+    from resispec_gguf.config import DraftParams, SamplingParams
+    from resispec_gguf.engine import Engine
+
+    rng = np.random.default_rng(seed)
+    tgt = [zipf_logits(rng, v) for _ in range(n_rows)]
+    dft = [draft_logits(rng, t, noise=0.5) for t in tgt]
+    for r in tgt + dft:
+        r.flags.writeable = False
+    engine = Engine(_PoolModel(tgt), _PoolModel(dft))
+    engine.prepare()
+    out = []
+    for sname, skw in STEP_SAMPLING:
+        for name, dkw in STEP_SHAPES:
+            sp, dp = SamplingParams(max_tokens=tokens, seed=seed, **skw), DraftParams(**dkw)
+            engine.generate([1, 2, 3], sp.replace(max_tokens=8), dp)  # warm-up
+            best = None
+            for rep in range(3):  # the quietest of three generations
+                st = engine.generate([1, 2, 3], sp.replace(seed=seed + rep), dp).stats
+                ms = 1000 * st.overhead_time / st.steps
+                if best is None or ms < best[0]:
+                    best = (ms, st)
+            ms, st = best
+            out.append({"vocab": v, "sampling": sname, "shape": name, "overhead_ms_per_step": ms,
+                        "nodes_per_step": st.nodes_per_step, "tau": st.tau})
+    return out
+
+
+def main_steps(args):
+    import tempfile
+
+    # the fake models' cost curves stay out of the user's cache
+    os.environ["RESISPEC_COSTS"] = os.path.join(tempfile.mkdtemp(), "costs.json")
+    if args.cpu_time:  # the engine's clock becomes this process's CPU time: steadier on a shared machine
+        time.perf_counter = time.process_time
+    pinned = False if args.no_mallopt else pin_malloc()
+    vocabs = [int(x) for x in str(args.vocab).split(",")]
+    rows = [r for v in vocabs for r in run_steps(v, args.tokens, args.seed)]
+    print(f"host work per step (ms{', CPU time' if args.cpu_time else ''}), best of 3 generations of {args.tokens} tokens; "
+          f"malloc thresholds {'pinned' if pinned else 'glibc default'}")
+    print(f"{'sampling':<18} {'shape':<20} " + " ".join(f"{'V=' + str(v):>10}" for v in vocabs) + "   nodes  tau")
+    for sname, _ in STEP_SAMPLING:
+        for name, _ in STEP_SHAPES:
+            cells = [r for r in rows if r["sampling"] == sname and r["shape"] == name]
+            print(f"{sname:<18} {name:<20} " + " ".join(f"{r['overhead_ms_per_step']:>10.3f}" for r in cells)
+                  + f"   {cells[-1]['nodes_per_step']:5.1f} {cells[-1]['tau']:4.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tokens": args.tokens, "malloc_pinned": pinned, "steps": rows}, f, indent=1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=QWEN_VOCAB)
+    ap.add_argument("--vocab", default=str(QWEN_VOCAB), help="vocabulary size (--steps: comma-separated sizes)")
+    ap.add_argument("--steps", action="store_true", help="time the engine's host work per step instead (see above)")
+    ap.add_argument("--tokens", type=int, default=96, help="--steps: tokens per generation")
+    ap.add_argument("--cpu-time", action="store_true", help="--steps: time with the process's CPU clock "
+                                                            "(steadier when other processes share the cores)")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--k", type=int, default=16, help="iid draws per node")
     ap.add_argument("--cap", type=int, default=64, help="draft support cap")
@@ -280,6 +402,9 @@ def main(argv=None):
     ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     ap.add_argument("--no-mallopt", action="store_true", help="keep glibc's adaptive malloc thresholds")
     args = ap.parse_args(argv)
+    if args.steps:
+        return main_steps(args)
+    args.vocab = int(args.vocab)
 
     pinned = False if args.no_mallopt else pin_malloc()
     rows = run(args.vocab, args.reps, args.k, args.cap, args.seed)

@@ -42,17 +42,41 @@ def test_every_request_starts_with_a_probe_and_backs_off_when_it_loses():
     plan = tuner.choose()
     assert plan.kind == "lookup"
     tuner.observe_step(plan, 1, 10.0)
-    # plain for the back-off stretch, then a re-probe; a second loss doubles the stretch
+    # the draft's candidates were accepted, so a chain could still win here: plain for the
+    # back-off stretch, then a re-probe; a second loss doubles the stretch
+    for _ in range(30):
+        tuner.observe_node(True)
     choices = [tuner.choose() for _ in range(4)]
     assert choices[:3] == [None] * 3 and choices[3] is not None
     tuner.observe_step(choices[3], 1, 10.0)
     stretch = 0
-    while (p := tuner.choose()) is None:
+    while (p := tuner.choose()) is None or p.kind != choices[3].kind:
         stretch += 1
+        if p is not None:  # the other kind's re-probe, due too: it loses as well
+            tuner.observe_step(p, 1, 10.0)
     assert stretch >= 7
     # a winning probe keeps it speculating
     tuner.observe_step(p, 40, 1.0)
     assert all(tuner.choose() is not None for _ in range(5))
+
+
+def test_no_re_probe_where_the_learnt_acceptance_cannot_win():
+    """On the CPU's costs, candidates accepted at the prior's rate cannot beat plain decoding:
+    after the start's probes lose, auto stays plain (each stretch is waited out again)."""
+    tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
+    assert tuner.expected_case("draft") < tuner.plain_rate < tuner.best_case("draft")
+    for _ in range(2):
+        tuner.observe_step(tuner.choose(), 1, 10.0)
+    plans = [tuner.choose() for _ in range(300)]
+    assert not any(p is not None and p.kind == "draft" for p in plans)
+    # lookup's prior (long copy runs accepted at 0.7) may still win on these costs: it is re-probed
+    assert any(p is not None and p.kind == "lookup" for p in plans)
+    # a GPU-like machine: the same acceptance wins, and re-probes happen
+    gpu = autotune.AutoTuner(GPU_T, GPU_D, LIMITS)
+    assert gpu.expected_case("draft") > gpu.plain_rate
+    for _ in range(2):
+        gpu.observe_step(gpu.choose(), 1, 10.0)
+    assert any(gpu.choose() is not None for _ in range(30))
 
 
 def test_growth_rule_expands_confident_children_and_stops_at_unlikely_ones():
@@ -124,3 +148,17 @@ def test_cost_curve_cache_roundtrip(tmp_path):
     autotune.store_cached_curve(cache, key, curve)
     assert autotune.load_cached_curve(cache, key) == curve
     assert curve(3) == pytest.approx((curve.seconds[1] + curve.seconds[2]) / 2)
+
+
+def test_summary_shows_predicted_and_measured_step_times():
+    from resispec_gguf.autotune import AutoTuner, CostCurve
+    from resispec_gguf.config import DraftParams
+
+    curve = CostCurve((1, 2, 4), (0.010, 0.011, 0.012))
+    tuner = AutoTuner(curve, curve, DraftParams(), overhead_s=0.0)
+    plan = tuner.choose()
+    tuner.record_time(plan, 0.030)
+    tuner.record_time(None, 0.012)
+    tuner.record_time(None, 0.014)
+    text = tuner.summary()
+    assert f"{plan.kind} {1000 * plan.cost:.1f}/30.0 ms over 1" in text and "none 10.0/13.0 ms over 2" in text

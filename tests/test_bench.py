@@ -121,3 +121,68 @@ def test_analyze_command_needs_a_draft(tiny_pair):
     with Engine.load(str(tiny_pair[0]), "", n_ctx=128, n_threads=1, progress=False) as e:
         with pytest.raises(UserError, match="needs a draft"):
             bench.analyze_command(e, ModelParams(), bench.WORKLOADS["chat"][:1], [1.0], [1], max_tokens=2, cap=0, seed=0)
+
+
+# --------------------------------------------------------------------------- bench --sweep
+
+
+def test_sweep_grid_is_the_issue_s_grid():
+    full = dict(bench.sweep_grid("full", DraftParams(draft_support=32)))
+    assert len(full) == 1 + 8 + 3 + 24 + 1 and list(full)[0] == "none" and list(full)[-1] == "auto"
+    assert {(d.depth, d.lookup) for d in full.values() if d.method == "chain" and d.use_draft} == \
+        {(depth, look) for depth in (1, 2, 3, 5) for look in (False, True)}
+    lookups = [d for d in full.values() if not d.use_draft]
+    assert [(d.method, d.depth, d.lookup) for d in lookups] == [("chain", n, True) for n in (4, 8, 16)]
+    assert {(d.draws, d.depth, d.budget, d.lookup) for d in full.values() if d.method == "resispec"} == \
+        {(k, depth, b, look) for k in (2, 4) for depth in (3, 5) for b in (8, 16, 32) for look in (False, True)}
+    assert all(d.draft_support == 32 for d in full.values())  # what the grid does not set is the user's
+    quick = dict(bench.sweep_grid("quick", DraftParams()))
+    assert set(quick) < set(full) and "auto" in quick and "lookup-8" in quick
+    with pytest.raises(UserError, match="unknown sweep"):
+        bench.sweep_grid("huge", DraftParams())
+
+
+def test_reproduce_command_names_what_differs():
+    grid = dict(bench.sweep_grid("full", DraftParams()))
+    model = ModelParams(target="t.gguf", draft="d.gguf", n_threads=1)
+    cmd = bench.reproduce_command(model, SamplingParams(top_k=0), grid["resispec-K4d5b32+lk"], 0.6)
+    assert cmd == ("python -m resispec_gguf generate --target t.gguf --draft d.gguf --threads 1 --temp 0.6 --top-k 0 "
+                   "--method resispec --draws 4 --depth 5 --budget 32 --lookup")
+    cmd = bench.reproduce_command(model, SamplingParams(), grid["lookup-16"], 0.8)
+    assert "--draft ''" in cmd and cmd.endswith("--method chain --depth 16 --budget 16 --lookup")
+    assert bench.reproduce_command(model, SamplingParams(), grid["none"], 0.8).endswith("--threads 1 --method none")
+    # the flags parse back into the same settings
+    from resispec_gguf import cli, flags
+    import shlex
+
+    args = cli.build_parser().parse_args(shlex.split(cmd)[3:])
+    assert flags.from_args(DraftParams, args) == grid["lookup-16"].replace(use_draft=True)
+    assert flags.from_args(ModelParams, args).draft == ""
+
+
+def test_sweep_runs_every_setting_and_names_the_best(engine, capsys):
+    report = bench.bench_command(engine, ModelParams(target="t.gguf", draft="d.gguf"),
+                                 {"code": bench.WORKLOADS["code"][:2]}, None, [0.8],
+                                 SamplingParams(max_tokens=6, seed=0), DraftParams(), sweep="quick")
+    names = [n for n, _ in bench.sweep_grid("quick", DraftParams())]
+    assert report["config"]["methods"] == names and set(report["config"]["settings"]) == set(names)
+    (block,) = report["results"]
+    assert list(block["methods"]) == names and "runs" not in block
+    best = block["best"]
+    fixed = {n: m["speedup_vs_none"] for n, m in block["methods"].items() if n != "auto"}
+    assert best["setting"] in fixed and best["speedup_vs_none"] == max(fixed.values())
+    assert best["auto_vs_none"] == block["methods"]["auto"]["speedup_vs_none"] and best["auto_vs_best"] > 0
+    assert best["command"].startswith("python -m resispec_gguf generate --target t.gguf")
+    # lookup alone never called the draft model, though one is loaded
+    assert block["methods"]["lookup-8"]["draft_ms_per_step"] == 0.0
+    out = capsys.readouterr().out
+    assert "best fixed setting" in out and best["command"] in out
+
+
+def test_sweep_without_a_draft_keeps_what_runs(tiny_pair):
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(tiny_pair[0]), "", n_ctx=256, n_threads=1, progress=False) as e:
+        results, params = bench.run_sweep(e, {"code": bench.WORKLOADS["code"][:1]}, "quick", [1.0],
+                                          SamplingParams(max_tokens=4, seed=0), DraftParams(), progress=False)
+    assert list(params) == ["none", "lookup-8", "auto"]

@@ -137,6 +137,25 @@ def bench_report(temperatures, methods):
     return check
 
 
+def swept(r, tmp):
+    """``--sweep quick``: the table of every setting, then per workload the best and the command
+    that reproduces it, which parses back into that setting; the report says the same."""
+    from resispec_gguf import bench
+
+    names = [n for n, _ in bench.sweep_grid("quick", DraftParams())]
+    table, summary = r.stdout.split("\nbest fixed setting", 1)
+    bench_table(["prompts"], [0.5], names)(argparse.Namespace(stdout=table), tmp)
+    report = json.loads((tmp / "sweep.json").read_text())
+    assert report["config"]["sweep"] == "quick" and report["config"]["methods"] == names
+    (block,) = report["results"]
+    best = block["best"]
+    assert f"prompts T=0.5: best {best['setting']} " in summary and best["command"] in summary
+    argv = best["command"].split()[3:]
+    assert argv[0] == "generate" and "--threads" in argv
+    args = cli.build_parser().parse_args([a.strip("'") for a in argv])
+    assert flags.from_args(DraftParams, args).method == best["draft_params"]["method"]
+
+
 def plotted(r, tmp):
     assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -224,6 +243,8 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("bench-schema", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
                               "0.5", "--json-schema", '{"type": "object"}'),
              bench_table(["prompts"], [0.5], ["none", "chain", "none+schema", "chain+schema"])),
+        Case("bench-sweep", ("bench", *pair, "--prompts", prompts, "--sweep", "quick", "-n", "3", "--temperature",
+                             "0.5", "--json", str(tmp / "sweep.json")), swept),
         Case("bench-plot", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
                             "0.5", "--plot", str(tmp / "bench.png")), plotted, needs="matplotlib"),
         Case("analyze-defaults", ("analyze", *pair), analysis([1.0, 0.6], [1, 4, 16])),
@@ -483,7 +504,7 @@ REFUSED_AT_RUN = {
 # Each command's own options (not settings): values their parsers refuse.
 REFUSED_OWN = {
     "temperature": ["-1", "500"], "repeat": ["0"], "k": ["1,0", "1,65"], "draft_support": ["-1"],
-    "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"],
+    "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"], "sweep": ["huge"],
     "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"],
 }
 # Flags that take any value.

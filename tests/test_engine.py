@@ -161,7 +161,7 @@ def test_eos_inside_accepted_run_stops_there(engine, monkeypatch):
     cut = ref.tokens.index(stop_tok)
     orig = engine.target.is_eog
     monkeypatch.setattr(engine.target, "is_eog", lambda t: t == stop_tok or orig(t))
-    res = engine.generate("End of generation", sp, DraftParams(depth=6, budget=20))
+    res = engine.generate("End of generation", sp, DraftParams(method="resispec", depth=6, budget=20))
     assert res.tokens == ref.tokens[:cut]
     assert res.finish_reason == "eos"
     assert res.stats.steps < cut + 1  # it did speculate
@@ -271,3 +271,18 @@ def test_draft_params_are_checked_against_the_models(tiny_pair, engine):
             e.check_draft_params(ok)
         with pytest.raises(UserError, match="needs a draft"):
             e.check_draft_params(DraftParams(method="specinfer"))
+
+
+def test_use_draft_off_drafts_from_the_context_alone(engine):
+    """``use_draft=False`` with a draft loaded: lookup chains, no draft call, the plain output
+    when greedy (as with no draft model at all)."""
+    sp = SamplingParams(temperature=0.0, max_tokens=40)
+    prompt = "abc abc abc abc abc abc"
+    ref = engine.generate(prompt, sp, DraftParams(method="none"))
+    for dp in (DraftParams(method="chain", lookup=True, use_draft=False), DraftParams(method="auto", use_draft=False)):
+        res = engine.generate(prompt, sp, dp)
+        assert res.tokens == ref.tokens, dp
+        assert res.stats.draft_calls == 0 and res.stats.draft_time == 0.0
+        assert set(res.stats.steps_by_kind) <= {"lookup", "none"}
+    with pytest.raises(ConfigError, match="a tree needs lookup"):
+        DraftParams(method="resispec", use_draft=False)

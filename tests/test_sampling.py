@@ -396,3 +396,38 @@ def test_vectorised_prefilter_keeps_the_top_k_at_qwen_vocabulary():
             rids, rprobs = ref_probs(x, cap=64, **kw)
             np.testing.assert_array_equal(ids, rids)
             np.testing.assert_allclose(probs, rprobs, rtol=RTOL, atol=ATOL)
+
+
+def test_one_read_scan_finds_argmax_and_top_k_with_a_tail():
+    """``_scan`` (grouped maxima): the first maximum and candidates holding the top k, for
+    V that is not a multiple of the lane count, maxima tied across groups and in the tail,
+    and bad entries anywhere."""
+    from resispec_gguf.sampling import _LANES, _check_logits
+
+    rng = np.random.default_rng(5)
+    for V in (4096, 5000, 32_000 + 37, 151_936):
+        for trial in range(4):
+            x = rng.normal(0, 2, V).astype(np.float32)
+            if trial == 1:
+                x = np.round(x, 1)
+            if trial == 2:  # the maximum twice: in a late group and in the tail
+                x[V - 1] = x[V // 2] = x.max() + 1
+            if trial == 3:  # the maximum in two groups, the later group holding the lower id
+                G = V // _LANES
+                x[5 * G + 3] = x[2 * G + 7] = x.max() + 1
+            _, best, _ = _check_logits(x)
+            assert best == int(np.argmax(x)), (V, trial)
+            for k in (1, 16, 40):
+                _, best, cand = _check_logits(x, k)
+                assert best == int(np.argmax(x))
+                assert (cand.shape[0] >= k if V >= 256 * k else cand.shape[0] == 0) and np.all(np.diff(cand) > 0)
+                np.testing.assert_array_equal(_top_k_ids(x, k, cand), ref_order(x)[:k])
+        for bad in (np.nan, np.inf):
+            for where in (0, V // 3, V - 1):
+                y = rng.normal(0, 2, V).astype(np.float32)
+                y[where] = bad
+                with pytest.raises(ValueError, match="NaN or"):
+                    probs_sparse(y, 0.8, 40, 0.95, 0.05, 64)
+        y = np.full(V, -np.inf, np.float32)
+        with pytest.raises(ValueError, match="no finite"):
+            probs_dense(y, 0.8, 40)

@@ -857,3 +857,94 @@ def test_verify_with_candidate_accepts_lookup_only_nodes():
     for qids, qprobs in ((None, None), ([], []), ([0, 1], [0.5, 0.5])):
         assert verify.verify_with_candidate("rrs", p, 2, qids, qprobs, [], [0.9, 0.99]) == (1, -1)
     assert verify.verify_with_candidate("chain", p, np.int64(2), None, None, np.array([], np.int64), [0.1, 0.0]) == (2, 0)
+
+
+# --------------------------------------------------------------------------- a sparse target
+
+
+def _spread(v, stride=3):
+    """Token i of a small case becomes ``stride * i + 1`` of a vocabulary with tokens of
+    p = q = 0 around and between them."""
+    return stride * np.arange(v) + 1, stride * v + 2
+
+
+def _sparse_target(p_big):
+    """``(pids, pprobs)`` as ``sampling.probs_sparse`` gives them: the support of p, by
+    probability descending."""
+    ids = np.flatnonzero(p_big)
+    order = np.lexsort((ids, -p_big[ids]))
+    return ids[order].astype(np.int64), p_big[ids[order]]
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_sparse_target_enumeration_is_exact(method):
+    """``verify_prepared_sparse`` (the node's own small vocabulary) has the law p on the
+    kernel cases, the cases with q = 0 entries, and with a candidate first (K = 0..3,
+    candidates outside supp p and supp q), in a vocabulary with unused tokens around."""
+    for name, p, q, k in KERNEL_CASES:
+        k = 1 if method == "chain" else k
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        qids = np.flatnonzero(qb)
+
+        def run(d, u):
+            return verify.verify_prepared_sparse(method, pids, pp, -1, qids, qb[qids], d, u)
+
+        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, name, err)
+    for name, p, q, k, qids, qp in ZERO_Q_CASES:
+        k = 1 if method == "chain" else k
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        bq = where[qids]
+
+        def run(d, u):
+            return verify.verify_prepared_sparse(method, pids, pp, -1, bq, qp, d, u)
+
+        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, "zero q", name, err)
+    for i, (name, p, q, k, x0) in enumerate(CANDIDATE_CASES):
+        if method == "chain" and k > 1:
+            continue
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        qids = np.flatnonzero(qb)
+        support = (None, None) if k == 0 and i % 2 else (qids, qb[qids])
+        bx0 = int(where[x0]) if i % 7 else V - 1  # some candidates have p = q = 0
+
+        def run(d, u):
+            return verify.verify_prepared_sparse(method, pids, pp, bx0, support[0], support[1], d, u)
+
+        err = np.abs(candidate_distribution(method, pb, bx0, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, "candidate", name, err)
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_sparse_target_gives_the_dense_result(method):
+    """Same uniforms, same (token, index) as the dense kernels at a Qwen-sized vocabulary."""
+    from resispec_gguf import sampling
+
+    rng = np.random.default_rng(9)
+    V, k = 151_936, 1 if method == "chain" else 4
+    for trial in range(60):
+        x = (rng.normal(0, 2.5, V) + 8 * (rng.random(V) < 1e-4)).astype(np.float32)
+        d = (x + rng.normal(0, 1.0, V)).astype(np.float32)
+        pids, pp = sampling.probs_sparse(x, 0.8, 40, 0.95, 0.05)
+        p = sampling.probs_dense(x, 0.8, 40, 0.95, 0.05)
+        qids, qp = sampling.probs_sparse(d, 0.8, 40, 0.95, 0.05, 64)
+        sample = sample_without_replacement if method == "rrs" else sample_iid
+        draws = sample(qids, qp, rng.random(k))
+        x0 = int(rng.choice(pids)) if trial % 3 == 0 else (int(rng.integers(V)) if trial % 3 == 1 else -1)
+        u = rng.random(len(draws) + (2 if x0 >= 0 else 1))
+        if x0 >= 0:
+            dense = verify.verify_prepared_with_candidate(method, p, x0, qids, qp, draws, u)
+        else:
+            dense = verify.verify_prepared(method, p, qids, qp, draws, u)
+        assert verify.verify_prepared_sparse(method, pids, pp, x0, qids, qp, draws, u) == dense, trial
+        assert sampling.sample_sparse(pids, pp, u[-1]) == sampling.sample_dense(p, u[-1])
