@@ -542,9 +542,10 @@ def token_logprob(logits, token: int, n_top: int = 0) -> tuple[float, np.ndarray
     tokens with theirs: ``(logprob, top_ids, top_logprobs)``, ``top_*`` ``[min(n_top, #finite)]``
     sorted by log-probability descending (ties: lower id first).  A token whose logit is
     -inf gets -inf."""
-    logits, best = _check_logits(logits)
+    n_top = int(n_top)
+    logits, best, cand = _check_logits(logits, n_top if 0 < n_top < np.shape(logits)[-1] else 0)
     lse = float(logits[best]) + math.log(_row_normaliser(logits, 1.0))  # log sum exp, in float64
-    ids = _top_k_ids(logits, int(n_top), _candidates(logits, int(n_top))) if n_top > 0 else _NO_CAND
+    ids = _top_k_ids(logits, n_top, cand) if n_top > 0 else _NO_CAND
     return float(logits[int(token)]) - lse, ids, logits[ids].astype(np.float64) - lse
 
 
