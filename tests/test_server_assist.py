@@ -91,7 +91,13 @@ def test_streamed_chat_logprobs_concatenate_to_the_full_list(client, stop):
     full = client.chat.completions.create(**kw).choices[0].logprobs.content
     chunks = list(client.chat.completions.create(**kw, stream=True))
     streamed = [item for c in chunks if c.choices and c.choices[0].logprobs for item in c.choices[0].logprobs.content]
-    assert [i.model_dump() for i in streamed] == [i.model_dump() for i in full]
+    # the same tokens with the same values (the second request reuses the prompt's KV cache, so
+    # rows may differ in the last bits and alternatives tied at the top may swap)
+    assert [i.token for i in streamed] == [i.token for i in full]
+    for a, b in zip(streamed, full):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4) and a.bytes == b.bytes
+        assert sorted(t.logprob for t in a.top_logprobs) == pytest.approx(sorted(t.logprob for t in b.top_logprobs),
+                                                                          abs=1e-4)
     assert chunks[0].choices[0].logprobs is None  # the role chunk has no token
 
 
@@ -109,7 +115,17 @@ def test_completion_logprobs_legacy_shape(client, plain_server):
     chunks = list(client.completions.create(**kw, logprobs=2, stream=True))
     for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         got = [x for c in chunks if c.choices and c.choices[0].logprobs for x in getattr(c.choices[0].logprobs, field)]
-        assert got == getattr(lp, field), field
+        want = getattr(lp, field)
+        if field == "top_logprobs":
+            # the second request reuses the prompt's KV cache, so rows may differ in the last
+            # bits, and two alternatives tied at the top may swap: compare the values
+            got = [sorted(d.values()) for d in got]
+            want = [sorted(d.values()) for d in want]
+            assert len(got) == len(want) and all(g == pytest.approx(w, abs=1e-4) for g, w in zip(got, want)), field
+        elif field == "token_logprobs":
+            assert got == pytest.approx(want, abs=1e-4), field
+        else:
+            assert got == want, field
     # off: null, as before
     assert client.completions.create(**kw).choices[0].logprobs is None
     raw = httpx.post(f"{plain_server}/v1/completions", json={**kw, "logprobs": 0}).json()
