@@ -10,7 +10,6 @@ little change.  Built on the engine's public API only.
 from __future__ import annotations
 
 import codecs
-import json
 import math
 import time
 import uuid
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from . import tools as _tools
+from .chat_format import check_messages
 from .config import DraftParams, SamplingParams
 from .errors import FieldError
 
@@ -95,26 +95,21 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     ``check_chat_options``' result when the caller has it already."""
     req, schema = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
                                                 functions, function_call)
-    if not req.active and not any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
-                                  for m in (messages if isinstance(messages, list) else [])):
+    tool_messages = any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
+                        for m in (messages if isinstance(messages, list) else []))
+    fmt = None
+    if req.active or tool_messages:  # the format renders tools, earlier calls and their results
+        fmt = engine.tool_format()
+        msgs, shown = _tools.prepare_messages(check_messages(messages), req, fmt)
+        prompt = engine.chat_tokens(msgs, tools=shown)
+    else:
         prompt = engine.chat_tokens(messages)
-        constraint = engine.compile_constraint(json_schema=schema) if schema is not None else None
-        return ChatPlan(prompt, constraint)
-    fmt = engine.tool_format()
-    msgs, shown = _tools.prepare_messages(_checked_messages(messages), req, fmt)
-    prompt = engine.chat_tokens(msgs, tools=shown)
     constraint = None
     if req.active:
         constraint = engine.compile_constraint(grammar=fmt.grammar(req))
     elif schema is not None:
         constraint = engine.compile_constraint(json_schema=schema)
     return ChatPlan(prompt, constraint, req if req.active else None, fmt)
-
-
-def _checked_messages(messages):
-    from .chat_format import check_messages
-
-    return check_messages(messages)
 
 
 def finish_reason(engine_reason: str) -> str:
@@ -210,8 +205,7 @@ def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = No
         if parsed is not None:
             content, calls = parsed
             message = {"role": "assistant", "content": content or None, "tool_calls": [c.as_dict() for c in calls]}
-            if reason != "length":
-                reason = "tool_calls"
+            reason = _with_calls(reason)
         choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
     else:
         choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
@@ -238,6 +232,12 @@ def chunk_object(chat: bool, meta: dict, content: str | None, finish: str | None
     else:
         choice = {"index": 0, "text": content or "", "logprobs": logprobs, "finish_reason": finish}
     return {**_header(meta, "chat.completion.chunk" if chat else "text_completion"), "choices": [choice]}
+
+
+def _with_calls(reason: str) -> str:
+    """The finish_reason of a reply that made tool calls: "tool_calls", unless it was cut by
+    max_tokens ("length")."""
+    return reason if reason == "length" else "tool_calls"
 
 
 def tool_call_deltas(calls) -> list[list[dict]]:
@@ -417,14 +417,14 @@ def _stream_chunks(engine, plan: ChatPlan, sp, draft, meta, n_lp=None) -> Iterat
 
 
 def final_chunks(meta, held: ToolStream, result, *, usage_chunk: bool = False, with_usage: bool = True,
-                 chunk=None, logprobs: dict | None = None) -> Iterator[dict]:
-    """The chunks that end a streamed chat: held-back content or the tool calls, then the
-    chunk with finish_reason.  ``usage`` and ``speculative`` ride on that chunk, or with
+                 chunk=None, logprobs: dict | None = None, chat: bool = True) -> Iterator[dict]:
+    """The chunks that end a stream (a chat's, or with ``chat`` False a completion's):
+    held-back content or the tool calls, then the chunk with finish_reason.  ``usage`` and ``speculative`` ride on that chunk, or with
     ``usage_chunk`` (OpenAI's ``stream_options.include_usage``) on one more chunk with no
     choices; ``with_usage`` False leaves ``usage`` out.  ``chunk``: makes each chunk (default
     ``chunk_object`` for a chat).  ``logprobs``: those of the tokens no earlier chunk carried
     (held back, or a stop string's), on the finish_reason chunk."""
-    chunk = chunk or (lambda content, finish, **kw: chunk_object(True, meta, content, finish, **kw))
+    chunk = chunk or (lambda content, finish, **kw: chunk_object(chat, meta, content, finish, **kw))
     rest, calls = held.finish(result.text)
     if rest:
         yield chunk(rest, None)
@@ -432,12 +432,11 @@ def final_chunks(meta, held: ToolStream, result, *, usage_chunk: bool = False, w
     if calls is not None:
         for entries in tool_call_deltas(calls):
             yield chunk(None, None, tool_calls=entries)
-        if reason != "length":
-            reason = "tool_calls"
+        reason = _with_calls(reason)
     last = chunk(None, reason, logprobs=logprobs) if logprobs is not None else chunk(None, reason)
     if usage_chunk:
         yield last
-        last = {**chunk_object(True, meta, None, None), "choices": []}
+        last = {**chunk_object(chat, meta, None, None), "choices": []}
     if with_usage or usage_chunk:
         last["usage"] = usage(result)
     last["speculative"] = stats_dict(result)

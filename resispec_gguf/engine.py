@@ -711,6 +711,11 @@ class Engine:
         self._auto = cost_curves
         self._row_s = 0.0 if cost_curves is not None else None  # host seconds per row, for auto
         self.n_threads = target.n_threads
+        # built on the first constrained request: the grammar engine's vocabulary, compiled
+        # constraints (most recent last), the tool-call format
+        self._grammar_tokenizer = None
+        self._compiled: dict = {}
+        self._tool_format = None
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -1045,7 +1050,7 @@ class Engine:
         if (json_schema is None) == (grammar is None):
             raise TypeError("give exactly one of json_schema and grammar")
         text = g.json_schema_grammar(json_schema) if json_schema is not None else g.lark_grammar(grammar)
-        cache = self.__dict__.setdefault("_compiled", {})
+        cache = self._compiled
         compiled = cache.pop(text, None)
         if compiled is None:
             compiled = g.Grammar(self.grammar_tokenizer(), text, self.n_vocab)
@@ -1059,7 +1064,7 @@ class Engine:
         and whether the call markers are single special tokens of its vocabulary."""
         from . import tools
 
-        fmt = self.__dict__.get("_tool_format")
+        fmt = self._tool_format
         if fmt is None:
             def special(text: str) -> bool:
                 ids = self.target.tokenize(text, add_special=False, parse_special=True)
@@ -1073,7 +1078,7 @@ class Engine:
     def grammar_tokenizer(self):
         """The target vocabulary as the grammar engine reads it (built once, ~1 s at 152k
         tokens, then cached)."""
-        tok = getattr(self, "_grammar_tokenizer", None)
+        tok = self._grammar_tokenizer
         if tok is None:
             tok = self._grammar_tokenizer = self.target.grammar_tokenizer()
         return tok

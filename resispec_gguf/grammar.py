@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import UserError
+from .sampling import bitmask_from_ids
 
 __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "ANY_JSON_OBJECT"]
 
@@ -121,9 +122,7 @@ class Grammar:
         self.n_vocab = int(n_vocab)
         self.words = (max(self.n_vocab, tokenizer.vocab_size) + 31) // 32
         self.end_tokens = [int(t) for t in tokenizer.eos_tokens if 0 <= t < self.n_vocab]
-        self._end_mask = np.zeros(self.words, np.int32)
-        for t in self.end_tokens:
-            self._end_mask[t >> 5] |= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+        self._end_mask = bitmask_from_ids(self.end_tokens, 32 * self.words)
 
     def start(self) -> "GrammarState":
         """A fresh state at the start of a reply; ``GrammarError`` when nothing may come first."""

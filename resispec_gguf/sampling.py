@@ -582,10 +582,3 @@ def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
     bits = np.zeros(32 * ((n_vocab + 31) // 32), np.uint8)
     bits[np.asarray(list(ids), np.int64)] = 1
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
-
-
-def mask_ids(bitmask, n_vocab: int) -> np.ndarray:
-    """The token ids ``bitmask`` allows, ascending."""
-    words = np.ascontiguousarray(bitmask, dtype=np.int32)
-    n = min(n_vocab, 32 * words.shape[0])
-    return np.flatnonzero(np.unpackbits(words.view(np.uint8), count=n, bitorder="little"))

@@ -898,7 +898,7 @@ class _Server:
                 out["usage"] = None
             return out
 
-        held = api.ToolStream(job.plan)  # holds back what may be a tool call
+        held = api.ToolStream(job.plan)  # holds back what may be a tool call (chat only)
         try:
             if chat:
                 yield _sse(chunk("", None, role=True))
@@ -908,7 +908,7 @@ class _Server:
                     if lp is not None:  # (text, the logprobs of the tokens since the last piece)
                         value, entries = value
                         lp_pending += entries
-                    out = held.push(value) if chat else value
+                    out = held.push(value)
                     if out and lp is None:
                         yield _sse(chunk(out, None))
                     elif out:
@@ -918,18 +918,9 @@ class _Server:
                 elif kind == "done":
                     left = value.logprobs[lp_sent:] if lp is not None else None
                     rest = lp.format(left) if left else None
-                    if chat:
-                        for c in api.final_chunks(meta, held, value, usage_chunk=req.include_usage,
-                                                  with_usage=False, chunk=chunk, logprobs=rest):
-                            yield _sse(c)
-                    else:
-                        last = chunk(None, api.finish_reason(value.finish_reason), logprobs=rest)
-                        if req.include_usage:
-                            yield _sse(last)
-                            last = {**api.chunk_object(chat, meta, None, None), "choices": [],
-                                    "usage": api.usage(value)}
-                        last["speculative"] = api.stats_dict(value)
-                        yield _sse(last)
+                    for c in api.final_chunks(meta, held, value, usage_chunk=req.include_usage, with_usage=False,
+                                              chunk=chunk, logprobs=rest, chat=chat):
+                        yield _sse(c)
                     yield _sse("[DONE]")
                     return
                 else:

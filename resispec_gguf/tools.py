@@ -230,21 +230,18 @@ class HermesFormat:
         """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json)."""
         schema = json.dumps(_call_schema(req.functions, req.allowed))
         op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
-        rules = [f"call_body: %json {schema}"]
         calls = 'call ("\\n" call)*' if req.parallel else "call"
         if req.choice == "required":
-            rules.insert(0, f"start: {calls}")
-            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
+            start = [f"start: {calls}"]
         elif self.special_open:  # free text cannot contain a special token: the call starts at it
-            rules.insert(0, f"start: TEXT ({calls})?")
-            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
-            rules.append(r"TEXT: /(.|\n)*/")
+            start = [f"start: TEXT ({calls})?"]
         else:  # a text marker: free text up to the first marker (lazy), then calls
             more = ' ("\\n" call)*' if req.parallel else ""
-            rules.insert(0, f"start: TEXT | first_call{more}")
-            rules.append(f'first_call: call_head "\\n" call_body "\\n" {cl}')
-            rules.append(f"call_head[lazy]: TEXT {op}")
-            rules.append(f'call: {op} "\\n" call_body "\\n" {cl}')
+            start = [f"start: TEXT | first_call{more}",
+                     f'first_call: call_head "\\n" call_body "\\n" {cl}',
+                     f"call_head[lazy]: TEXT {op}"]
+        rules = start + [f'call: {op} "\\n" call_body "\\n" {cl}', f"call_body: %json {schema}"]
+        if req.choice != "required":
             rules.append(r"TEXT: /(.|\n)*/")
         return "\n".join(rules) + "\n"
 

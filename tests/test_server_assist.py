@@ -37,11 +37,16 @@ def _served(engine, name):
         yield url
 
 
-@pytest.fixture(scope="module")
-def plain_engine(tiny_pair):
-    e = _load(tiny_pair)
+def _loaded(pair):
+    """An engine for ``pair``, closed after the module."""
+    e = _load(pair)
     yield e
     e.close()
+
+
+@pytest.fixture(scope="module")
+def plain_engine(tiny_pair):
+    yield from _loaded(tiny_pair)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +155,7 @@ def test_create_chat_completion_logprobs(plain_engine):
 
 @pytest.fixture(scope="module")
 def fim_engine(fim_pair):
-    e = _load(fim_pair)
-    yield e
-    e.close()
+    yield from _loaded(fim_pair)
 
 
 @pytest.fixture(scope="module")
