@@ -117,6 +117,8 @@ class Grammar:
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
         if is_error:
             raise GrammarError(f"invalid grammar: {_first_line(messages[0]) if messages else 'unknown error'}")
+        # compiled once; each request starts from a copy (compiling a large schema takes ms)
+        self._matcher = llg.LLMatcher(tokenizer, grammar, log_level=0)
         self.tokenizer = tokenizer
         self.grammar = grammar
         self.n_vocab = int(n_vocab)
@@ -126,8 +128,7 @@ class Grammar:
 
     def start(self) -> "GrammarState":
         """A fresh state at the start of a reply; ``GrammarError`` when nothing may come first."""
-        llg = _llg()
-        matcher = llg.LLMatcher(self.tokenizer, self.grammar, log_level=0)
+        matcher = self._matcher.deep_copy()
         if matcher.is_error():
             raise GrammarError(f"invalid grammar: {_first_line(matcher.get_error())}")
         state = GrammarState(self, matcher)
