@@ -136,35 +136,43 @@ def lookup_bin(match: int, run: int) -> int:
 
 
 class Calibration:
-    """Decayed acceptance counts per candidate bin, with a prior worth ``prior_weight``
-    observations: a draft candidate of probability q is accepted with chance about
-    ``q ** 0.5``, a lookup candidate with 0.15 to 0.7 by bin (``lookup_bin``), until the
-    request's own counts say otherwise.  An observation may be a 0/1 outcome or, where it
-    is known, the exact chance of acceptance."""
+    """Decayed acceptance counts per bin, with a prior worth ``prior_weight`` observations.
+
+    A draft candidate is binned by the chance of acceptance the model first gives it (its
+    node's acceptance shared in proportion to q, see ``engine._weights``) and by whether its
+    node drew one candidate or several: the learnt rate per bin corrects that guess where
+    the draft's q misleads (an over-confident draft, the best-first choice of which nodes
+    grow).  Prior: the guess itself.  A lookup candidate is binned by ``lookup_bin`` (prior
+    0.15 to 0.7).  The request's own counts take over quickly.  An observation may be a 0/1
+    outcome or, where it is known, the exact chance of acceptance."""
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
         mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
         self.decay = decay
-        self.draft_acc = np.sqrt(np.minimum(mids, 1.0)) * prior_weight
-        self.draft_seen = np.full(len(mids), prior_weight)
+        self.draft_acc = np.stack([mids, mids]) * prior_weight  # [one draw / several, bin]
+        self.draft_seen = np.full(self.draft_acc.shape, prior_weight)
         self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
         self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
 
     @staticmethod
-    def _qbin(q: float) -> int:
-        return int(np.searchsorted(_Q_EDGES, q, side="right")) - 1
+    def _bin(guess: float, several: bool) -> tuple[int, int]:
+        return int(several), int(np.searchsorted(_Q_EDGES, guess, side="right")) - 1
 
-    def draft(self, q: float) -> float:
-        b = self._qbin(q)
+    def draft(self, guess: float, several: bool = False) -> float:
+        b = self._bin(guess, several)
         return float(self.draft_acc[b] / self.draft_seen[b])
+
+    def observe_draft(self, guess: float, accepted: float, several: bool = False) -> None:
+        b = self._bin(guess, several)
+        self.draft_acc[b] = self.draft_acc[b] * self.decay + float(accepted)
+        self.draft_seen[b] = self.draft_seen[b] * self.decay + 1.0
 
     def lookup(self, b: int) -> float:
         return float(self.look_acc[b] / self.look_seen[b])
 
-    def observe_draft(self, q: float, accepted: float) -> None:
-        b = self._qbin(q)
-        self.draft_acc[b] = self.draft_acc[b] * self.decay + float(accepted)
-        self.draft_seen[b] = self.draft_seen[b] * self.decay + 1.0
+    def mean_lookup(self) -> float:
+        """The acceptance chance of a lookup candidate, over all bins as they were seen."""
+        return float(self.look_acc.sum() / self.look_seen.sum())
 
     def observe_lookup(self, b: int, accepted: float) -> None:
         self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)
@@ -174,21 +182,34 @@ class Calibration:
 # --------------------------------------------------------------------------- one step
 
 
+def _cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
+    """``curve(i)`` for i = 0..n-1 (zeros without a curve), for vectorised look-ups."""
+    if curve is None:
+        return np.zeros(n)
+    return np.array([curve(i) for i in range(n)])
+
+
+# rows a step may ever hold (root + MAX_TREE_NODES), with room for the look-ahead's projections
+_TABLE_ROWS = 512
+
+
 @dataclass
 class StepPlan:
     """The shape of one speculative step and the growth rule ``tree.grow`` consults.
 
-    ``kind``: "draft" (the draft model expands nodes; lookup candidates ride along) or
-    "lookup" (no draft model calls: chains of lookup candidates).  ``params``: the method,
-    K and the user's upper bounds.  ``value``/``cost`` track the step's expected tokens E
-    and predicted seconds T as the tree grows.
+    ``arm``: "chain" (the draft model expands nodes with one draw each), "tree2"/"tree4"
+    (K = 2 or 4 draws each, ``resispec``) or "lookup" (no draft model calls: chains of lookup candidates);
+    ``kind`` is "draft" for the first two.  ``params``: the method, K and the user's upper
+    bounds.  ``accept``: the chance that a reached, expanded node has a candidate accepted
+    (learnt per arm).  ``value``/``cost`` track the step's expected tokens E and predicted
+    seconds T as the tree grows.  ``target_s``/``draft_s``: the curves as tables by rows.
     """
 
-    kind: str
+    arm: str
     params: DraftParams
-    target: CostCurve
-    draft: CostCurve | None
-    accept: float  # expected accepted tokens below a reached, expanded node
+    target_s: np.ndarray
+    draft_s: np.ndarray
+    accept: float
     overhead_s: float
     pending: int = 1  # draft rows of the level-0 call
     row_s: float = 0.0  # host seconds to process one logits row (measured once per vocabulary)
@@ -196,64 +217,95 @@ class StepPlan:
     cost: float = 0.0
     n_nodes: int = 0
     draft_cost: float = 0.0
+    best_score: float = 1.0  # the best expanded score of the last level (the root's: 1)
+
+    @property
+    def kind(self) -> str:
+        return "lookup" if self.arm == "lookup" else "draft"
 
     def __post_init__(self):
-        self.draft_cost = self.draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
-        self.cost = self.draft_cost + self.target(1) + self.overhead_s + self.row_s
+        self.draft_cost = self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
+        self.cost = self.draft_cost + self.target_s[1] + self.overhead_s + self.row_s
 
-    def _row(self, extra: int = 1) -> float:
-        """Marginal seconds of ``extra`` more target rows."""
-        return self.target(1 + self.n_nodes + extra) - self.target(1 + self.n_nodes)
+    def _draft(self, n):
+        return self.draft_s[np.minimum(n, len(self.draft_s) - 1)] if self.kind == "draft" else 0.0 * n
+
+    def _target(self, n):
+        return self.target_s[np.minimum(n, len(self.target_s) - 1)]
 
     def width(self, level: int, scores: list[float]) -> int:
         """How many of the new children (scores best first) to expand next.
 
-        Expanding child c keeps c (worth its score s, one target row) and gives it children
-        (worth about ``s * accept``, about one more row), for one more draft row: take it
-        while that marginal value per marginal second beats the step's E / T."""
-        w = 0
-        for s in scores:
-            d_draft = self.draft(w + 1) - self.draft(w) + self.row_s if self.kind == "draft" else 0.0
-            d_value = s * (1.0 + self.accept)
-            d_cost = d_draft + self._row(2) + self.row_s * s * (1.0 + self.accept)
-            if d_value * self.cost <= self.value * d_cost:
-                break
-            w += 1
-            self.value += s
-            self.cost += d_draft + self._row(1) + self.row_s * s
-            self.n_nodes += 1
-        if w and self.kind == "draft":
-            self.draft_cost += self.draft(w) + w * self.row_s
-        return w
+        Expanding the best w children costs one draft call of w rows and buys, for each, its
+        own target row (worth its score s) and what grows below it.  Cost curves need not be
+        concave (on a CPU 16 rows may cost barely more than 8), so one more row is not judged
+        alone: every w is tried with chains of every length m the depth allows below the
+        children (worth ``s * (1 + a + ... + a^m)`` for ``m`` more rows and draft calls each,
+        a: the factor by which the best path's score fell at this level), and the w with the
+        best projected E / T is taken if it beats the step's E / T without growing further
+        (the children kept as leaves, as many as pay).  Only the first level of that projection is committed here; the
+        next level is judged again with its real scores."""
+        if not scores:
+            return 0
+        s = np.cumsum(np.asarray(scores, float))  # [W] value of the best w children
+        w = np.arange(1, len(s) + 1)
+        m = np.arange(1, max(1, int(self.params.depth) - level - 1) + 1)[:, None]  # [M, 1] levels below
+        a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0
+        below = np.cumsum(a ** np.arange(1, m.shape[0] + 1))[:, None]  # a + ... + a^m
+        value = self.value + s * (1.0 + below)
+        n = 1 + self.n_nodes
+        d_draft = (self._draft(w) + w * self.row_s) if self.kind == "draft" else np.zeros(len(w))
+        cost = (self.cost + m * d_draft + self._target(n + w * (1 + m)) - self._target(n)
+                + self.row_s * s * (1.0 + below))
+        ratio = value / cost  # [M, W]
+        # the children and a node below each must fit the step's node budget
+        ratio = np.where(self.n_nodes + w * (1 + m) <= self.params.budget, ratio, 0.0)
+        best = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+        # the alternative: grow no further, keeping the best children as leaves (a row each)
+        as_leaves = (self.value + s) / (self.cost + self._target(n + w) - self._target(n) + self.row_s * s)
+        if ratio[best] <= max(self.value / self.cost, float(as_leaves.max())) * (1.0 + 1e-9):
+            return 0
+        k = int(w[best[1]])
+        self.value += float(s[k - 1])
+        self.cost += float(d_draft[k - 1] + self._target(n + k) - self._target(n) + self.row_s * s[k - 1])
+        self.n_nodes += k
+        self.draft_cost += float(d_draft[k - 1])
+        self.best_score = float(scores[0])
+        return k
 
     def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int:
         """How many leaves (scores best first) to keep beside the expanded nodes: a leaf is
-        worth its score (the bonus token after it) for one target row."""
+        worth its score (the bonus token after it) for one target row; the number with the
+        best E / T is kept (every number is tried: the curve need not be concave)."""
         self.n_nodes = len(expanded_scores)
         self.value = 1.0 + sum(expanded_scores)
-        self.cost = (self.draft_cost + self.target(1 + self.n_nodes) + self.overhead_s
+        n = 1 + self.n_nodes
+        self.cost = (self.draft_cost + self._target(n) + self.overhead_s
                      + self.row_s * (1.0 + sum(expanded_scores)))
-        n = 0
-        for s in leaf_scores:
-            d_cost = self._row() + self.row_s * s
-            if s * self.cost <= self.value * d_cost:
-                break
-            n += 1
-            self.value += s
-            self.cost += d_cost
-            self.n_nodes += 1
-        return n
+        if not leaf_scores:
+            return 0
+        s = np.concatenate([[0.0], np.cumsum(np.asarray(leaf_scores, float))])
+        k = np.arange(len(s))
+        ratio = (self.value + s) / (self.cost + self._target(n + k) - self._target(n) + self.row_s * s)
+        best = int(np.argmax(ratio))  # the first maximum: ties keep fewer rows
+        self.value += float(s[best])
+        self.cost += float(self._target(n + best) - self._target(n) + self.row_s * s[best])
+        self.n_nodes += best
+        return best
 
 
 @dataclass
 class _Arm:
-    """Speculation of one kind: its realised rate and when to try it again."""
+    """Speculation of one shape: its realised rate, its acceptance, when to try it again."""
 
     tokens: float = 0.0  # decayed sums over its steps
     seconds: float = 0.0
     steps: int = 0
     backoff: int = 4  # plain steps to wait after a losing probe (doubles)
-    wait: int = 0  # plain steps left before the next probe
+    wait: int = 0  # steps left before the next probe
+    due: bool = False  # its wait ran out: to be tried again (or, if hopeless, to wait again)
+    accept: float = 0.6  # chance a reached, expanded node has a candidate accepted (decayed; prior)
+    acc_n: float = 2.0
 
     @property
     def rate(self) -> float:
@@ -269,51 +321,57 @@ class AutoTuner:
     """Per request: choose plain decoding or a ``StepPlan`` for each step (module docstring)."""
 
     def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
-                 has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.8,
+                 has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.95,
                  margin: float = 1.0):
         self.target, self.draft = target, draft
+        self.target_s, self.draft_s = _cost_table(target, _TABLE_ROWS), _cost_table(draft, _TABLE_ROWS)
         self.row_s = row_s
         self.limits = limits
         self.overhead_s = overhead_s
         self.decay = decay
         self.margin = margin
         self.calibration = Calibration()
-        self.accept = 0.6  # accepted tokens per reached expanded node, decayed (prior)
-        self._acc_n = 2.0
         self.plain_rate = 1.0 / (target(1) + overhead_s + row_s)
         # an arm that cannot beat plain decoding even if every candidate were accepted is
         # never tried: on such a machine auto is plain decoding, probes included
-        kinds = ("draft", "lookup") if has_draft and draft is not None else ("lookup",)
+        kinds = ["lookup"]
+        if has_draft and draft is not None:
+            kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
+                                 if k > 1] + ["lookup"]
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        self.current: str | None = None  # the arm of the step under way
         self.last_choice = "none"
         self.reason = "start: probe"
-        # per kind ("none", "draft", "lookup"): [steps, predicted seconds, measured seconds],
+        # per arm ("none" for plain): [steps, predicted seconds, measured seconds],
         # for the user's eyes only (a measured time never steers a choice)
         self.timing: dict[str, list] = {}
+
+    @property
+    def accept(self) -> float:
+        """The acceptance per node of the arm under way (or the best arm's)."""
+        if self.current in self.arms:
+            return self.arms[self.current].accept
+        return max((a.accept for a in self.arms.values()), default=0.6)
 
     def best_case(self, kind: str) -> float:
         """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
         best = 0.0
-        for depth in range(1, int(self.limits.depth) + 1):
+        for depth in range(1, self.limits.max_depth + 1):
             t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
-            if kind == "draft":
+            if kind != "lookup":
                 t += depth * (self.draft(1) + self.row_s)
             best = max(best, (depth + 1) / t)
         return best
 
     def expected_case(self, kind: str, pending: int = 1) -> float:
         """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
-        candidate: ``accept`` per reached node; a lookup one: its best bin's rate), with the
-        draft's catch-up on ``pending`` tokens."""
-        if kind == "draft":
-            a = self.accept
-        else:
-            cal = self.calibration
-            a = max(cal.lookup(b) for b in range(len(cal.look_seen)))
+        arm: its acceptance per reached node; lookup: its best bin's rate), with the draft's
+        catch-up on ``pending`` tokens."""
+        a = self.calibration.mean_lookup() if kind == "lookup" else self.arms[kind].accept
         best = 0.0
-        for depth in range(1, int(self.limits.depth) + 1):
+        for depth in range(1, self.limits.max_depth + 1):
             t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
-            if kind == "draft":
+            if kind != "lookup":
                 t += self.draft(pending) + (depth - 1) * self.draft(1) + depth * self.row_s
             best = max(best, sum(a ** i for i in range(depth + 1)) / t)
         return best
@@ -322,52 +380,60 @@ class AutoTuner:
 
     def choose(self, pending: int = 1) -> StepPlan | None:
         """The next step's plan, or None for a plain step."""
-        for name in self.arms:  # every kind is probed once at the start
+        for name in self.arms:  # every arm is probed once at the start
             if self.arms[name].steps == 0:
                 return self._plan(name, pending, f"probe {name}")
-        best, best_rate = None, self.plain_rate * self.margin
-        for name, arm in self.arms.items():
-            if arm.wait > 0:
-                continue
-            if arm.rate > best_rate:
-                best, best_rate = name, arm.rate
-        if best is not None:
-            return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
-        # nothing wins now: count down to the next probe of each kind
-        due = None
-        for name, arm in self.arms.items():  # an arm whose wait ran out stays due until probed
+        # an arm that lost its last step waits a stretch (doubling after each loss) while the
+        # others, or plain decoding, run; then it is due to be tried again
+        for arm in self.arms.values():
             if arm.wait > 0:
                 arm.wait -= 1
-                if arm.wait > 0:
-                    continue
-            if due is None:
-                due = name
-        if due is not None and self.expected_case(due, pending) > self.plain_rate * self.margin:
-            return self._plan(due, pending, f"re-probe {due} after backing off")
-        if due is not None:  # what it has learnt says it cannot win: wait the next stretch out too
-            arm = self.arms[due]
+                arm.due = arm.wait == 0
+        best, best_rate = None, self.plain_rate * self.margin
+        for name, arm in self.arms.items():
+            if arm.wait == 0 and not arm.due and arm.rate > best_rate:
+                best, best_rate = name, arm.rate
+        for name, arm in self.arms.items():
+            if not arm.due:
+                continue
+            # chain and lookup acceptances are learnt whatever runs: their re-probe must promise
+            # to beat the best arm; a tree's is learnt only by trying it
+            rival = self.plain_rate * self.margin if name.startswith("tree") else best_rate
+            if self.expected_case(name, pending) > rival:
+                arm.due = False
+                return self._plan(name, pending, f"re-probe {name} after backing off")
+            arm.due = False  # what it has learnt says it cannot win: wait the next stretch out too
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
+        for name, arm in self.arms.items():  # the losers wait for their next try
+            if name != best and arm.wait == 0:
+                arm.wait = arm.backoff
+        if best is not None:
+            return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
+        self.current = None
         self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
 
-    def _plan(self, kind: str, pending: int, reason: str) -> StepPlan:
+    def _plan(self, arm: str, pending: int, reason: str) -> StepPlan:
         lim = self.limits
-        k = max(1, min(int(lim.draws), 4)) if kind == "draft" else 0
-        method = "chain" if k == 1 else "resispec"
-        params = lim.replace(method=method, draws=max(k, 1), policy="budget", use_draft=True)  # kind decides
-        self.last_choice, self.reason = kind, reason
-        plan = StepPlan(kind, params, self.target, self.draft if kind == "draft" else None,
-                        accept=self.accept, overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
-        return plan
+        # the arm decides the method and K; the bounds are auto's own (``max_depth``/``max_budget``)
+        method, k = ("resispec", int(arm[4:])) if arm.startswith("tree") else ("chain", 1)
+        params = lim.replace(method=method, draws=k, policy="budget", use_draft=True, depth=lim.max_depth,
+                             budget=lim.max_budget)
+        self.current = arm
+        self.last_choice, self.reason = arm, reason
+        return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
+                        overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
 
     # -------------------------------------------------------------- learning
 
     def observe_step(self, plan: StepPlan, tokens: int, seconds: float) -> None:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
-        arm = self.arms[plan.kind]
+        arm = self.arms[plan.arm]
         arm.observe(tokens, seconds, self.decay)
-        if arm.rate <= self.plain_rate * self.margin:  # not better than plain: try again later
+        rival = max([self.plain_rate * self.margin] + [a.rate for n, a in self.arms.items()
+                                                        if n != plan.arm and a.steps and a.wait == 0])
+        if arm.rate <= rival:  # not better than plain or another arm: try again later
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
         else:
@@ -376,22 +442,34 @@ class AutoTuner:
     def record_time(self, plan: StepPlan | None, measured_s: float) -> None:
         """A step of ``plan`` (None: plain) took ``measured_s`` of wall time: kept beside its
         predicted time for ``summary``, never used to choose."""
-        kind = "none" if plan is None else plan.kind
+        kind = "none" if plan is None else plan.arm
         predicted = 1.0 / self.plain_rate if plan is None else plan.cost
         t = self.timing.setdefault(kind, [0, 0.0, 0.0])
         t[0] += 1
         t[1] += predicted
         t[2] += measured_s
 
+    def observe_chain(self, alpha: float) -> None:
+        """At a drafted node of any step, a chain's single draw would have been accepted with
+        chance ``alpha``: the chain arm's acceptance, learnt whatever ran."""
+        arm = self.arms.get("chain")
+        if arm is not None:
+            arm.accept = (arm.accept * arm.acc_n * self.decay + alpha) / (arm.acc_n * self.decay + 1.0)
+            arm.acc_n = arm.acc_n * self.decay + 1.0
+
     def observe_node(self, accepted: bool) -> None:
-        """A reached, expanded node was verified."""
-        self.accept = (self.accept * self._acc_n * self.decay + float(accepted)) / (self._acc_n * self.decay + 1.0)
-        self._acc_n = self._acc_n * self.decay + 1.0
+        """A reached, expanded node of the step under way was verified."""
+        arm = self.arms.get(self.current)
+        if arm is None or self.current == "chain":  # the chain's is learnt exactly (observe_chain)
+            return
+        arm.accept = (arm.accept * arm.acc_n * self.decay + float(accepted)) / (arm.acc_n * self.decay + 1.0)
+        arm.acc_n = arm.acc_n * self.decay + 1.0
 
     def summary(self) -> str:
-        arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps" for n, a in self.arms.items())
+        arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps, acceptance per node {a.accept:.2f}"
+                         for n, a in self.arms.items())
         times = ", ".join(f"{k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n}"
                           for k, (n, p, m) in self.timing.items())
         return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
-                f"{arms}; acceptance per node {self.accept:.2f}"
+                f"{arms}"
                 + (f"; step time predicted/measured: {times}" if times else ""))

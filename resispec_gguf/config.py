@@ -30,6 +30,11 @@ TREE_POLICIES = ("budget", "static")
 # The widest tree a step may build (target rows per verification call).  It also sizes the
 # backend's sequence-id table.
 MAX_TREE_NODES = 96
+# a tree's bounds when ``depth``/``budget`` are unset: fixed methods, and auto (whose cost
+# model keeps a step's tree smaller wherever more would not pay: long lookup runs and cheap
+# target rows are where the room is used)
+DEFAULT_DEPTH, DEFAULT_BUDGET = 5, 12
+AUTO_DEPTH, AUTO_BUDGET = 16, 32
 
 # The smallest context a model can be opened with.  ``Engine.load`` gives each context
 # MAX_TREE_NODES + 2 sequences (the committed one, the tree's root and its nodes), and
@@ -328,7 +333,9 @@ class DraftParams(_Settings):
     ``method``: none (plain target decoding), chain, specinfer, rrs, resispec, or auto (the
     engine's cost model picks a tree shape or plain decoding per step, see ``autotune``).
     ``draws``: K candidates drawn at each expanded node (chain uses 1).  ``depth``: maximum
-    tree depth.  ``budget``: maximum tree nodes per step (the ``budget`` policy).
+    tree depth.  ``budget``: maximum tree nodes per step (the ``budget`` policy).  Unset
+    (None), those two take the method's defaults (``max_depth``/``max_budget``): 5 and 12,
+    auto 16 and 32.
     ``draft_support``: the draft distribution's support cap.  ``policy``: ``budget``
     (best-first by estimated reach) or ``static`` (every distinct child expanded to
     ``depth``).  ``lookup``: every expanded node also gets a context-lookup candidate (the
@@ -343,9 +350,11 @@ class DraftParams(_Settings):
     method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS))
     draws: int = setting(4, "--draws", "-K", help="candidates drawn per expanded tree node (K; auto: at most)",
                          check=Range(1, 64))
-    depth: int = setting(5, "--depth", help="maximum draft tree depth (auto: at most)", check=Range(1, 32))
-    budget: int = setting(12, "--budget", help="maximum draft tree nodes per step (auto: at most)",
-                          check=Range(1, MAX_TREE_NODES))
+    depth: int | None = setting(None, "--depth", help=f"maximum draft tree depth (default: {DEFAULT_DEPTH}; auto: "
+                                                      f"up to {AUTO_DEPTH})", check=Range(1, 32), unset=("default",))
+    budget: int | None = setting(None, "--budget", help=f"maximum draft tree nodes per step (default: {DEFAULT_BUDGET}; "
+                                                        f"auto: up to {AUTO_BUDGET})",
+                                 check=Range(1, MAX_TREE_NODES), unset=("default",))
     draft_support: int = setting(64, "--draft-support", help="cap the draft distribution to its top N tokens",
                                  check=Range(1, 4096))
     policy: str = setting("budget", "--policy", help="tree policy", check=OneOf(TREE_POLICIES))
@@ -359,6 +368,21 @@ class DraftParams(_Settings):
             raise ConfigError("use_draft", "without the draft model a tree needs lookup: set lookup or use_draft")
         if self.method == "rrs" and self.draws > self.draft_support:
             raise ConfigError("draws", "rrs draws without replacement: draws must not exceed draft_support")
+
+    @property
+    def max_depth(self) -> int:
+        """``depth``, or the method's default when unset (auto's is larger: it grows a tree
+        only as far as it pays)."""
+        if self.depth is not None:
+            return self.depth
+        return AUTO_DEPTH if self.method == "auto" else DEFAULT_DEPTH
+
+    @property
+    def max_budget(self) -> int:
+        """``budget``, or the method's default when unset."""
+        if self.budget is not None:
+            return self.budget
+        return AUTO_BUDGET if self.method == "auto" else DEFAULT_BUDGET
 
     @property
     def k(self) -> int:

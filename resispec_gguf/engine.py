@@ -413,23 +413,24 @@ class _Generation:
         max_nodes = min(MAX_TREE_NODES, e.target.n_ctx - e.target.n_past - 1)
         tree = DraftTree.with_root(self._root())
         static = dp.policy == "static"
-        beam = None if static else max(2, -(-dp.budget // dp.depth))
-        budget = max_nodes if static else min(dp.budget, max_nodes)
+        # under auto the plan sets every level's width
+        beam = None if static or self.plan is not None else max(2, -(-dp.max_budget // dp.max_depth))
+        budget = max_nodes if static else min(dp.max_budget, max_nodes)
         if kind == "lookup":
             if max_nodes < 0:
                 return tree, None
-            limits = GrowthLimits(depth=dp.depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
+            limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
 
             def draw_lookup(node: int, _row) -> Draw:  # no draws: the lookup candidate, if any
                 x0, n = self._propose(tree, node)
-                return Draw(_NO_DRAWS, None, self._weights({}, x0, n), x0, ({}, n))
+                return Draw(_NO_DRAWS, None, self._weights({}, x0, n)[0], x0, ({}, n, x0))
 
             tree, _ = grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan)
             return tree, None
         max_expanded = min(e.draft.n_seq_max - 1, e.draft.n_ctx - e.draft.n_past) - len(pending)
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
-        limits = GrowthLimits(depth=dp.depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
+        limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
         decoded = [0]  # draft nodes evaluated so far this step
 
@@ -483,19 +484,31 @@ class _Generation:
             return -1, 0  # the constraint forbids it here: a function of the path, not of a draw
         return x0, lookup_bin(match, run)
 
-    def _weights(self, qx: dict, x0: int, n: int) -> dict:
-        """Score factors of a node's candidates: calibrated acceptance chances under auto,
-        draft probabilities (EAGLE-2) under a fixed method."""
-        if self.tuner is not None:
-            cal = self.tuner.calibration
-            w = {x: cal.draft(q) for x, q in qx.items()}
-            look = cal.lookup(n)
-        else:
+    def _weights(self, qx: dict, x0: int, n: int) -> tuple[dict, dict | None]:
+        """Score factors of a node's candidates: estimated chances of acceptance under auto,
+        draft probabilities (EAGLE-2) under a fixed method; and, under auto, the first guess
+        of each draw's chance (for ``_learn``), else None.
+
+        Under auto a reached node has a candidate accepted with the chance its arm learnt
+        (``AutoTuner.accept``): the first guess shares it among the distinct draws in
+        proportion to q (the draft's guess at p), less what a lookup candidate, tried first,
+        takes (its bin's learnt chance); the calibration then corrects each guess by what
+        guesses like it came to."""
+        if self.tuner is None:
             w = dict(qx)
-            look = _LOOKUP_WEIGHT
+            if x0 >= 0:
+                w[x0] = 1.0 - (1.0 - _LOOKUP_WEIGHT) * (1.0 - w.get(x0, 0.0))
+            return w, None
+        cal = self.tuner.calibration
+        total = sum(qx.values())
+        look = cal.lookup(n) if x0 >= 0 else 0.0
+        share = self.tuner.accept * (1.0 - look) / total if total > 0.0 else 0.0
+        several = self.dp.k > 1
+        guess = {x: q * share for x, q in qx.items()}
+        w = {x: cal.draft(g, several) for x, g in guess.items()}
         if x0 >= 0:
-            w[x0] = 1.0 - (1.0 - look) * (1.0 - w.get(x0, 0.0))
-        return w
+            w[x0] = look + w.get(x0, 0.0)
+        return w, guess
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
@@ -506,8 +519,11 @@ class _Generation:
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
             qx = dict(zip(ids.tolist(), probs.tolist()))
-            return Draw(ids, None, self._weights(qx, x0, n), x0, (qx, n))
+            x0, proposed = self._lookup_worth(x0, n, probs), x0
+            w, guess = self._weights(qx, x0, n)
+            return Draw(ids, None, w, x0, (guess, n, proposed))
         ids, probs = self._q(logits)
+        x0, proposed = self._lookup_worth(x0, n, probs), x0
         if self.dp.method == "rrs":
             draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
         else:
@@ -517,7 +533,17 @@ class _Generation:
         for x in draws.tolist():
             if x not in qx:
                 qx[x] = float(probs[ids_l.index(x)])
-        return Draw(draws, (ids, probs), self._weights(qx, x0, n), x0, (qx, n))
+        w, guess = self._weights(qx, x0, n)
+        return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
+
+    def _lookup_worth(self, x0: int, n: int, probs) -> int:
+        """Under auto, a draft node's lookup candidate (checked before the draws) is kept only
+        while its bin is accepted at least as often as the draws would have one accepted (the
+        arm's acceptance; known before anything is drawn): a poor lookup guess would only
+        split the accepted path between two branches.  Fixed methods keep it."""
+        if x0 < 0 or self.tuner is None or probs.shape[0] == 0:
+            return x0
+        return x0 if self.tuner.calibration.lookup(n) >= self.tuner.accept else -1
 
     # -------------------------------------------------------------- verification
 
@@ -561,7 +587,7 @@ class _Generation:
                     is_lookup = False
             st._count(tree.depth[node] + 1, idx >= 0)
             if self.tuner is not None:
-                self._learn(tree, node, tok, idx >= 0, is_lookup, p_of)
+                self._learn(tree, node, tok, idx >= 0, is_lookup, p, p_of)
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
             self._note(rows[node], tok)
@@ -571,28 +597,40 @@ class _Generation:
             node = child
             path.append(node)
 
-    def _learn(self, tree: DraftTree, node: int, tok: int, accepted: bool, is_lookup: bool, p_of) -> None:
-        """Tell auto's calibration how the node's candidates fared.  Where the chance of
-        acceptance is known exactly it is learnt instead of the 0/1 outcome (less noise):
-        p(x0) for a lookup candidate, min(1, p'/q) for a chain's single draw."""
-        qx, n = tree.info[node]
-        cal = self.tuner.calibration
+    def _learn(self, tree: DraftTree, node: int, tok: int, accepted: bool, is_lookup: bool, p, p_of) -> None:
+        """Tell auto how the node fared: whether a candidate was accepted (the arm's
+        acceptance) and, when the draws were reached, how each draw's first guess
+        (``_weights``) came out.  Where a chance is known exactly it is learnt instead of a
+        0/1 outcome (less noise), whatever the step's shape: p(x0) for the node's lookup
+        proposal (kept or not), min(1, p'/q) for a chain's single draw, and at a drafted
+        node sum(min(p, q)), the chance a chain's draw would have passed there (greedy:
+        whether the draft's top token is the target's)."""
+        tuner = self.tuner
+        cal = tuner.calibration
+        guess, n, proposed = tree.info[node]
+        if proposed >= 0:  # learnt whether or not the candidate was kept (``_lookup_worth``)
+            cal.observe_lookup(n, p_of(proposed))
         x0 = tree.lookup[node]
-        scale = 1.0
-        if x0 >= 0:
-            p0 = p_of(x0)
-            cal.observe_lookup(n, p0)
-            scale = 1.0 / (1.0 - p0) if p0 < 1.0 else 0.0
-        if not is_lookup:  # the draws were reached, against p without x0
+        if guess and not is_lookup:  # the draws were reached, against p without x0
             draws = tree.draws[node]
-            for x, q in qx.items():
+            scale = 1.0
+            if x0 >= 0:
+                p0 = p_of(x0)
+                scale = 1.0 / (1.0 - p0) if p0 < 1.0 else 0.0
+            qx = tree.q[node]
+            for x, g in guess.items():
                 if x == x0:
                     continue
-                if len(draws) == 1 and q > 0.0 and not self.sp.greedy:
-                    cal.observe_draft(q, min(1.0, p_of(x) * scale / q))
+                if len(draws) == 1 and qx is not None:
+                    q = float(qx[1][0]) if qx[0][0] == x else float(qx[1][np.flatnonzero(qx[0] == x)[0]])
+                    cal.observe_draft(g, min(1.0, p_of(x) * scale / q) if q > 0.0 else 0.0, False)
                 else:
-                    cal.observe_draft(q, accepted and tok == x)
-        self.tuner.observe_node(accepted)
+                    cal.observe_draft(g, float(accepted and tok == x), len(draws) > 1)
+        if tree.q[node] is not None and p is not None:
+            tuner.observe_chain(sampling.overlap(p, *tree.q[node]))
+        elif self.sp.greedy and len(tree.draws[node]):
+            tuner.observe_chain(p_of(int(tree.draws[node][0])))
+        tuner.observe_node(accepted)
 
     def _target_dist(self, logits) -> tuple[object, int, object]:
         """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and

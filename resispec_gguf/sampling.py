@@ -582,3 +582,12 @@ def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
     bits = np.zeros(32 * ((n_vocab + 31) // 32), np.uint8)
     bits[np.asarray(list(ids), np.int64)] = 1
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+def overlap(p, qids, qprobs) -> float:
+    """``sum_x min(p(x), q(x))``: the chance that one draw from q passes a chain's test
+    against p.  ``p``: dense ``[V]`` or sparse ``(ids, probs)``; q sparse."""
+    if isinstance(p, tuple):
+        _, ip, iq = np.intersect1d(p[0], qids, assume_unique=True, return_indices=True)
+        return float(np.minimum(p[1][ip], qprobs[iq]).sum())
+    return float(np.minimum(p[qids], qprobs).sum())

@@ -19,6 +19,7 @@ from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
 ROWS = autotune.ROW_COUNTS
+SEEDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 def _curve(per_row, fixed):
     return autotune.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
 GPU_T = _curve(0.0002, 0.020)
@@ -47,7 +48,7 @@ for noise in (0.0, 0.5, 1.5):
     rates = {}
     for name, dp in bench.sweep_grid("full", DraftParams(budget=32, depth=6)):
         toks = secs = 0.0
-        for seed in range(3):
+        for seed in range(SEEDS):
             clock[0] = 0.0
             r = e.generate([1, 2], sp.replace(seed=seed), dp)
             toks += len(r.tokens) + r.stats.eos_tokens

@@ -200,7 +200,7 @@ def test_stats_are_coherent(engine):
     assert st.target_calls == st.steps
     assert st.tau == pytest.approx((st.tokens + st.eos_tokens) / st.steps)
     assert st.eos_tokens == (res.finish_reason == "eos")
-    assert 1.0 <= st.tau <= DraftParams().depth + 1
+    assert 1.0 <= st.tau <= DraftParams().max_depth + 1
     assert 0.0 < st.acceptance_rate <= 1.0
     assert all(a <= r for a, r in zip(st.accepted_by_depth, st.reached_by_depth))
     assert st.draft_time > 0 and st.target_time > 0
