@@ -109,110 +109,101 @@ def _top_k_ids(logits, k, cand):
     return _top_k_heap(logits, cand, k)
 
 
-_LANES = 64  # a row of V >= _GROUPED_V is read as [_LANES, V // _LANES] (+ a short tail)
-_GROUPED_V = 4096
 _NO_CAND = np.empty(0, np.int64)
+_BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised count)
+_SCAN_K_MAX = 4096  # larger k: the scan finds the argmax only, the heap then reads the row
 
 
 @njit(cache=True)
-def _scan_groups(logits, gmax, k):
-    """From the group maxima: ``(argmax, max, candidates, top)``.  ``candidates``: ascending
-    ids of the entries >= the k-th largest group maximum when ``top`` (only the groups that
-    reach it, and the tail past the last full group, are read); otherwise of the entries
-    equal to the maximum.  A NaN or infinite maximum is returned as found, with no
-    candidates."""
-    # logits: [V] float32; gmax: [G] float32, gmax[g] = max of logits[g::G][:_LANES]
-    V = logits.shape[0]
-    G = gmax.shape[0]
-    full = G * _LANES
-    m = -np.inf
-    for g in range(G):
-        v = gmax[g]
-        if v != v:
-            return 0, np.float64(v), _NO_CAND, False
-        if v > m:
-            m = v
-    for i in range(full, V):
-        v = logits[i]
-        if v != v:
-            return 0, np.float64(v), _NO_CAND, False
-        if v > m:
-            m = v
-    if not (m > -np.inf and m < np.inf):
-        return 0, np.float64(m), _NO_CAND, False
-    thr = m
-    top = False
-    if 0 < k <= G and V >= 256 * k:
-        t = np.partition(gmax, G - k)[G - k]
-        if t > -np.inf:
-            thr = t
-            top = True
-    n = 0
-    for g in range(G):
-        if gmax[g] >= thr:
-            for r in range(_LANES):
-                if logits[r * G + g] >= thr:
-                    n += 1
-    for i in range(full, V):
-        if logits[i] >= thr:
-            n += 1
-    out = np.empty(n, np.int64)
-    n = 0
-    for g in range(G):
-        if gmax[g] >= thr:
-            for r in range(_LANES):
-                if logits[r * G + g] >= thr:
-                    out[n] = r * G + g
-                    n += 1
-    for i in range(full, V):
-        if logits[i] >= thr:
-            out[n] = i
-            n += 1
-    out.sort()
-    best = out[0]
-    for j in range(n):  # the first (lowest id) maximum
-        if logits[out[j]] == m:
-            best = out[j]
+def _heap_push(vals, idx, n, v, i):
+    # sift up the new element at n (min-heap on (vals, -idx))
+    j = n
+    vals[j] = v
+    idx[j] = i
+    while j > 0:
+        parent = (j - 1) // 2
+        if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
+            vals[j], vals[parent] = vals[parent], vals[j]
+            idx[j], idx[parent] = idx[parent], idx[j]
+            j = parent
+        else:
             break
-    return best, np.float64(m), out, top
+
+
+@njit(cache=True)
+def _scan_top(logits, k):
+    """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
+    finite logits (ties: lower id first; fewer when the row has fewer finite entries), the
+    set ``_top_k_heap`` keeps over the whole row; ``best``: the first maximum (0 when no
+    entry is finite); ``bad``: the row holds a NaN or +inf (then nothing else is meaningful).
+
+    It is ``_top_k_heap``'s heap fed with every id in ascending order, except that a block of
+    ``_BLOCK`` entries none of which exceeds the heap's weakest value (the heap full) is
+    skipped after a vectorised count: each of its entries would have been turned away, since
+    the weakest value only rises.  The count also flags NaN (``not v <= t``), so a skipped
+    block holds none, nor a +inf (it exceeds any weakest value but a +inf, which was caught
+    when it entered the heap)."""
+    # logits: [V] float32 -> (bool, int64, [min(k, #finite)] int64); k >= 1
+    V = logits.shape[0]
+    vals = np.empty(k, np.float64)
+    idx = np.empty(k, np.int64)
+    n = 0
+    t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
+    nb = V // _BLOCK
+    for b in range(nb + 1):
+        s = b * _BLOCK
+        e = s + _BLOCK
+        if b < nb:
+            c = np.int32(0)
+            for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+                c |= np.int32(not (logits[s + j] <= t))
+            if c == 0:
+                continue
+        else:
+            e = V
+        for i in range(s, e):
+            v = logits[i]
+            if not v <= t:  # v > t, or NaN
+                if v != v or v == np.inf:
+                    return True, 0, _NO_CAND
+                if n < k:
+                    _heap_push(vals, idx, n, np.float64(v), i)
+                    n += 1
+                    if n == k:
+                        t = np.float32(vals[0])
+                else:  # v > vals[0]: it replaces the weakest
+                    vals[0] = v
+                    idx[0] = i
+                    _heap_sift_down(vals, idx, 0, k)
+                    t = np.float32(vals[0])
+    top = np.sort(idx[:n])
+    best = 0
+    if n > 0:
+        best = top[0]
+        bv = logits[best]
+        for j in range(1, n):  # ascending ids: the first strictly larger value wins
+            if logits[top[j]] > bv:
+                best = top[j]
+                bv = logits[best]
+    return False, best, top
 
 
 def _scan(logits, k: int) -> tuple[int, np.ndarray]:
-    """The row's argmax (first maximum) and ascending ids that surely hold its k largest
-    finite logits (empty: all of them, when the shortcut does not apply), from one read of
-    the row.  ``logits``: as ``_check_logits`` leaves it.
-
-    The row is viewed as ``[_LANES, G]`` and reduced over the lanes with NumPy's SIMD
-    maximum: G group maxima, each an entry of the row.  The k-th largest of any k entries
-    never exceeds the row's k-th largest, so the k-th largest group maximum is a threshold
-    that keeps every answer, ties included; only the ~k groups that reach it are read again.
-    The overall maximum is among them (or among the group maxima), so the argmax comes out
-    of the same pass.  NaN propagates through the maxima and +inf is their maximum, so both
-    are screened there too.
+    """The row's argmax (first maximum) and ascending ids of its k largest finite logits
+    (ties: lower id first), from one read of the row (``_scan_top``); the candidates are
+    empty (meaning: all of them) when ``k`` is 0 or past ``_SCAN_K_MAX``.  ``ValueError``
+    for a row holding a NaN or +inf.  ``logits``: as ``_check_logits`` leaves it.
     """
-    V = logits.shape[0]
-    if V < _GROUPED_V:
-        best = int(np.argmax(logits))  # argmax stops at the first NaN
-        _screen(logits, float(logits[best]))
-        return best, _NO_CAND
-    G = V // _LANES
-    gmax = logits[: G * _LANES].reshape(_LANES, G).max(axis=0)
-    best, m, cand, top = _scan_groups(logits, gmax, k)
-    _screen(logits, m)
-    return int(best), cand if top else _NO_CAND
-
-
-def _screen(logits, m: float) -> None:
-    """``ValueError`` for a row whose maximum ``m`` is NaN or +inf."""
-    if m != m or m == np.inf:
+    kk = k if 0 < k <= _SCAN_K_MAX else 1
+    bad, best, top = _scan_top(logits, kk)
+    if bad:
         raise ValueError("logits contain NaN or +inf")
+    return int(best), top if kk == k else _NO_CAND
 
 
 def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
     """Ascending ids that surely hold the row's k largest finite logits; empty (meaning: all
     of them) when the shortcut does not apply (see ``_scan``)."""
-    if k <= 0 or logits.shape[0] < _GROUPED_V or logits.shape[0] < 256 * k:
-        return _NO_CAND
     return _scan(logits, k)[1]
 
 
@@ -280,7 +271,7 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
     # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: ascending ids
-    # holding the top max(top_k, cap) logits (empty: the whole row; see _candidates).
+    # holding the top top_k logits, or the top cap when top_k does not limit (empty: the whole row; see _candidates).
     V = logits.shape[0]
     bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
@@ -485,7 +476,8 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     """
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
     V = np.shape(logits)[0] if np.ndim(logits) == 1 else 0
-    limit = max(top_k if 0 < top_k < V else 0, cap if 0 < cap < V else 0) if temperature > 0 else 0
+    # the kernel needs the top top_k, or the top cap when top_k does not limit
+    limit = (top_k if 0 < top_k < V else cap if 0 < cap < V else 0) if temperature > 0 else 0
     logits, best, cand = _check_logits(logits, limit)
     z_row = -1.0
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
