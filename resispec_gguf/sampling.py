@@ -110,7 +110,8 @@ def _top_k_ids(logits, k, cand):
 
 
 _NO_CAND = np.empty(0, np.int64)
-_BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised count)
+_BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised test) ...
+_SUB = 16  # ... then a flagged block 16 at a time
 _SCAN_K_MAX = 4096  # larger k: the scan finds the argmax only, the heap then reads the row
 
 
@@ -131,6 +132,28 @@ def _heap_push(vals, idx, n, v, i):
 
 
 @njit(cache=True)
+def _heap_feed(logits, s, e, vals, idx, n, k, t):
+    """``_top_k_heap``'s loop over ids s..e-1 of the row, the heap holding n entries and
+    ``t`` its weakest value once full (else -inf): ``(n, t)``, n -1 at a NaN or +inf."""
+    for i in range(s, e):
+        v = logits[i]
+        if not v <= t:  # v > t, or NaN
+            if v != v or v == np.inf:
+                return -1, t
+            if n < k:
+                _heap_push(vals, idx, n, np.float64(v), i)
+                n += 1
+                if n == k:
+                    t = np.float32(vals[0])
+            else:  # v > vals[0]: it replaces the weakest
+                vals[0] = v
+                idx[0] = i
+                _heap_sift_down(vals, idx, 0, k)
+                t = np.float32(vals[0])
+    return n, t
+
+
+@njit(cache=True)
 def _scan_top(logits, k):
     """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
     finite logits (ties: lower id first; fewer when the row has fewer finite entries), the
@@ -138,11 +161,11 @@ def _scan_top(logits, k):
     entry is finite); ``bad``: the row holds a NaN or +inf (then nothing else is meaningful).
 
     It is ``_top_k_heap``'s heap fed with every id in ascending order, except that a block of
-    ``_BLOCK`` entries none of which exceeds the heap's weakest value (the heap full) is
-    skipped after a vectorised count: each of its entries would have been turned away, since
-    the weakest value only rises.  The count also flags NaN (``not v <= t``), so a skipped
-    block holds none, nor a +inf (it exceeds any weakest value but a +inf, which was caught
-    when it entered the heap)."""
+    ``_BLOCK`` entries (then of ``_SUB``) none of which exceeds the heap's weakest value (the
+    heap full) is skipped after a vectorised test: each of its entries would have been turned
+    away, since the weakest value only rises.  The test also flags NaN (``not v <= t``), so
+    a skipped block holds none, nor a +inf (it exceeds any weakest value but a +inf, which
+    was caught when it entered the heap)."""
     # logits: [V] float32 -> (bool, int64, [min(k, #finite)] int64); k >= 1
     V = logits.shape[0]
     vals = np.empty(k, np.float64)
@@ -150,32 +173,24 @@ def _scan_top(logits, k):
     n = 0
     t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
     nb = V // _BLOCK
-    for b in range(nb + 1):
+    for b in range(nb):
         s = b * _BLOCK
-        e = s + _BLOCK
-        if b < nb:
+        c = np.int32(0)
+        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+            c |= np.int32(not (logits[s + j] <= t))
+        if c == 0:
+            continue
+        for s2 in range(s, s + _BLOCK, _SUB):
             c = np.int32(0)
-            for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
-                c |= np.int32(not (logits[s + j] <= t))
-            if c == 0:
-                continue
-        else:
-            e = V
-        for i in range(s, e):
-            v = logits[i]
-            if not v <= t:  # v > t, or NaN
-                if v != v or v == np.inf:
+            for j in range(_SUB):
+                c |= np.int32(not (logits[s2 + j] <= t))
+            if c != 0:
+                n, t = _heap_feed(logits, s2, s2 + _SUB, vals, idx, n, k, t)
+                if n < 0:
                     return True, 0, _NO_CAND
-                if n < k:
-                    _heap_push(vals, idx, n, np.float64(v), i)
-                    n += 1
-                    if n == k:
-                        t = np.float32(vals[0])
-                else:  # v > vals[0]: it replaces the weakest
-                    vals[0] = v
-                    idx[0] = i
-                    _heap_sift_down(vals, idx, 0, k)
-                    t = np.float32(vals[0])
+    n, t = _heap_feed(logits, nb * _BLOCK, V, vals, idx, n, k, t)
+    if n < 0:
+        return True, 0, _NO_CAND
     top = np.sort(idx[:n])
     best = 0
     if n > 0:
