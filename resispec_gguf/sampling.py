@@ -367,6 +367,28 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
 
 
 @njit(cache=True)
+def _probs_row(logits, temperature, top_k, top_p, min_p, cap):
+    # probs_sparse's scan and distribution in one call, when no row normaliser is needed:
+    # (status, ids, probs), status 1 for a NaN or +inf, 2 for no finite entry.
+    V = logits.shape[0]
+    limit = 0
+    if temperature > 0.0:
+        if 0 < top_k < V:
+            limit = top_k
+        elif 0 < cap < V:
+            limit = cap
+    kk = limit if 0 < limit <= _SCAN_K_MAX else 1
+    bad, best, top = _scan_top(logits, kk)
+    if bad:
+        return 1, _NO_CAND, np.empty(0, np.float64)
+    if not logits[best] > -np.inf:
+        return 2, _NO_CAND, np.empty(0, np.float64)
+    cand = top if kk == limit else _NO_CAND
+    ids, probs = _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, -1.0, best, cand)
+    return 0, ids, probs
+
+
+@njit(cache=True)
 def _sample_cdf(ids, probs, u):
     # Inverse CDF of a sparse distribution; u in [0, 1).
     t = u * probs.sum()
@@ -452,6 +474,22 @@ def _sample_by_id(ids, probs, u):
 # --------------------------------------------------------------------------- wrappers
 
 
+def _row(logits) -> np.ndarray:
+    """The row as a contiguous, read-only, non-empty 1-D float32 array (see ``_check_logits``);
+    the backend's rows already are, and pass through at the cost of a few attribute reads."""
+    if (type(logits) is np.ndarray and logits.dtype == np.float32 and logits.ndim == 1 and logits.shape[0] > 0
+            and not logits.flags.writeable and logits.flags.c_contiguous):
+        return logits
+    logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
+    if logits.ndim != 1 or logits.shape[0] == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
+    logits = np.ascontiguousarray(logits)
+    if logits.flags.writeable:
+        logits = logits.view()  # the caller's array stays writable
+        logits.flags.writeable = False
+    return logits
+
+
 def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.ndarray]:
     """The row as a contiguous, read-only float32 array, its argmax (first maximum) and the
     candidates of its k largest logits (``_scan``), in one read of the row.
@@ -461,13 +499,7 @@ def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.n
     buffer; a writable row (a test's, a copy) would otherwise need a second compilation of
     every logits kernel, in the middle of a reply.
     """
-    logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
-    if logits.ndim != 1 or logits.shape[0] == 0:
-        raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
-    logits = np.ascontiguousarray(logits)
-    if logits.flags.writeable:
-        logits = logits.view()  # the caller's array stays writable
-        logits.flags.writeable = False
+    logits = _row(logits)
     best, cand = _scan(logits, k)
     if not np.isfinite(logits[best]):
         raise ValueError("logits have no finite entry")
@@ -490,15 +522,18 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     entry; returns at least one token.
     """
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
-    V = np.shape(logits)[0] if np.ndim(logits) == 1 else 0
-    # the kernel needs the top top_k, or the top cap when top_k does not limit
-    limit = (top_k if 0 < top_k < V else cap if 0 < cap < V else 0) if temperature > 0 else 0
-    logits, best, cand = _check_logits(logits, limit)
-    z_row = -1.0
+    logits = _row(logits)
+    V = logits.shape[0]
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
-        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
+        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse): the
+        # kernel needs the row's normaliser, which NumPy's SIMD exp computes faster
+        logits, best, cand = _check_logits(logits, cap)
         z_row = _row_normaliser(logits, temperature)
-    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
+        return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
+    status, ids, probs = _probs_row(logits, temperature, top_k, top_p, min_p, cap)
+    if status:
+        raise ValueError("logits contain NaN or +inf" if status == 1 else "logits have no finite entry")
+    return ids, probs
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
