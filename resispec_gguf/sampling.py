@@ -131,25 +131,61 @@ def _heap_push(vals, idx, n, v, i):
             break
 
 
+_LOW = np.int64(0xFFFFFFFF)
+
+
 @njit(cache=True)
-def _heap_feed(logits, s, e, vals, idx, n, k, t):
-    """``_top_k_heap``'s loop over ids s..e-1 of the row, the heap holding n entries and
-    ``t`` its weakest value once full (else -inf): ``(n, t)``, n -1 at a NaN or +inf."""
+def _key_sift_down(h, n):
+    # min-heap of int64 keys: the root is the weakest kept entry
+    i = 0
+    while True:
+        m = 2 * i + 1
+        if m >= n:
+            break
+        if m + 1 < n and h[m + 1] < h[m]:
+            m += 1
+        if h[m] < h[i]:
+            h[m], h[i] = h[i], h[m]
+            i = m
+        else:
+            break
+
+
+@njit(cache=True)
+def _heap_feed(logits, bits, s, e, h, n, k, t):
+    """The heap's loop over ids s..e-1 of the row, holding n keys and ``t`` the value of its
+    weakest once full (else -inf): ``(n, t)``, n -1 at a NaN or +inf.
+
+    A key orders entries as ``_top_k_heap`` does, by value then lower id first, in one int64:
+    the value's bits made monotone (-0.0 read as +0.0, which compares equal to it) above the
+    complement of the id."""
     for i in range(s, e):
         v = logits[i]
         if not v <= t:  # v > t, or NaN
             if v != v or v == np.inf:
                 return -1, t
-            if n < k:
-                _heap_push(vals, idx, n, np.float64(v), i)
+            b = bits[i]
+            if b == np.int32(-2147483648):  # -0.0
+                b = np.int32(0)
+            b = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
+            key = (np.int64(b) << 32) | (_LOW - i)
+            if n < k:  # sift up
+                j = n
+                h[j] = key
                 n += 1
+                while j > 0:
+                    parent = (j - 1) // 2
+                    if h[j] < h[parent]:
+                        h[j], h[parent] = h[parent], h[j]
+                        j = parent
+                    else:
+                        break
                 if n == k:
-                    t = np.float32(vals[0])
-            else:  # v > vals[0]: it replaces the weakest
-                vals[0] = v
-                idx[0] = i
-                _heap_sift_down(vals, idx, 0, k)
-                t = np.float32(vals[0])
+                    t = logits[_LOW - (h[0] & _LOW)]
+            else:  # v > t: it replaces the weakest
+                h[0] = key
+                _key_sift_down(h, k)
+                t = logits[_LOW - (h[0] & _LOW)]
     return n, t
 
 
@@ -166,10 +202,10 @@ def _scan_top(logits, k):
     away, since the weakest value only rises.  The test also flags NaN (``not v <= t``), so
     a skipped block holds none, nor a +inf (it exceeds any weakest value but a +inf, which
     was caught when it entered the heap)."""
-    # logits: [V] float32 -> (bool, int64, [min(k, #finite)] int64); k >= 1
+    # logits: [V] float32 -> (bool, int64, [min(k, #finite)] int64); k >= 1, V < 2**32
     V = logits.shape[0]
-    vals = np.empty(k, np.float64)
-    idx = np.empty(k, np.int64)
+    bits = logits.view(np.int32)
+    h = np.empty(k, np.int64)
     n = 0
     t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
     nb = V // _BLOCK
@@ -185,21 +221,22 @@ def _scan_top(logits, k):
             for j in range(_SUB):
                 c |= np.int32(not (logits[s2 + j] <= t))
             if c != 0:
-                n, t = _heap_feed(logits, s2, s2 + _SUB, vals, idx, n, k, t)
+                n, t = _heap_feed(logits, bits, s2, s2 + _SUB, h, n, k, t)
                 if n < 0:
                     return True, 0, _NO_CAND
-    n, t = _heap_feed(logits, nb * _BLOCK, V, vals, idx, n, k, t)
+    n, t = _heap_feed(logits, bits, nb * _BLOCK, V, h, n, k, t)
     if n < 0:
         return True, 0, _NO_CAND
-    top = np.sort(idx[:n])
+    top = np.empty(n, np.int64)
     best = 0
     if n > 0:
-        best = top[0]
-        bv = logits[best]
-        for j in range(1, n):  # ascending ids: the first strictly larger value wins
-            if logits[top[j]] > bv:
-                best = top[j]
-                bv = logits[best]
+        hi = h[0]
+        for j in range(n):
+            top[j] = _LOW - (h[j] & _LOW)
+            if h[j] > hi:
+                hi = h[j]
+        best = _LOW - (hi & _LOW)
+    top.sort()
     return False, best, top
 
 

@@ -448,6 +448,7 @@ def test_one_read_scan_equals_the_heap_over_the_whole_row():
             "descending": -np.arange(V, dtype=np.float64),
             "all equal": np.zeros(V),
             "two values": rng.integers(0, 2, V).astype(np.float64),
+            "signed zeros": rng.choice([-0.0, 0.0, -1.0], V),  # -0.0 ties with +0.0
         }
         x = rng.normal(0, 3, V)
         x[rng.random(V) < 0.97] = -np.inf
