@@ -690,7 +690,7 @@ def _kernel_warm_ups() -> list:
     """
     row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
     row.flags.writeable = False  # as backend.LogitsRows gives it
-    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary read by groups (sampling._scan)
+    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary of many blocks (sampling._scan_top)
     wide.flags.writeable = False
 
     def distributions():

@@ -109,110 +109,153 @@ def _top_k_ids(logits, k, cand):
     return _top_k_heap(logits, cand, k)
 
 
-_LANES = 64  # a row of V >= _GROUPED_V is read as [_LANES, V // _LANES] (+ a short tail)
-_GROUPED_V = 4096
 _NO_CAND = np.empty(0, np.int64)
+_BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised test) ...
+_SUB = 16  # ... then a flagged block 16 at a time
+_SCAN_K_MAX = 4096  # larger k: the scan finds the argmax only, the heap then reads the row
 
 
 @njit(cache=True)
-def _scan_groups(logits, gmax, k):
-    """From the group maxima: ``(argmax, max, candidates, top)``.  ``candidates``: ascending
-    ids of the entries >= the k-th largest group maximum when ``top`` (only the groups that
-    reach it, and the tail past the last full group, are read); otherwise of the entries
-    equal to the maximum.  A NaN or infinite maximum is returned as found, with no
-    candidates."""
-    # logits: [V] float32; gmax: [G] float32, gmax[g] = max of logits[g::G][:_LANES]
-    V = logits.shape[0]
-    G = gmax.shape[0]
-    full = G * _LANES
-    m = -np.inf
-    for g in range(G):
-        v = gmax[g]
-        if v != v:
-            return 0, np.float64(v), _NO_CAND, False
-        if v > m:
-            m = v
-    for i in range(full, V):
-        v = logits[i]
-        if v != v:
-            return 0, np.float64(v), _NO_CAND, False
-        if v > m:
-            m = v
-    if not (m > -np.inf and m < np.inf):
-        return 0, np.float64(m), _NO_CAND, False
-    thr = m
-    top = False
-    if 0 < k <= G and V >= 256 * k:
-        t = np.partition(gmax, G - k)[G - k]
-        if t > -np.inf:
-            thr = t
-            top = True
-    n = 0
-    for g in range(G):
-        if gmax[g] >= thr:
-            for r in range(_LANES):
-                if logits[r * G + g] >= thr:
-                    n += 1
-    for i in range(full, V):
-        if logits[i] >= thr:
-            n += 1
-    out = np.empty(n, np.int64)
-    n = 0
-    for g in range(G):
-        if gmax[g] >= thr:
-            for r in range(_LANES):
-                if logits[r * G + g] >= thr:
-                    out[n] = r * G + g
-                    n += 1
-    for i in range(full, V):
-        if logits[i] >= thr:
-            out[n] = i
-            n += 1
-    out.sort()
-    best = out[0]
-    for j in range(n):  # the first (lowest id) maximum
-        if logits[out[j]] == m:
-            best = out[j]
+def _heap_push(vals, idx, n, v, i):
+    # sift up the new element at n (min-heap on (vals, -idx))
+    j = n
+    vals[j] = v
+    idx[j] = i
+    while j > 0:
+        parent = (j - 1) // 2
+        if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
+            vals[j], vals[parent] = vals[parent], vals[j]
+            idx[j], idx[parent] = idx[parent], idx[j]
+            j = parent
+        else:
             break
-    return best, np.float64(m), out, top
+
+
+_LOW = np.int64(0xFFFFFFFF)
+
+
+@njit(cache=True)
+def _key_sift_down(h, n):
+    # min-heap of int64 keys: the root is the weakest kept entry
+    i = 0
+    while True:
+        m = 2 * i + 1
+        if m >= n:
+            break
+        if m + 1 < n and h[m + 1] < h[m]:
+            m += 1
+        if h[m] < h[i]:
+            h[m], h[i] = h[i], h[m]
+            i = m
+        else:
+            break
+
+
+@njit(cache=True)
+def _heap_feed(logits, bits, s, e, h, n, k, t):
+    """The heap's loop over ids s..e-1 of the row, holding n keys and ``t`` the value of its
+    weakest once full (else -inf): ``(n, t)``, n -1 at a NaN or +inf.
+
+    A key orders entries as ``_top_k_heap`` does, by value then lower id first, in one int64:
+    the value's bits made monotone (-0.0 read as +0.0, which compares equal to it) above the
+    complement of the id."""
+    for i in range(s, e):
+        v = logits[i]
+        if not v <= t:  # v > t, or NaN
+            if v != v or v == np.inf:
+                return -1, t
+            b = bits[i]
+            if b == np.int32(-2147483648):  # -0.0
+                b = np.int32(0)
+            b = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
+            key = (np.int64(b) << 32) | (_LOW - i)
+            if n < k:  # sift up
+                j = n
+                h[j] = key
+                n += 1
+                while j > 0:
+                    parent = (j - 1) // 2
+                    if h[j] < h[parent]:
+                        h[j], h[parent] = h[parent], h[j]
+                        j = parent
+                    else:
+                        break
+                if n == k:
+                    t = logits[_LOW - (h[0] & _LOW)]
+            else:  # v > t: it replaces the weakest
+                h[0] = key
+                _key_sift_down(h, k)
+                t = logits[_LOW - (h[0] & _LOW)]
+    return n, t
+
+
+@njit(cache=True)
+def _scan_top(logits, k):
+    """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
+    finite logits (ties: lower id first; fewer when the row has fewer finite entries), the
+    set ``_top_k_heap`` keeps over the whole row; ``best``: the first maximum (0 when no
+    entry is finite); ``bad``: the row holds a NaN or +inf (then nothing else is meaningful).
+
+    It is ``_top_k_heap``'s heap fed with every id in ascending order, except that a block of
+    ``_BLOCK`` entries (then of ``_SUB``) none of which exceeds the heap's weakest value (the
+    heap full) is skipped after a vectorised test: each of its entries would have been turned
+    away, since the weakest value only rises.  The test also flags NaN (``not v <= t``), so
+    a skipped block holds none, nor a +inf (it exceeds any weakest value but a +inf, which
+    was caught when it entered the heap)."""
+    # logits: [V] float32 -> (bool, int64, [min(k, #finite)] int64); k >= 1, V < 2**32
+    V = logits.shape[0]
+    bits = logits.view(np.int32)
+    h = np.empty(k, np.int64)
+    n = 0
+    t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
+    nb = V // _BLOCK
+    for b in range(nb):
+        s = b * _BLOCK
+        c = np.int32(0)
+        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+            c |= np.int32(not (logits[s + j] <= t))
+        if c == 0:
+            continue
+        for s2 in range(s, s + _BLOCK, _SUB):
+            c = np.int32(0)
+            for j in range(_SUB):
+                c |= np.int32(not (logits[s2 + j] <= t))
+            if c != 0:
+                n, t = _heap_feed(logits, bits, s2, s2 + _SUB, h, n, k, t)
+                if n < 0:
+                    return True, 0, _NO_CAND
+    n, t = _heap_feed(logits, bits, nb * _BLOCK, V, h, n, k, t)
+    if n < 0:
+        return True, 0, _NO_CAND
+    top = np.empty(n, np.int64)
+    best = 0
+    if n > 0:
+        hi = h[0]
+        for j in range(n):
+            top[j] = _LOW - (h[j] & _LOW)
+            if h[j] > hi:
+                hi = h[j]
+        best = _LOW - (hi & _LOW)
+    top.sort()
+    return False, best, top
 
 
 def _scan(logits, k: int) -> tuple[int, np.ndarray]:
-    """The row's argmax (first maximum) and ascending ids that surely hold its k largest
-    finite logits (empty: all of them, when the shortcut does not apply), from one read of
-    the row.  ``logits``: as ``_check_logits`` leaves it.
-
-    The row is viewed as ``[_LANES, G]`` and reduced over the lanes with NumPy's SIMD
-    maximum: G group maxima, each an entry of the row.  The k-th largest of any k entries
-    never exceeds the row's k-th largest, so the k-th largest group maximum is a threshold
-    that keeps every answer, ties included; only the ~k groups that reach it are read again.
-    The overall maximum is among them (or among the group maxima), so the argmax comes out
-    of the same pass.  NaN propagates through the maxima and +inf is their maximum, so both
-    are screened there too.
+    """The row's argmax (first maximum) and ascending ids of its k largest finite logits
+    (ties: lower id first), from one read of the row (``_scan_top``); the candidates are
+    empty (meaning: all of them) when ``k`` is 0 or past ``_SCAN_K_MAX``.  ``ValueError``
+    for a row holding a NaN or +inf.  ``logits``: as ``_check_logits`` leaves it.
     """
-    V = logits.shape[0]
-    if V < _GROUPED_V:
-        best = int(np.argmax(logits))  # argmax stops at the first NaN
-        _screen(logits, float(logits[best]))
-        return best, _NO_CAND
-    G = V // _LANES
-    gmax = logits[: G * _LANES].reshape(_LANES, G).max(axis=0)
-    best, m, cand, top = _scan_groups(logits, gmax, k)
-    _screen(logits, m)
-    return int(best), cand if top else _NO_CAND
-
-
-def _screen(logits, m: float) -> None:
-    """``ValueError`` for a row whose maximum ``m`` is NaN or +inf."""
-    if m != m or m == np.inf:
+    kk = k if 0 < k <= _SCAN_K_MAX else 1
+    bad, best, top = _scan_top(logits, kk)
+    if bad:
         raise ValueError("logits contain NaN or +inf")
+    return int(best), top if kk == k else _NO_CAND
 
 
 def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
     """Ascending ids that surely hold the row's k largest finite logits; empty (meaning: all
     of them) when the shortcut does not apply (see ``_scan``)."""
-    if k <= 0 or logits.shape[0] < _GROUPED_V or logits.shape[0] < 256 * k:
-        return _NO_CAND
     return _scan(logits, k)[1]
 
 
@@ -280,7 +323,7 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
     # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: ascending ids
-    # holding the top max(top_k, cap) logits (empty: the whole row; see _candidates).
+    # holding the top top_k logits, or the top cap when top_k does not limit (empty: the whole row; see _candidates).
     V = logits.shape[0]
     bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
@@ -358,6 +401,28 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
         order = np.argsort(-cv, kind="mergesort")  # stable: ties keep ascending id
         ids = cand[order]
     return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
+
+
+@njit(cache=True)
+def _probs_row(logits, temperature, top_k, top_p, min_p, cap):
+    # probs_sparse's scan and distribution in one call, when no row normaliser is needed:
+    # (status, ids, probs), status 1 for a NaN or +inf, 2 for no finite entry.
+    V = logits.shape[0]
+    limit = 0
+    if temperature > 0.0:
+        if 0 < top_k < V:
+            limit = top_k
+        elif 0 < cap < V:
+            limit = cap
+    kk = limit if 0 < limit <= _SCAN_K_MAX else 1
+    bad, best, top = _scan_top(logits, kk)
+    if bad:
+        return 1, _NO_CAND, np.empty(0, np.float64)
+    if not logits[best] > -np.inf:
+        return 2, _NO_CAND, np.empty(0, np.float64)
+    cand = top if kk == limit else _NO_CAND
+    ids, probs = _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, -1.0, best, cand)
+    return 0, ids, probs
 
 
 @njit(cache=True)
@@ -446,6 +511,22 @@ def _sample_by_id(ids, probs, u):
 # --------------------------------------------------------------------------- wrappers
 
 
+def _row(logits) -> np.ndarray:
+    """The row as a contiguous, read-only, non-empty 1-D float32 array (see ``_check_logits``);
+    the backend's rows already are, and pass through at the cost of a few attribute reads."""
+    if (type(logits) is np.ndarray and logits.dtype == np.float32 and logits.ndim == 1 and logits.shape[0] > 0
+            and not logits.flags.writeable and logits.flags.c_contiguous):
+        return logits
+    logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
+    if logits.ndim != 1 or logits.shape[0] == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
+    logits = np.ascontiguousarray(logits)
+    if logits.flags.writeable:
+        logits = logits.view()  # the caller's array stays writable
+        logits.flags.writeable = False
+    return logits
+
+
 def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.ndarray]:
     """The row as a contiguous, read-only float32 array, its argmax (first maximum) and the
     candidates of its k largest logits (``_scan``), in one read of the row.
@@ -455,13 +536,7 @@ def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.n
     buffer; a writable row (a test's, a copy) would otherwise need a second compilation of
     every logits kernel, in the middle of a reply.
     """
-    logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
-    if logits.ndim != 1 or logits.shape[0] == 0:
-        raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")
-    logits = np.ascontiguousarray(logits)
-    if logits.flags.writeable:
-        logits = logits.view()  # the caller's array stays writable
-        logits.flags.writeable = False
+    logits = _row(logits)
     best, cand = _scan(logits, k)
     if not np.isfinite(logits[best]):
         raise ValueError("logits have no finite entry")
@@ -484,14 +559,18 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     entry; returns at least one token.
     """
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
-    V = np.shape(logits)[0] if np.ndim(logits) == 1 else 0
-    limit = max(top_k if 0 < top_k < V else 0, cap if 0 < cap < V else 0) if temperature > 0 else 0
-    logits, best, cand = _check_logits(logits, limit)
-    z_row = -1.0
+    logits = _row(logits)
+    V = logits.shape[0]
     if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
-        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse)
+        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse): the
+        # kernel needs the row's normaliser, which NumPy's SIMD exp computes faster
+        logits, best, cand = _check_logits(logits, cap)
         z_row = _row_normaliser(logits, temperature)
-    return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
+        return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
+    status, ids, probs = _probs_row(logits, temperature, top_k, top_p, min_p, cap)
+    if status:
+        raise ValueError("logits contain NaN or +inf" if status == 1 else "logits have no finite entry")
+    return ids, probs
 
 
 def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):

@@ -399,28 +399,28 @@ def test_vectorised_prefilter_keeps_the_top_k_at_qwen_vocabulary():
 
 
 def test_one_read_scan_finds_argmax_and_top_k_with_a_tail():
-    """``_scan`` (grouped maxima): the first maximum and candidates holding the top k, for
-    V that is not a multiple of the lane count, maxima tied across groups and in the tail,
-    and bad entries anywhere."""
-    from resispec_gguf.sampling import _LANES, _check_logits
+    """``_scan`` (one read, blocks skipped by a vectorised count): the first maximum and the
+    exact top-k set, for V that is not a multiple of the block, maxima tied across blocks and
+    in the tail, and bad entries anywhere."""
+    from resispec_gguf.sampling import _BLOCK, _check_logits
 
     rng = np.random.default_rng(5)
-    for V in (4096, 5000, 32_000 + 37, 151_936):
+    for V in (1, 3, 63, 64, 65, 4096, 5000, 32_000 + 37, 151_936):
         for trial in range(4):
             x = rng.normal(0, 2, V).astype(np.float32)
             if trial == 1:
                 x = np.round(x, 1)
-            if trial == 2:  # the maximum twice: in a late group and in the tail
+            if trial == 2:  # the maximum twice: in a late block and in the tail
                 x[V - 1] = x[V // 2] = x.max() + 1
-            if trial == 3:  # the maximum in two groups, the later group holding the lower id
-                G = V // _LANES
-                x[5 * G + 3] = x[2 * G + 7] = x.max() + 1
+            if trial == 3:  # the maximum in two blocks
+                x[(5 * _BLOCK + 3) % V] = x[(2 * _BLOCK + 7) % V] = x.max() + 1
             _, best, _ = _check_logits(x)
             assert best == int(np.argmax(x)), (V, trial)
             for k in (1, 16, 40):
                 _, best, cand = _check_logits(x, k)
                 assert best == int(np.argmax(x))
-                assert (cand.shape[0] >= k if V >= 256 * k else cand.shape[0] == 0) and np.all(np.diff(cand) > 0)
+                assert cand.shape[0] == min(k, V) and np.all(np.diff(cand) > 0)
+                np.testing.assert_array_equal(np.sort(ref_order(x)[:k]), cand)
                 np.testing.assert_array_equal(_top_k_ids(x, k, cand), ref_order(x)[:k])
         for bad in (np.nan, np.inf):
             for where in (0, V // 3, V - 1):
@@ -431,3 +431,52 @@ def test_one_read_scan_finds_argmax_and_top_k_with_a_tail():
         y = np.full(V, -np.inf, np.float32)
         with pytest.raises(ValueError, match="no finite"):
             probs_dense(y, 0.8, 40)
+
+
+def test_one_read_scan_equals_the_heap_over_the_whole_row():
+    """``_scan_top`` skips blocks: the same set as ``_top_k_heap`` fed every id, and the
+    first maximum, on rows built to make skipping go wrong (sorted either way, all equal,
+    ties at the k-th value across blocks, mostly -inf, fewer finite entries than k)."""
+    from resispec_gguf.sampling import _BLOCK, _scan_top, _top_k_heap
+
+    rng = np.random.default_rng(17)
+    for V in (1, 5, _BLOCK - 1, _BLOCK, _BLOCK + 1, 3 * _BLOCK + 5, 2000, 20_011):
+        rows = {
+            "normal": rng.normal(0, 3, V),
+            "coarse ties": np.round(rng.normal(0, 1, V)),
+            "ascending": np.arange(V, dtype=np.float64),
+            "descending": -np.arange(V, dtype=np.float64),
+            "all equal": np.zeros(V),
+            "two values": rng.integers(0, 2, V).astype(np.float64),
+            "signed zeros": rng.choice([-0.0, 0.0, -1.0], V),  # -0.0 ties with +0.0
+        }
+        x = rng.normal(0, 3, V)
+        x[rng.random(V) < 0.97] = -np.inf
+        rows["mostly -inf"] = x
+        y = np.full(V, -np.inf)
+        y[rng.integers(V)] = 1.0
+        rows["one finite"] = y
+        rows["none finite"] = np.full(V, -np.inf)
+        z = rng.normal(0, 3, V)
+        z[rng.choice(V, min(V, 50), replace=False)] = 9.0  # ties at the top spread over blocks
+        rows["tied top"] = z
+        for name, row in rows.items():
+            row = np.ascontiguousarray(row, np.float32)
+            n_fin = int(np.isfinite(row).sum())
+            for k in (1, 2, 7, 40, 64, 300):
+                bad, best, top = _scan_top(row, k)
+                assert not bad
+                want = _top_k_heap(row, np.arange(V), k)
+                np.testing.assert_array_equal(top, np.sort(want), err_msg=f"{name} V={V} k={k}")
+                assert top.shape[0] == min(k, n_fin)
+                if n_fin:
+                    assert best == int(np.argmax(row)), (name, V, k)
+                    assert want[0] == best
+    # a NaN or +inf anywhere is reported, also in a block the count would skip once full
+    for V in (70, 5000):
+        for bad_value in (np.nan, np.inf):
+            for where in (0, 40, V // 2, V - 1):
+                row = np.zeros(V, np.float32)
+                row[where] = bad_value
+                for k in (1, 40):
+                    assert _scan_top(row, k)[0], (V, bad_value, where, k)
