@@ -32,18 +32,6 @@ cache, or sequence 0) is copied to ``s``.  llama.cpp masks attention by a token'
 sequence id, so each node sees exactly the committed prefix and its own ancestors.  This needs
 ``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
 
-Backend top-k rows.  ``set_row_top_k(k)`` puts a one-sampler chain, top-k of ``k + slack``,
-on every node sequence (llama.cpp's experimental backend sampling: ``llama_set_sampler``), so
-each output row comes back as its largest raw logits and their ids instead of ``[V]`` floats;
-``decode`` then rebuilds rows with ``toprows.dense_row`` (same distributions bit for bit for
-requests with top-k ``k``, see there) and reads a row whose top-k set is undetermined (ties)
-in full by evaluating its node again without the sampler.  A forest decode has several
-outputs per sequence (an ancestor's cell carries its descendants' ids), which llama.cpp
-refuses unless the context allows it at creation (``n_outputs_max_per_seq``), so every
-context allows it; that changes nothing while no sampler is set.  While a top-k is set,
-``llama_get_logits_ith`` returns the short sampled row, so the plain ``LogitsRows`` are
-never handed out then.
-
 Nothing ctypes leaves this module: results are Python ints/bytes and NumPy arrays owned by
 the caller.  Errors a user can cause raise ``UserError`` / ``ContextFullError``.
 """
@@ -65,7 +53,7 @@ import numpy as np
 import llama_cpp as _ll
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from . import toprows, vocab
+from . import vocab
 from .errors import ContextFullError, UserError
 
 __all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "rpc_hello", "rpc_supported",
@@ -146,34 +134,6 @@ class LogitsRows:
         return self._model._row(self._generation, int(self._index[i]))
 
 
-class TopRows:
-    """Rows of a decode made with backend top-k (``LlamaModel.set_row_top_k``): float32
-    ``[V]`` rows holding each row's largest logits, ``-inf`` elsewhere (``toprows.dense_row``),
-    or the whole row where ties left the top-k set undetermined.  Built eagerly, owned here."""
-
-    def __init__(self, rows):
-        self._rows = rows
-
-    def __len__(self):
-        return len(self._rows)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self._rows[i]
-
-
-BACKEND_SAMPLING_MISSING = ("this llama-cpp-python has no backend sampling (llama_set_sampler, "
-                            "llama_get_sampled_logits_ith); install llama-cpp-python 0.3.36 or later, "
-                            "or leave backend rows off")
-
-
-def backend_sampling_supported() -> bool:
-    """Whether the installed llama-cpp-python binds llama.cpp's backend sampling API."""
-    names = ("llama_set_sampler", "llama_get_sampled_logits_ith", "llama_get_sampled_logits_count_ith",
-             "llama_get_sampled_candidates_ith", "llama_get_sampled_candidates_count_ith")
-    return all(hasattr(_ll, n) for n in names) and "n_outputs_max_per_seq" in dict(
-        getattr(_ll.llama_context_params, "_fields_", ()))
-
-
 class LlamaModel:
     """One GGUF model with a multi-sequence context (see the module docstring)."""
 
@@ -228,10 +188,6 @@ class LlamaModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True
-        # a forest decode gives a sequence one output per descendant; llama.cpp's backend
-        # sampling refuses more than this many (default 1), set at creation only
-        if hasattr(cparams, "n_outputs_max_per_seq"):
-            cparams.n_outputs_max_per_seq = 0  # 0: as many as a batch holds
         # Flash attention: None lets llama.cpp decide (on where the backend supports it).  It
         # is faster, and exactness is defined against the target as evaluated in each batch,
         # which it does not change; but on the CPU it rounds through F16 in a way that
@@ -283,10 +239,6 @@ class LlamaModel:
         self._generation = 0
         self._specials = None
         self._max_piece = None
-        self._row_k = 0  # backend top-k rows (set_row_top_k): the request's top-k, 0 = off
-        self._row_slack = 0
-        self._chains: dict[int, object] = {}  # sequence id -> its llama_sampler chain
-        self.rows_read_in_full = 0  # rows whose top-k set was undetermined (ties)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -294,7 +246,6 @@ class LlamaModel:
         if self._ctx is not None:
             _ll.llama_free(self._ctx)
             self._ctx = None
-        self._free_chains()  # the context never frees them; free them once it is gone
         if self._model is not None:
             _ll.llama_model_free(self._model)
             self._model = None
@@ -433,99 +384,6 @@ class LlamaModel:
     def vocab_info(self) -> VocabInfo:
         return _vocab_info(self._vocab)
 
-    # ------------------------------------------------------------------ backend top-k rows
-
-    def set_row_top_k(self, k: int, slack: int = 8) -> None:
-        """Make the node rows of later decodes come from llama.cpp's backend top-k of
-        ``k + slack`` (see the module docstring); ``k`` 0 turns it off.  Only rows of a
-        request whose top-k is ``k`` may be read this way (``toprows``).  Takes effect at the
-        next decode, which then re-plans llama.cpp's graph once.  A build without backend
-        sampling raises ``UserError`` (one line)."""
-        k, slack = int(k), int(slack)
-        if k < 0 or slack < 0:
-            raise ValueError(f"top-k {k} and slack {slack} must be >= 0")
-        if k > 0 and not backend_sampling_supported():
-            raise UserError(BACKEND_SAMPLING_MISSING)
-        if k + slack >= self.n_vocab:
-            k = 0  # nothing to save: read whole rows
-        if (k, slack if k else 0) == (self._row_k, self._row_slack):
-            return
-        self.drop_uncommitted()
-        self._row_k, self._row_slack = 0, 0
-        for sid in list(self._chains):
-            self._set_chain(sid, None)
-        if k:
-            for sid in range(1, self.n_seq_max):
-                if not self._set_chain(sid, k + slack):
-                    self.set_row_top_k(0)
-                    raise UserError("llama.cpp cannot run top-k on this model's output device; "
-                                    "leave backend rows off")
-            self._row_k, self._row_slack = k, slack
-
-    @property
-    def row_top_k(self) -> int:
-        """The backend top-k in force (``set_row_top_k``), 0 when off."""
-        return self._row_k
-
-    def _set_chain(self, sid: int, n: int | None) -> bool:
-        """Give sequence ``sid`` a fresh chain [top-k ``n``], or none; returns llama.cpp's
-        answer.  A chain is initialised once by llama.cpp, so every setting is a new one."""
-        old = self._chains.pop(sid, None)
-        chain = None
-        if n is not None:
-            chain = _ll.llama_sampler_chain_init(_ll.llama_sampler_chain_default_params())
-            _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_top_k(int(n)))
-        ok = bool(_ll.llama_set_sampler(self._ctx, int(sid), chain))
-        if old is not None:
-            _ll.llama_sampler_free(old)
-        if chain is not None:
-            if ok:
-                self._chains[sid] = chain
-            else:
-                _ll.llama_set_sampler(self._ctx, int(sid), None)
-                _ll.llama_sampler_free(chain)
-        return ok
-
-    def _free_chains(self) -> None:
-        for chain in self._chains.values():
-            _ll.llama_sampler_free(chain)
-        self._chains.clear()
-
-    def _top_rows(self, nodes, batch_index) -> TopRows:
-        """The rows of this decode's outputs ``batch_index`` (nodes ``nodes``), rebuilt from
-        the backend top-k; undetermined ones evaluated again in full (``_full_row``)."""
-        rows, again = [], []
-        for node, b in zip(nodes, batch_index):
-            b = int(b)
-            n = int(_ll.llama_get_sampled_logits_count_ith(self._ctx, b))
-            if n != int(_ll.llama_get_sampled_candidates_count_ith(self._ctx, b)) or n == 0:
-                raise RuntimeError(f"llama.cpp returned no backend top-k for output {b}")
-            vals = np.ctypeslib.as_array(_ll.llama_get_sampled_logits_ith(self._ctx, b), shape=(n,))
-            ids = np.ctypeslib.as_array(_ll.llama_get_sampled_candidates_ith(self._ctx, b), shape=(n,))
-            row = toprows.dense_row(ids, vals, self.n_vocab, self._row_k)
-            if row is None:
-                again.append(len(rows))
-            rows.append(row)
-        for j in again:  # after every read: evaluating again overwrites llama.cpp's buffers
-            rows[j] = self._full_row(int(nodes[j]))
-        return TopRows(rows)
-
-    def _full_row(self, node: int) -> np.ndarray:
-        """Node ``node``'s whole logits row: its cell is taken out of its own sequence and its
-        token evaluated again there with the sampler off (its children keep the old cell;
-        later children see the new one, which holds the same token at the same position)."""
-        sid, pos, tok = self._nodes_seq[node], self._nodes_pos[node], self._nodes_tok[node]
-        _ll.llama_memory_seq_rm(self._mem, sid, pos, pos + 1)
-        self._set_chain(sid, None)
-        try:
-            self._tok[0], self._pos[0], self._nseq[0], self._seq[0, 0], self._out[0] = tok, pos, 1, sid, 1
-            self._decode_batch(1)
-            row = np.ctypeslib.as_array(_ll.llama_get_logits_ith(self._ctx, 0), shape=(self.n_vocab,)).copy()
-        finally:
-            self._set_chain(sid, self._row_k + self._row_slack)
-        self.rows_read_in_full += 1
-        return row
-
     # ------------------------------------------------------------------ decoding
 
     @property
@@ -638,8 +496,6 @@ class LlamaModel:
         except Exception:
             self._forget_nodes(base)
             raise
-        if self._row_k:
-            return self._top_rows(base + np.flatnonzero(out), np.flatnonzero(out))
         return LogitsRows(self, self._generation, np.flatnonzero(out))
 
     def _forget_nodes(self, keep: int) -> None:

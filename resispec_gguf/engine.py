@@ -281,7 +281,6 @@ class _Generation:
             raise ContextFullError(
                 f"the prompt ({len(self.prompt)} tokens) does not fit the context ({e.target.n_ctx} tokens)"
             )
-        _set_row_top_k(e, _row_top_k(e, self))
         self.stats.prompt_reused = e.target.sync_prefix(self.prompt)
         uses_draft = self.dp.method != "none" and self.dp.use_draft and e.draft is not None
         if uses_draft:
@@ -325,7 +324,6 @@ class _Generation:
             if tail:
                 yield tail
         finally:
-            _set_row_top_k(e, 0)
             self.stats.total_time += time.perf_counter() - t_start
             self.stats.tokens = len(self.out)
             if self.tuner is not None:
@@ -688,23 +686,6 @@ def _kernel_warm_ups() -> list:
     return [distributions, draws, verification]
 
 
-def _row_top_k(engine: "Engine", gen: _Generation) -> int:
-    """The backend top-k a generation's rows may come from (``backend.LlamaModel.set_row_top_k``,
-    ``toprows``: the same distributions bit for bit): its top-k when the engine has
-    ``backend_rows`` on, it samples (T > 0) with a top-k, and nothing reads whole rows (a
-    constraint's mask, logprobs); else 0."""
-    sp = gen.sp
-    if not engine.backend_rows or sp.greedy or sp.top_k <= 0 or gen.constraint is not None or gen.logprobs is not None:
-        return 0
-    return int(sp.top_k)
-
-
-def _set_row_top_k(engine: "Engine", k: int) -> None:
-    for model in (engine.target, engine.draft):
-        if model is not None and hasattr(model, "set_row_top_k") and (k or getattr(model, "row_top_k", 0)):
-            model.set_row_top_k(k)
-
-
 class Engine:
     """A target model, optionally a draft model, and the speculative loop between them.
 
@@ -735,10 +716,6 @@ class Engine:
         self._grammar_tokenizer = None
         self._compiled: dict = {}
         self._tool_format = None
-
-    # Rows from llama.cpp's backend top-k (``_row_top_k``): off unless set; the models must
-    # offer ``set_row_top_k`` (``backend.LlamaModel`` does where llama-cpp-python has it).
-    backend_rows = False
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,

@@ -15,7 +15,6 @@ import itertools
 
 import numpy as np
 
-from resispec_gguf import toprows
 from resispec_gguf.errors import ContextFullError
 
 
@@ -55,9 +54,6 @@ class MarkovModel:
         self._nodes: list[tuple[int, int, int]] = []  # (token, parent, position)
         self._generation = 0
         self.calls = 0  # decode calls
-        self._row_k, self._row_slack = 0, 0  # backend top-k rows (set_row_top_k)
-        self._tie_rng = np.random.default_rng(12345)
-        self.rows_read_in_full = 0
 
     # ------------------------------------------------------------------ protocol
 
@@ -121,8 +117,6 @@ class MarkovModel:
         self._nodes.extend(new)
         want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
         rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
-        if self._row_k:
-            rows = [self._top_row(r) for r in rows]
         self._bump()
         self.calls += 1
         return _Rows(self, self._generation, rows)
@@ -154,30 +148,6 @@ class MarkovModel:
 
     def cost_key(self) -> str:
         return f"fake:{self._name}"
-
-    # ------------------------------------------------------------------ backend top-k rows
-
-    def set_row_top_k(self, k: int, slack: int = 1) -> None:
-        """As ``backend.LlamaModel.set_row_top_k``: later rows are rebuilt from their
-        ``k + slack`` largest logits (``toprows.dense_row``), ties at the cut broken at random
-        as llama.cpp's unstable partial sort may break them, and read whole when that leaves
-        the top-k set undetermined."""
-        self._row_k, self._row_slack = int(k), int(slack)
-
-    @property
-    def row_top_k(self) -> int:
-        return self._row_k
-
-    def _top_row(self, row):
-        n = self._row_k + self._row_slack
-        if n >= self.n_vocab:
-            return row
-        order = np.lexsort((self._tie_rng.random(self.n_vocab), -np.asarray(row, np.float64)))[:n]
-        dense = toprows.dense_row(order, row[order], self.n_vocab, self._row_k)
-        if dense is None:
-            self.rows_read_in_full += 1
-            return row
-        return dense
 
     # ------------------------------------------------------------------ helpers
 

@@ -340,37 +340,3 @@ def test_pruning_regression_equal_draws_are_not_favoured():
     # sd of the estimate ~0.0055 at n ~ 3000: 0.94 would be 7 sd away
     z = (after_b[C] - 0.9 * n) / np.sqrt(n * 0.9 * 0.1)
     assert abs(z) < 4.5, f"P(C | B) = {after_b[C] / n:.4f}, exact 0.9 (z = {z:.1f})"
-
-
-def _tied_pair(seed=3):
-    """``_pair`` with ties in the target's rows around top-k = 3 (T0.6-filters): in a third
-    of the contexts the 2nd..5th largest logits are equal (the 4 largest, ties broken at
-    random, may miss the lower ids that top-k keeps: read whole), in another third the 2nd
-    and 3rd (inside the top-k: rebuilt)."""
-    target, draft = _pair(seed=seed)
-    rows = {}
-    for ctx, r in target._rows.items():
-        r = r.copy()
-        order = np.argsort(-r, kind="stable")
-        if sum(ctx) % 3 == 0:
-            r[order[1:5]] = r[order[1]]
-        elif sum(ctx) % 3 == 1:
-            r[order[1:3]] = r[order[1]]
-        r.flags.writeable = False
-        rows[ctx] = r
-    target._rows = rows
-    return target, draft
-
-
-@pytest.mark.parametrize("method", METHODS + ("none",))
-def test_backend_top_k_rows_keep_the_law_exact(method):
-    """Rows rebuilt from a backend top-k (``toprows``; the fake breaks ties at the cut at
-    random, as llama.cpp may) give the target's law, ties at the top-k boundary included."""
-    target, draft = _tied_pair()
-    engine = Engine(target, draft)
-    engine.backend_rows = True
-    sp = TEMPERATURES["T0.6-filters"]
-    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4)
-    counts = sample(engine, sp, dp, RUNS)
-    assert target.rows_read_in_full > 0 and target.row_top_k == 0  # ties met; off after each run
-    check_law(counts, exact_law(target, PROMPT, sp, N_TOKENS), f"backend-top-k/{method}")
