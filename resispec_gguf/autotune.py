@@ -139,33 +139,42 @@ class Calibration:
     """Decayed acceptance counts per bin, with a prior worth ``prior_weight`` observations.
 
     A draft candidate is binned by the chance of acceptance the model first gives it (its
-    node's acceptance shared in proportion to q, see ``engine._weights``) and by whether its
-    node drew one candidate or several: the learnt rate per bin corrects that guess where
-    the draft's q misleads (an over-confident draft, the best-first choice of which nodes
-    grow).  Prior: the guess itself.  A lookup candidate is binned by ``lookup_bin`` (prior
-    0.15 to 0.7).  The request's own counts take over quickly.  An observation may be a 0/1
-    outcome or, where it is known, the exact chance of acceptance."""
+    node's acceptance shared in proportion to q, see ``engine._weights``), separately per K
+    (draws at its node): the learnt rate per bin corrects that guess where the draft's q
+    misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
+    deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
+    binned by ``lookup_bin`` (prior 0.15 to 0.7).  The request's own counts take over
+    quickly.  An observation may be a 0/1 outcome or, where it is known, the exact chance of
+    acceptance."""
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
-        mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
         self.decay = decay
-        self.draft_acc = np.stack([mids, mids]) * prior_weight  # [one draw / several, bin]
-        self.draft_seen = np.full(self.draft_acc.shape, prior_weight)
+        self.prior_weight = prior_weight
+        self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
         self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
         self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
 
+    def _counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        c = self._draft.get(k)
+        if c is None:
+            mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
+            c = self._draft[k] = (mids * self.prior_weight, np.full(len(mids), self.prior_weight))
+        return c
+
     @staticmethod
-    def _bin(guess: float, several: bool) -> tuple[int, int]:
-        return int(several), int(np.searchsorted(_Q_EDGES, guess, side="right")) - 1
+    def _bin(guess: float) -> int:
+        return int(np.searchsorted(_Q_EDGES, guess, side="right")) - 1
 
-    def draft(self, guess: float, several: bool = False) -> float:
-        b = self._bin(guess, several)
-        return float(self.draft_acc[b] / self.draft_seen[b])
+    def draft(self, guess: float, k: int = 1) -> float:
+        acc, seen = self._counts(k)
+        b = self._bin(guess)
+        return float(acc[b] / seen[b])
 
-    def observe_draft(self, guess: float, accepted: float, several: bool = False) -> None:
-        b = self._bin(guess, several)
-        self.draft_acc[b] = self.draft_acc[b] * self.decay + float(accepted)
-        self.draft_seen[b] = self.draft_seen[b] * self.decay + 1.0
+    def observe_draft(self, guess: float, accepted: float, k: int = 1) -> None:
+        acc, seen = self._counts(k)
+        b = self._bin(guess)
+        acc[b] = acc[b] * self.decay + float(accepted)
+        seen[b] = seen[b] * self.decay + 1.0
 
     def lookup(self, b: int) -> float:
         return float(self.look_acc[b] / self.look_seen[b])
@@ -213,6 +222,7 @@ class StepPlan:
     overhead_s: float
     pending: int = 1  # draft rows of the level-0 call
     row_s: float = 0.0  # host seconds to process one logits row (measured once per vocabulary)
+    children: float = 1.0  # distinct candidates per expanded node (learnt per arm over past steps)
     value: float = 1.0
     cost: float = 0.0
     n_nodes: int = 0
@@ -236,30 +246,31 @@ class StepPlan:
     def width(self, level: int, scores: list[float]) -> int:
         """How many of the new children (scores best first) to expand next.
 
-        Expanding the best w children costs one draft call of w rows and buys, for each, its
-        own target row (worth its score s) and what grows below it.  Cost curves need not be
-        concave (on a CPU 16 rows may cost barely more than 8), so one more row is not judged
-        alone: every w is tried with chains of every length m the depth allows below the
-        children (worth ``s * (1 + a + ... + a^m)`` for ``m`` more rows and draft calls each,
-        a: the factor by which the best path's score fell at this level), and the w with the
-        best projected E / T is taken if it beats the step's E / T without growing further
-        (the children kept as leaves, as many as pay).  Only the first level of that projection is committed here; the
-        next level is judged again with its real scores."""
+        Expanding the best w children costs one draft call of w rows and buys, for each
+        child of score s, what grows below it: its own children (``children`` rows, worth
+        ``s * accept`` together) and, deeper, a path continuing by the factor a by which the
+        best path's score fell at this level (worth ``s * accept * a^j`` for one more row
+        and draft call per level).  Cost curves need not be concave (on a CPU 16 rows may
+        cost barely more than 8), so every w is tried with every depth m the bounds allow
+        below the children, within the node budget, and the best projected E / T is taken
+        if it beats growing no further (the children kept as leaves, as many as pay).  Only
+        the first level is committed here; the next is judged again on its real scores."""
         if not scores:
             return 0
         s = np.cumsum(np.asarray(scores, float))  # [W] value of the best w children
         w = np.arange(1, len(s) + 1)
-        m = np.arange(1, max(1, int(self.params.depth) - level - 1) + 1)[:, None]  # [M, 1] levels below
+        n_m = max(1, int(self.params.depth) - level - 1)
+        m = np.arange(1, n_m + 1)[:, None]  # [M, 1] levels below the children
         a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0
-        below = np.cumsum(a ** np.arange(1, m.shape[0] + 1))[:, None]  # a + ... + a^m
+        below = (self.accept * np.cumsum(a ** np.arange(n_m)))[:, None]  # accept * (1 + a + ... + a^(m-1))
+        rows = w * (self.children + m - 1)  # [M, W] rows below the children
         value = self.value + s * (1.0 + below)
         n = 1 + self.n_nodes
         d_draft = (self._draft(w) + w * self.row_s) if self.kind == "draft" else np.zeros(len(w))
-        cost = (self.cost + m * d_draft + self._target(n + w * (1 + m)) - self._target(n)
+        cost = (self.cost + m * d_draft + self._target(n + w + np.ceil(rows).astype(int)) - self._target(n)
                 + self.row_s * s * (1.0 + below))
         ratio = value / cost  # [M, W]
-        # the children and a node below each must fit the step's node budget
-        ratio = np.where(self.n_nodes + w * (1 + m) <= self.params.budget, ratio, 0.0)
+        ratio = np.where(self.n_nodes + w + rows <= self.params.budget, ratio, 0.0)
         best = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
         # the alternative: grow no further, keeping the best children as leaves (a row each)
         as_leaves = (self.value + s) / (self.cost + self._target(n + w) - self._target(n) + self.row_s * s)
@@ -296,24 +307,39 @@ class StepPlan:
 
 @dataclass
 class _Arm:
-    """Speculation of one shape: its realised rate, its acceptance, when to try it again."""
+    """Speculation of one shape: its rate, its acceptance, when to try it again.
 
-    tokens: float = 0.0  # decayed sums over its steps
+    The rate is tokens per predicted second over its steps (decayed).  A step's tokens are
+    counted as its plan's expected tokens E times the arm's realised / expected ratio over
+    the whole request: that ratio corrects the model's bias, and E varies far less from step
+    to step than the tokens a step happens to yield, so arms are compared on fewer steps."""
+
+    tokens: float = 0.0  # decayed sums of expected tokens and predicted seconds over its steps
     seconds: float = 0.0
+    real: float = 0.0  # realised and expected tokens over the request (not decayed)
+    expected: float = 0.0
     steps: int = 0
     backoff: int = 4  # plain steps to wait after a losing probe (doubles)
     wait: int = 0  # steps left before the next probe
     due: bool = False  # its wait ran out: to be tried again (or, if hopeless, to wait again)
     accept: float = 0.6  # chance a reached, expanded node has a candidate accepted (decayed; prior)
     acc_n: float = 2.0
+    children: float = 1.0  # distinct candidates per expanded node (decayed, over past steps)
+
+    PRIOR_TOKENS = 4.0  # the realised / expected ratio starts at 1, worth this many tokens
 
     @property
     def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        if self.seconds <= 0:
+            return 0.0
+        ratio = (self.real + self.PRIOR_TOKENS) / (self.expected + self.PRIOR_TOKENS)
+        return ratio * self.tokens / self.seconds
 
-    def observe(self, tokens: int, seconds: float, decay: float) -> None:
-        self.tokens = self.tokens * decay + tokens
+    def observe(self, tokens: int, expected: float, seconds: float, decay: float) -> None:
+        self.tokens = self.tokens * decay + expected
         self.seconds = self.seconds * decay + seconds
+        self.real += tokens
+        self.expected += expected
         self.steps += 1
 
 
@@ -336,8 +362,8 @@ class AutoTuner:
         # never tried: on such a machine auto is plain decoding, probes included
         kinds = ["lookup"]
         if has_draft and draft is not None:
-            kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
-                                 if k > 1] + ["lookup"]
+            kinds = [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)}) if k > 1]
+            kinds += ["chain", "lookup"]
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         self.current: str | None = None  # the arm of the step under way
         self.last_choice = "none"
@@ -380,9 +406,14 @@ class AutoTuner:
 
     def choose(self, pending: int = 1) -> StepPlan | None:
         """The next step's plan, or None for a plain step."""
-        for name in self.arms:  # every arm is probed once at the start
-            if self.arms[name].steps == 0:
-                return self._plan(name, pending, f"probe {name}")
+        # at the start every tree arm is probed once; the chain's and lookup's acceptances are
+        # learnt whatever runs, so they are probed only if they promise to beat what ran
+        ran = max([self.plain_rate * self.margin] + [a.rate for a in self.arms.values() if a.steps])
+        for name, arm in self.arms.items():
+            if arm.steps == 0 and not arm.due and arm.wait == 0:
+                if name.startswith("tree") or self.expected_case(name, pending) > ran:
+                    return self._plan(name, pending, f"probe {name}")
+                arm.wait = arm.backoff  # judged again when its wait runs out
         # an arm that lost its last step waits a stretch (doubling after each loss) while the
         # others, or plain decoding, run; then it is due to be tried again
         for arm in self.arms.values():
@@ -423,14 +454,15 @@ class AutoTuner:
         self.current = arm
         self.last_choice, self.reason = arm, reason
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
-                        overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
+                        overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
+                        children=self.arms[arm].children)
 
     # -------------------------------------------------------------- learning
 
     def observe_step(self, plan: StepPlan, tokens: int, seconds: float) -> None:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
         arm = self.arms[plan.arm]
-        arm.observe(tokens, seconds, self.decay)
+        arm.observe(tokens, plan.value, seconds, self.decay)
         rival = max([self.plain_rate * self.margin] + [a.rate for n, a in self.arms.items()
                                                         if n != plan.arm and a.steps and a.wait == 0])
         if arm.rate <= rival:  # not better than plain or another arm: try again later
@@ -448,6 +480,12 @@ class AutoTuner:
         t[0] += 1
         t[1] += predicted
         t[2] += measured_s
+
+    def observe_children(self, plan: StepPlan, mean_children: float) -> None:
+        """After a step of ``plan``: its expanded nodes had ``mean_children`` distinct
+        candidates each (used by the next steps' plans only)."""
+        arm = self.arms[plan.arm]
+        arm.children = 0.8 * arm.children + 0.2 * mean_children
 
     def observe_chain(self, alpha: float) -> None:
         """At a drafted node of any step, a chain's single draw would have been accepted with

@@ -397,6 +397,9 @@ class _Generation:
         self._commit(tree, draft_index, emitted, path)
         if self.tuner is not None:
             self.tuner.observe_step(self.plan, len(emitted), self.plan.cost)
+            inner = [len(tree.candidates(i)) for i in range(len(tree)) if tree.expanded(i)]
+            if inner:  # for the next steps' plans (never this step's: see tree.py's pruning rule)
+                self.tuner.observe_children(self.plan, sum(inner) / len(inner))
         return kind, emitted
 
     def _grow_tree(self, kind: str) -> tuple[DraftTree, dict[int, int] | None]:
@@ -503,9 +506,9 @@ class _Generation:
         total = sum(qx.values())
         look = cal.lookup(n) if x0 >= 0 else 0.0
         share = self.tuner.accept * (1.0 - look) / total if total > 0.0 else 0.0
-        several = self.dp.k > 1
+        k = self.dp.k
         guess = {x: q * share for x, q in qx.items()}
-        w = {x: cal.draft(g, several) for x, g in guess.items()}
+        w = {x: cal.draft(g, k) for x, g in guess.items()}
         if x0 >= 0:
             w[x0] = look + w.get(x0, 0.0)
         return w, guess
@@ -623,9 +626,9 @@ class _Generation:
                     continue
                 if len(draws) == 1 and qx is not None:
                     q = float(qx[1][0]) if qx[0][0] == x else float(qx[1][np.flatnonzero(qx[0] == x)[0]])
-                    cal.observe_draft(g, min(1.0, p_of(x) * scale / q) if q > 0.0 else 0.0, False)
+                    cal.observe_draft(g, min(1.0, p_of(x) * scale / q) if q > 0.0 else 0.0, 1)
                 else:
-                    cal.observe_draft(g, float(accepted and tok == x), len(draws) > 1)
+                    cal.observe_draft(g, float(accepted and tok == x), len(draws))
         if tree.q[node] is not None and p is not None:
             tuner.observe_chain(sampling.overlap(p, *tree.q[node]))
         elif self.sp.greedy and len(tree.draws[node]):
