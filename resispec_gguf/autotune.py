@@ -362,8 +362,8 @@ class AutoTuner:
         # never tried: on such a machine auto is plain decoding, probes included
         kinds = ["lookup"]
         if has_draft and draft is not None:
-            kinds = [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)}) if k > 1]
-            kinds += ["chain", "lookup"]
+            kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
+                                 if k > 1] + ["lookup"]
         self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         self.current: str | None = None  # the arm of the step under way
         self.last_choice = "none"
@@ -393,7 +393,10 @@ class AutoTuner:
         """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
         arm: its acceptance per reached node; lookup: its best bin's rate), with the draft's
         catch-up on ``pending`` tokens."""
-        a = self.calibration.mean_lookup() if kind == "lookup" else self.arms[kind].accept
+        if kind == "lookup":
+            a = self.calibration.mean_lookup()
+        else:  # a ResiSpec node accepts at least as often as a chain's draw: sum(min(p, F q)), F >= 1
+            a = max(self.arms[kind].accept, self.arms["chain"].accept if "chain" in self.arms else 0.0)
         best = 0.0
         for depth in range(1, self.limits.max_depth + 1):
             t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
@@ -406,12 +409,14 @@ class AutoTuner:
 
     def choose(self, pending: int = 1) -> StepPlan | None:
         """The next step's plan, or None for a plain step."""
-        # at the start every tree arm is probed once; the chain's and lookup's acceptances are
-        # learnt whatever runs, so they are probed only if they promise to beat what ran
+        # at the start the first arm (the chain: it learns the draft's acceptance exactly at
+        # every node) is probed once; every other only if what has been learnt promises that
+        # it beats what ran
         ran = max([self.plain_rate * self.margin] + [a.rate for a in self.arms.values() if a.steps])
+        first = next(iter(self.arms), None)
         for name, arm in self.arms.items():
             if arm.steps == 0 and not arm.due and arm.wait == 0:
-                if name.startswith("tree") or self.expected_case(name, pending) > ran:
+                if name == first or self.expected_case(name, pending) > ran:
                     return self._plan(name, pending, f"probe {name}")
                 arm.wait = arm.backoff  # judged again when its wait runs out
         # an arm that lost its last step waits a stretch (doubling after each loss) while the

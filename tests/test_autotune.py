@@ -34,9 +34,9 @@ def test_hopeless_machine_never_speculates_not_even_a_probe():
 
 def test_every_request_starts_with_a_probe_of_each_arm_and_backs_off_when_they_lose():
     tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
-    assert list(tuner.arms) == ["tree2", "tree4", "chain", "lookup"]
-    # the chain's and lookup's acceptances are learnt whatever runs: shown to be high, they are
-    # probed too (else only if their learnt rates promise to beat what ran)
+    assert list(tuner.arms) == ["chain", "tree2", "tree4", "lookup"]
+    # the chain is probed first; the others if what is learnt promises a win: shown high
+    # acceptances, every arm is probed
     for _ in range(30):
         tuner.observe_chain(1.0)
         tuner.calibration.observe_lookup(0, 1.0)
@@ -50,16 +50,14 @@ def test_every_request_starts_with_a_probe_of_each_arm_and_backs_off_when_they_l
         assert plan.kind == ("lookup" if plan.arm == "lookup" else "draft")
         tuner.observe_step(plan, 1, 10.0)  # each loses: 1 token for a big predicted cost
     assert probes == list(tuner.arms)
-    # every candidate of the tree arms was accepted, so a tree could still win: plain for the
-    # back-off stretch, then a re-probe; a second loss doubles the stretch
-    tuner.current = "tree2"
-    for _ in range(30):
-        tuner.observe_node(True)
+    # the candidates were accepted, so speculation could still win: plain for the back-off
+    # stretch, then a re-probe; a second loss doubles that arm's stretch
     choices = [tuner.choose() for _ in range(4)]
-    assert choices[:3] == [None] * 3 and choices[3] is not None and choices[3].arm == "tree2"
+    assert choices[:3] == [None] * 3 and choices[3] is not None
+    again = choices[3].arm
     tuner.observe_step(choices[3], 1, 10.0)
     stretch = 0
-    while (p := tuner.choose()) is None or p.arm != "tree2":
+    while (p := tuner.choose()) is None or p.arm != again:
         stretch += 1
         if p is not None:  # another arm's re-probe: it loses as well
             tuner.observe_step(p, 1, 10.0)
@@ -72,7 +70,7 @@ def test_every_request_starts_with_a_probe_of_each_arm_and_backs_off_when_they_l
 
 def test_the_losing_arm_is_tried_again_while_another_wins():
     tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2))
-    assert list(tuner.arms) == ["tree2", "chain", "lookup"]
+    assert list(tuner.arms) == ["chain", "tree2", "lookup"]
     rates = {"chain": (4, 0.04), "tree2": (2, 0.04), "lookup": (1, 0.04)}
     seen = []
     for _ in range(200):
@@ -90,9 +88,9 @@ def test_no_re_probe_where_the_learnt_acceptance_cannot_win():
     after the start's probes lose, auto stays plain (each stretch is waited out again)."""
     tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
     assert tuner.expected_case("chain") < tuner.plain_rate < tuner.best_case("chain")
-    while (plan := tuner.choose()) is not None:  # the start's probes (trees: the chain is not worth one)
-        assert plan.arm != "chain"
-        tuner.observe_step(plan, 1, 10.0)
+    plan = tuner.choose()  # the start's one probe: the chain, which learns the acceptance
+    assert plan.arm == "chain"
+    tuner.observe_step(plan, 1, 10.0)
     plans = [tuner.choose() for _ in range(300)]
     assert not any(p is not None and p.kind == "draft" for p in plans)
     # lookup's prior (long copy runs accepted at 0.7) may still win on these costs: it is re-probed
@@ -117,9 +115,9 @@ def test_the_chain_arm_learns_from_every_drafted_node():
 
 def test_growth_rule_expands_confident_children_and_stops_at_unlikely_ones():
     tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
-    tuner.arms["tree2"].accept = 0.9  # nodes mostly have a candidate accepted
+    tuner.arms["chain"].accept = 0.9  # nodes mostly have a candidate accepted
     plan = tuner.choose()
-    assert plan.arm == "tree2"
+    assert plan.arm == "chain"
     assert plan.width(0, [0.95]) == 1
     assert plan.width(1, [0.9]) == 1
     assert plan.width(2, [0.02]) == 0  # a 2% path is not worth a draft row and a target row
