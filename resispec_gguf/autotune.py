@@ -74,8 +74,9 @@ class CostCurve:
 
 def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
     """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
-    all n (so that every n sees the same mix of a shared machine's load), keeping each n's
-    median round."""
+    all n, keeping each n's fastest round: another job on a shared machine can only add time,
+    and it adds it unevenly (a busy moment during the 4-row decode of one round would make 4
+    rows look dearer than 8), so the fastest round is the machine's own shape."""
     decode_rows(1)  # warm-up
     times = [[] for _ in rows]
     for _ in range(repeats):
@@ -83,7 +84,7 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
             t = time.perf_counter()
             decode_rows(n)
             times[i].append(time.perf_counter() - t)
-    out = [float(np.median(ts)) for ts in times]
+    out = [float(np.min(ts)) for ts in times]
     # a decode of more rows never costs less than one of fewer (timing noise aside)
     for i in range(1, len(out)):
         out[i] = max(out[i], out[i - 1])

@@ -940,8 +940,8 @@ class Engine:
             model.reset()
             return curve
 
-        # v2: measured after a context, median of interleaved rounds
-        return self._measured("v2:" + model.cost_key(), measure)
+        # v3: measured after a context, the fastest of interleaved rounds
+        return self._measured("v3:" + model.cost_key(), measure)
 
     # ------------------------------------------------------------------ text
 
