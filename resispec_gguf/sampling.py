@@ -189,6 +189,52 @@ def _heap_feed(logits, bits, s, e, h, n, k, t):
     return n, t
 
 
+_SEED_SHARE = 8  # _seed_threshold reads 1/8 of the row's blocks (at least _SEED_MIN x k of them)
+_SEED_MIN = 2
+_INT32_MIN = np.int32(-2147483648)
+_KEY_NINF = np.int32(-2139095041)  # the monotone int32 key of -inf (see _heap_feed)
+
+
+@njit(cache=True)
+def _seed_threshold(bits, nb, k):
+    """A float32 strictly below the k-th largest finite logit, or -inf: the k-th largest of
+    the maxima of the first m blocks of ``_BLOCK`` entries (m about nb / ``_SEED_SHARE``) is
+    the value of k distinct entries at least, so at least k entries reach it; the threshold
+    is the next float32 below it.  -inf when there are too few blocks, when fewer than k of
+    them hold a finite entry, or when a maximum is NaN or +inf (the scan then finds it).
+
+    The maxima are taken on monotone int32 keys of the bits (an integer max, which LLVM
+    vectorises): NaNs map above +inf or below -inf."""
+    m = max(nb // _SEED_SHARE, _SEED_MIN * k)
+    if m > nb or k < 4 or k > 256:  # a small heap fills at once; a large one sorts slowly
+        return np.float32(-np.inf)
+    # the k largest block maxima, ascending, in a small sorted buffer
+    top = np.empty(k, np.int32)
+    for b in range(m):
+        s = b * _BLOCK
+        mx = _INT32_MIN
+        for j in range(_BLOCK):
+            x = bits[s + j]
+            x = x ^ ((x >> np.int32(31)) & np.int32(0x7FFFFFFF))
+            mx = max(mx, x)
+        if b < k:
+            top[b] = mx
+            if b == k - 1:
+                top.sort()
+        elif mx > top[0]:
+            j = 1
+            while j < k and top[j] < mx:
+                top[j - 1] = top[j]
+                j += 1
+            top[j - 1] = mx
+    t0 = top[0]
+    if t0 <= _KEY_NINF or t0 >= np.int32(0x7F800000):  # too few finite entries, or a NaN/+inf
+        return np.float32(-np.inf)
+    key = np.empty(1, np.int32)
+    key[0] = t0 ^ ((t0 >> np.int32(31)) & np.int32(0x7FFFFFFF))  # the key back to the bits
+    return np.nextafter(key.view(np.float32)[0], np.float32(-np.inf))
+
+
 @njit(cache=True)
 def _scan_top(logits, k):
     """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
@@ -207,8 +253,10 @@ def _scan_top(logits, k):
     bits = logits.view(np.int32)
     h = np.empty(k, np.int64)
     n = 0
-    t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
     nb = V // _BLOCK
+    # the weakest value once the heap is full; until then a value below the k-th largest
+    # (_seed_threshold), so that the first blocks are not all fed to the heap
+    t = _seed_threshold(bits, nb, k)
     for b in range(nb):
         s = b * _BLOCK
         c = np.int32(0)
