@@ -26,6 +26,7 @@ __all__ = [
     "probs_sparse",
     "probs_dense",
     "sample_iid",
+    "sample_iid_q",
     "sample_without_replacement",
     "sample_dense",
     "sample_sparse",
@@ -498,6 +499,30 @@ def _sample_iid(ids, probs, u):
 
 
 @njit(cache=True)
+def _sample_iid_q(ids, probs, u):
+    # _sample_iid's draws and the probability of each: u [K] -> (draws [K], q [K])
+    out = np.empty(u.shape[0], np.int64)
+    q = np.empty(u.shape[0], np.float64)
+    for k in range(u.shape[0]):
+        t = u[k] * probs.sum()
+        c = 0.0
+        last = -1
+        pick = -2
+        for j in range(probs.shape[0]):
+            if probs[j] > 0.0:
+                c += probs[j]
+                last = j
+                if c > t:
+                    pick = j
+                    break
+        if pick == -2:  # as _sample_cdf: the last entry with mass
+            pick = last
+        out[k] = ids[pick]
+        q[k] = probs[pick]
+    return out, q
+
+
+@njit(cache=True)
 def _sample_without_replacement(ids, probs, u):
     # Sequential draws, each from the distribution without the earlier draws, renormalised.
     n = probs.shape[0]
@@ -643,6 +668,14 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
 def sample_iid(ids, probs, u) -> np.ndarray:
     """``len(u)`` iid inverse-CDF draws from the sparse distribution ``(ids, probs)``."""
     return _sample_iid(np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64))
+
+
+def sample_iid_q(ids: np.ndarray, probs: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sample_iid``'s draws (the same tokens from the same uniforms) and the probability
+    of each under ``(ids, probs)``: ``(draws [K] int64, q [K] float64)``.  No conversion:
+    ``ids`` int64, ``probs`` and ``u`` float64 arrays, as ``probs_sparse`` and a
+    ``numpy.random.Generator`` give them."""
+    return _sample_iid_q(ids, probs, u)
 
 
 def sample_without_replacement(ids, probs, u) -> np.ndarray:

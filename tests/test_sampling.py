@@ -534,3 +534,28 @@ def test_seeded_scan_equals_the_heap_over_the_whole_row():
                 row[:] = -np.inf
                 row[where] = bad_value
                 assert _scan_top(row, 40)[0], (V, bad_value, where)
+
+
+def test_sample_iid_q_draws_as_sample_iid_and_reads_their_q():
+    """``sample_iid_q``: the tokens ``sample_iid`` draws from the same uniforms, each with its
+    probability, on random distributions, ties, zero entries and uniforms at the edges."""
+    from resispec_gguf.sampling import sample_iid, sample_iid_q
+
+    rng = np.random.default_rng(31)
+    for trial in range(300):
+        n = int(rng.integers(1, 80))
+        ids = rng.permutation(200_000)[:n].astype(np.int64)
+        probs = rng.random(n) ** 3
+        if trial % 3 == 0:
+            probs = np.round(probs, 1)  # ties and zeros
+        if trial % 5 == 0:
+            probs[: n // 2] = 0.0
+        if not probs.sum() > 0:
+            probs[-1] = 1.0
+        probs = probs / probs.sum()
+        u = rng.random(int(rng.integers(1, 9)))
+        u[0] = [0.0, float(np.nextafter(1.0, 0.0)), u[0]][trial % 3]
+        draws, q = sample_iid_q(ids, probs, u)
+        np.testing.assert_array_equal(draws, sample_iid(ids, probs, u))
+        for x, qx in zip(draws.tolist(), q.tolist()):
+            assert qx == probs[ids.tolist().index(x)]
