@@ -709,6 +709,7 @@ def _kernel_warm_ups() -> list:
         sampling.sample_sparse(ids, probs, 0.5)
         sampling.sample_iid(ids, probs, np.full(2, 0.5))
         sampling.sample_iid_q(ids, probs, np.full(2, 0.5))
+        sampling.overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
         sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
 
     def verification():

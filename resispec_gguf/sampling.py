@@ -709,6 +709,27 @@ def token_logprob(logits, token: int, n_top: int = 0) -> tuple[float, np.ndarray
     return float(logits[int(token)]) - lse, ids, logits[ids].astype(np.float64) - lse
 
 
+@njit(cache=True)
+def _common_mins(pids, pp, qids, qp):
+    # min(p, q) over the ids both hold (each side's ids distinct), in ascending id order
+    op = np.argsort(pids)
+    oq = np.argsort(qids)
+    out = np.empty(min(pids.shape[0], qids.shape[0]), np.float64)
+    i = j = n = 0
+    while i < op.shape[0] and j < oq.shape[0]:
+        a, b = pids[op[i]], qids[oq[j]]
+        if a < b:
+            i += 1
+        elif b < a:
+            j += 1
+        else:
+            out[n] = min(pp[op[i]], qp[oq[j]])
+            n += 1
+            i += 1
+            j += 1
+    return out[:n]
+
+
 # --------------------------------------------------------------------------- token masks
 #
 # A token mask (a constraint's answer to "which tokens may come next") is a packed bitmask:
@@ -748,6 +769,7 @@ def overlap(p, qids, qprobs) -> float:
     """``sum_x min(p(x), q(x))``: the chance that one draw from q passes a chain's test
     against p.  ``p``: dense ``[V]`` or sparse ``(ids, probs)``; q sparse."""
     if isinstance(p, tuple):
-        _, ip, iq = np.intersect1d(p[0], qids, assume_unique=True, return_indices=True)
-        return float(np.minimum(p[1][ip], qprobs[iq]).sum())
+        # min(p, q) at the common ids in ascending id order (as np.intersect1d gives them),
+        # summed by NumPy: the same terms in the same order, so the same float
+        return float(_common_mins(p[0], p[1], qids, qprobs).sum())
     return float(np.minimum(p[qids], qprobs).sum())

@@ -559,3 +559,23 @@ def test_sample_iid_q_draws_as_sample_iid_and_reads_their_q():
         np.testing.assert_array_equal(draws, sample_iid(ids, probs, u))
         for x, qx in zip(draws.tolist(), q.tolist()):
             assert qx == probs[ids.tolist().index(x)]
+
+
+def test_overlap_of_a_sparse_p_equals_the_intersect1d_sum():
+    """``overlap`` with a sparse p: bit for bit ``np.minimum`` at ``np.intersect1d``'s
+    common ids, summed by NumPy (auto learns from it: its choices must not move)."""
+    from resispec_gguf.sampling import overlap
+
+    rng = np.random.default_rng(41)
+    for trial in range(300):
+        m, n = int(rng.integers(1, 200)), int(rng.integers(1, 70))
+        pool = rng.permutation(1000)
+        pids = pool[:m].astype(np.int64)
+        qids = np.concatenate([pool[max(0, m - n // 2):m], pool[m:m + n]])[:n].astype(np.int64)
+        rng.shuffle(qids)
+        pp, qp = rng.random(m) ** 2, rng.random(qids.shape[0]) ** 2
+        if trial % 4 == 0:
+            pp, qp = np.round(pp, 1), np.round(qp, 1)
+        _, ip, iq = np.intersect1d(pids, qids, assume_unique=True, return_indices=True)
+        want = float(np.minimum(pp[ip], qp[iq]).sum())
+        assert overlap((pids, pp), qids, qp) == want
