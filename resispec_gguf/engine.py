@@ -516,8 +516,10 @@ class _Generation:
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
-        logits = logits[: self.e.n_vocab]  # a larger draft vocabulary: its extra ids cannot be verified
-        logits = self._masked(logits, self._node_mask(tree, node))  # q drawn from the masked row
+        if len(logits) > self.e.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
+            logits = logits[: self.e.n_vocab]
+        if self.constraint is not None:  # q drawn from the masked row
+            logits = self._masked(logits, self._node_mask(tree, node))
         x0, n = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
@@ -529,13 +531,14 @@ class _Generation:
         x0, proposed = self._lookup_worth(x0, n, probs), x0
         if self.dp.method == "rrs":
             draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+            qx = {}
+            ids_l = ids.tolist()
+            for x in draws.tolist():
+                if x not in qx:
+                    qx[x] = float(probs[ids_l.index(x)])
         else:
-            draws = sampling.sample_iid(ids, probs, rng.random(k))
-        qx = {}
-        ids_l = ids.tolist()
-        for x in draws.tolist():
-            if x not in qx:
-                qx[x] = float(probs[ids_l.index(x)])
+            draws, qd = sampling.sample_iid_q(ids, probs, rng.random(k))
+            qx = dict(zip(draws.tolist(), qd.tolist()))  # first-draw order; a repeat has the same q
         w, guess = self._weights(qx, x0, n)
         return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
 
@@ -708,6 +711,8 @@ def _kernel_warm_ups() -> list:
         sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
         sampling.sample_sparse(ids, probs, 0.5)
         sampling.sample_iid(ids, probs, np.full(2, 0.5))
+        sampling.sample_iid_q(ids, probs, np.full(2, 0.5))
+        sampling.overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
         sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
 
     def verification():

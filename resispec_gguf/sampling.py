@@ -26,6 +26,7 @@ __all__ = [
     "probs_sparse",
     "probs_dense",
     "sample_iid",
+    "sample_iid_q",
     "sample_without_replacement",
     "sample_dense",
     "sample_sparse",
@@ -189,6 +190,52 @@ def _heap_feed(logits, bits, s, e, h, n, k, t):
     return n, t
 
 
+_SEED_SHARE = 8  # _seed_threshold reads 1/8 of the row's blocks (at least _SEED_MIN x k of them)
+_SEED_MIN = 2
+_INT32_MIN = np.int32(-2147483648)
+_KEY_NINF = np.int32(-2139095041)  # the monotone int32 key of -inf (see _heap_feed)
+
+
+@njit(cache=True)
+def _seed_threshold(bits, nb, k):
+    """A float32 strictly below the k-th largest finite logit, or -inf: the k-th largest of
+    the maxima of the first m blocks of ``_BLOCK`` entries (m about nb / ``_SEED_SHARE``) is
+    the value of k distinct entries at least, so at least k entries reach it; the threshold
+    is the next float32 below it.  -inf when there are too few blocks, when fewer than k of
+    them hold a finite entry, or when a maximum is NaN or +inf (the scan then finds it).
+
+    The maxima are taken on monotone int32 keys of the bits (an integer max, which LLVM
+    vectorises): NaNs map above +inf or below -inf."""
+    m = max(nb // _SEED_SHARE, _SEED_MIN * k)
+    if m > nb or k < 4 or k > 256:  # a small heap fills at once; a large one sorts slowly
+        return np.float32(-np.inf)
+    # the k largest block maxima, ascending, in a small sorted buffer
+    top = np.empty(k, np.int32)
+    for b in range(m):
+        s = b * _BLOCK
+        mx = _INT32_MIN
+        for j in range(_BLOCK):
+            x = bits[s + j]
+            x = x ^ ((x >> np.int32(31)) & np.int32(0x7FFFFFFF))
+            mx = max(mx, x)
+        if b < k:
+            top[b] = mx
+            if b == k - 1:
+                top.sort()
+        elif mx > top[0]:
+            j = 1
+            while j < k and top[j] < mx:
+                top[j - 1] = top[j]
+                j += 1
+            top[j - 1] = mx
+    t0 = top[0]
+    if t0 <= _KEY_NINF or t0 >= np.int32(0x7F800000):  # too few finite entries, or a NaN/+inf
+        return np.float32(-np.inf)
+    key = np.empty(1, np.int32)
+    key[0] = t0 ^ ((t0 >> np.int32(31)) & np.int32(0x7FFFFFFF))  # the key back to the bits
+    return np.nextafter(key.view(np.float32)[0], np.float32(-np.inf))
+
+
 @njit(cache=True)
 def _scan_top(logits, k):
     """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
@@ -207,8 +254,10 @@ def _scan_top(logits, k):
     bits = logits.view(np.int32)
     h = np.empty(k, np.int64)
     n = 0
-    t = np.float32(-np.inf)  # the weakest value once the heap is full; -inf until then
     nb = V // _BLOCK
+    # the weakest value once the heap is full; until then a value below the k-th largest
+    # (_seed_threshold), so that the first blocks are not all fed to the heap
+    t = _seed_threshold(bits, nb, k)
     for b in range(nb):
         s = b * _BLOCK
         c = np.int32(0)
@@ -450,6 +499,30 @@ def _sample_iid(ids, probs, u):
 
 
 @njit(cache=True)
+def _sample_iid_q(ids, probs, u):
+    # _sample_iid's draws and the probability of each: u [K] -> (draws [K], q [K])
+    out = np.empty(u.shape[0], np.int64)
+    q = np.empty(u.shape[0], np.float64)
+    for k in range(u.shape[0]):
+        t = u[k] * probs.sum()
+        c = 0.0
+        last = -1
+        pick = -2
+        for j in range(probs.shape[0]):
+            if probs[j] > 0.0:
+                c += probs[j]
+                last = j
+                if c > t:
+                    pick = j
+                    break
+        if pick == -2:  # as _sample_cdf: the last entry with mass
+            pick = last
+        out[k] = ids[pick]
+        q[k] = probs[pick]
+    return out, q
+
+
+@njit(cache=True)
 def _sample_without_replacement(ids, probs, u):
     # Sequential draws, each from the distribution without the earlier draws, renormalised.
     n = probs.shape[0]
@@ -597,6 +670,14 @@ def sample_iid(ids, probs, u) -> np.ndarray:
     return _sample_iid(np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64))
 
 
+def sample_iid_q(ids: np.ndarray, probs: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sample_iid``'s draws (the same tokens from the same uniforms) and the probability
+    of each under ``(ids, probs)``: ``(draws [K] int64, q [K] float64)``.  No conversion:
+    ``ids`` int64, ``probs`` and ``u`` float64 arrays, as ``probs_sparse`` and a
+    ``numpy.random.Generator`` give them."""
+    return _sample_iid_q(ids, probs, u)
+
+
 def sample_without_replacement(ids, probs, u) -> np.ndarray:
     """Sequential draws without replacement (at most the support size), one uniform each."""
     return _sample_without_replacement(
@@ -626,6 +707,27 @@ def token_logprob(logits, token: int, n_top: int = 0) -> tuple[float, np.ndarray
     lse = float(logits[best]) + math.log(_row_normaliser(logits, 1.0))  # log sum exp, in float64
     ids = _top_k_ids(logits, n_top, cand) if n_top > 0 else _NO_CAND
     return float(logits[int(token)]) - lse, ids, logits[ids].astype(np.float64) - lse
+
+
+@njit(cache=True)
+def _common_mins(pids, pp, qids, qp):
+    # min(p, q) over the ids both hold (each side's ids distinct), in ascending id order
+    op = np.argsort(pids)
+    oq = np.argsort(qids)
+    out = np.empty(min(pids.shape[0], qids.shape[0]), np.float64)
+    i = j = n = 0
+    while i < op.shape[0] and j < oq.shape[0]:
+        a, b = pids[op[i]], qids[oq[j]]
+        if a < b:
+            i += 1
+        elif b < a:
+            j += 1
+        else:
+            out[n] = min(pp[op[i]], qp[oq[j]])
+            n += 1
+            i += 1
+            j += 1
+    return out[:n]
 
 
 # --------------------------------------------------------------------------- token masks
@@ -667,6 +769,7 @@ def overlap(p, qids, qprobs) -> float:
     """``sum_x min(p(x), q(x))``: the chance that one draw from q passes a chain's test
     against p.  ``p``: dense ``[V]`` or sparse ``(ids, probs)``; q sparse."""
     if isinstance(p, tuple):
-        _, ip, iq = np.intersect1d(p[0], qids, assume_unique=True, return_indices=True)
-        return float(np.minimum(p[1][ip], qprobs[iq]).sum())
+        # min(p, q) at the common ids in ascending id order (as np.intersect1d gives them),
+        # summed by NumPy: the same terms in the same order, so the same float
+        return float(_common_mins(p[0], p[1], qids, qprobs).sum())
     return float(np.minimum(p[qids], qprobs).sum())

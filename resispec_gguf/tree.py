@@ -90,13 +90,29 @@ class DraftTree:
     def candidates(self, node: int) -> list[int]:
         """The node's distinct candidates: the lookup candidate first, then the draws in
         first-draw order."""
-        first = [self.lookup[node]] if self.lookup[node] >= 0 else []
-        return list(dict.fromkeys(first + self.draws[node].tolist()))
+        draws = self.draws[node].tolist()
+        if self.lookup[node] >= 0:
+            draws.insert(0, self.lookup[node])
+        return list(dict.fromkeys(draws))
 
     def add_children(self, node: int, weight: dict) -> list[int]:
         """One child per distinct candidate of an expanded node (``candidates``), scored
         ``score(node) * weight[token]``; returns the new node indices."""
-        return [self._add(t, node, self.score[node] * weight[t]) for t in self.candidates(node)]
+        cand = self.candidates(node)
+        n, first = len(cand), len(self.tokens)
+        s = self.score[node]
+        # what _add does per child, a list at a time
+        self.tokens += cand
+        self.parent += [node] * n
+        self.depth += [self.depth[node] + 1] * n
+        self.score += [s * weight[t] for t in cand]
+        self.children += [{} for _ in range(n)]
+        self.draws += [None] * n
+        self.q += [None] * n
+        self.lookup += [-1] * n
+        self.info += [None] * n
+        self.children[node].update(zip(cand, range(first, first + n)))
+        return list(range(first, first + n))
 
     def expanded(self, node: int) -> bool:
         return self.draws[node] is not None

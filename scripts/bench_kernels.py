@@ -13,7 +13,8 @@ written as JSON).
 ``Engine`` on fake models that return precomputed Zipf-like rows of the given vocabulary at
 no model cost, so everything but a few microseconds of list handling in the fake's decode is
 what ``bench`` reports as overhead_ms_per_step (logits -> distributions, draws,
-verification, the tree, the loop), for plain decoding and the issue's tree shapes.
+verification, the tree, the loop), for plain decoding, the issue's tree shapes and ``auto``
+(choosing on GPU-like cost curves, so that it speculates).
 """
 
 from __future__ import annotations
@@ -328,11 +329,23 @@ STEP_SHAPES = (
     ("chain d5", dict(method="chain", depth=5, budget=5)),
     ("resispec K4 d5 b12", dict(method="resispec", draws=4, depth=5, budget=12)),
     ("resispec K4 d6 b64", dict(method="resispec", draws=4, depth=6, budget=64)),
+    ("auto", dict(method="auto")),  # on GPU-like cost curves (_gpu_like_curves), so that it speculates
 )
 STEP_SAMPLING = (
     ("default sampling", dict()),  # T 0.8, top-k 40, top-p 0.95, min-p 0.05
     ("full distribution", dict(top_k=0, top_p=1.0, min_p=0.0)),
 )
+
+
+def _gpu_like_curves():
+    """``(target, draft)`` cost curves of a GPU pair (as scripts/auto_gpu_like.py): a target
+    decode of n rows costs 20 ms + 0.2 ms n, a draft one 2 ms + 0.1 ms n.  Only ``auto``
+    reads them (to choose); the fakes still cost nothing."""
+    from resispec_gguf import autotune
+
+    rows = autotune.ROW_COUNTS
+    return (autotune.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows)),
+            autotune.CostCurve(rows, tuple(0.002 + 0.0001 * n for n in rows)))
 
 
 def run_steps(v, tokens, seed, n_rows=16):
@@ -345,7 +358,7 @@ def run_steps(v, tokens, seed, n_rows=16):
     dft = [draft_logits(rng, t, noise=0.5) for t in tgt]
     for r in tgt + dft:
         r.flags.writeable = False
-    engine = Engine(_PoolModel(tgt), _PoolModel(dft))
+    engine = Engine(_PoolModel(tgt), _PoolModel(dft), cost_curves=_gpu_like_curves())
     engine.prepare()
     out = []
     for sname, skw in STEP_SAMPLING:

@@ -480,3 +480,102 @@ def test_one_read_scan_equals_the_heap_over_the_whole_row():
                 row[where] = bad_value
                 for k in (1, 40):
                     assert _scan_top(row, k)[0], (V, bad_value, where, k)
+
+
+def test_seeded_scan_equals_the_heap_over_the_whole_row():
+    """``_scan_top`` starts from ``_seed_threshold`` (a value below the k-th largest, from the
+    maxima of the first blocks): the same set and first maximum as ``_top_k_heap`` fed every
+    id on rows where that bound is tight, negative, a signed zero, or missing (the first
+    blocks -inf), and NaNs of either sign or +inf are still reported."""
+    from resispec_gguf.sampling import _BLOCK, _scan_top, _seed_threshold, _top_k_heap
+
+    rng = np.random.default_rng(23)
+    for V in (8 * _BLOCK * 4, 20_011, 151_936):
+        nb = V // _BLOCK
+        rows = {
+            "normal": rng.normal(0, 3, V),
+            "negative": -np.abs(rng.normal(50, 3, V)),
+            "zipf": 18.0 - 1.6 * np.log(rng.permutation(np.arange(1, V + 1))),
+            "coarse ties": np.round(rng.normal(0, 0.5, V)),
+            "zeros on top": np.where(rng.random(V) < 0.02, rng.choice([-0.0, 0.0], V), -1.0 - rng.random(V)),
+            "tiny": rng.normal(0, 1e-38, V),
+            "huge": np.where(rng.random(V) < 0.01, 3.4e38, rng.normal(0, 1, V)),
+        }
+        x = rng.normal(0, 3, V)
+        x[: V // 4] = -np.inf  # the seed's blocks hold nothing finite
+        rows["-inf prefix"] = x
+        x = rng.normal(0, 3, V)
+        x[: V // 8] += 20.0  # the seed is the top of the prefix: later blocks never reach it
+        rows["high prefix"] = x
+        x = rng.normal(0, 3, V)
+        x[V // 16: V // 8] = 7.0  # the seed sits on a tie of many entries
+        rows["tied seed"] = x
+        for name, row in rows.items():
+            row = np.ascontiguousarray(row, np.float32)
+            bits = row.view(np.int32)
+            for k in (1, 4, 8, 40, 64, 256):
+                t = _seed_threshold(bits, nb, k)
+                kth = np.sort(row[np.isfinite(row)])[::-1][min(k, int(np.isfinite(row).sum())) - 1]
+                assert t == -np.inf or t < kth, (name, V, k, t, kth)
+                bad, best, top = _scan_top(row, k)
+                assert not bad
+                want = _top_k_heap(row, np.arange(V), k)
+                np.testing.assert_array_equal(top, np.sort(want), err_msg=f"{name} V={V} k={k}")
+                assert best == int(np.argmax(row)), (name, V, k)
+    neg_nan = np.array([-0x400000], np.int32).view(np.float32)[0]  # x86's default NaN, sign set
+    assert np.isnan(neg_nan) and np.signbit(neg_nan)
+    for V in (8 * _BLOCK * 4, 20_011):
+        for bad_value in (np.nan, neg_nan, np.inf):
+            for where in (0, 70, V // 16, V // 2, V - 1):
+                row = rng.normal(0, 3, V).astype(np.float32)
+                row[where] = bad_value
+                for k in (4, 40, 64):
+                    assert _scan_top(row, k)[0], (V, bad_value, where, k)
+                row[:] = -np.inf
+                row[where] = bad_value
+                assert _scan_top(row, 40)[0], (V, bad_value, where)
+
+
+def test_sample_iid_q_draws_as_sample_iid_and_reads_their_q():
+    """``sample_iid_q``: the tokens ``sample_iid`` draws from the same uniforms, each with its
+    probability, on random distributions, ties, zero entries and uniforms at the edges."""
+    from resispec_gguf.sampling import sample_iid, sample_iid_q
+
+    rng = np.random.default_rng(31)
+    for trial in range(300):
+        n = int(rng.integers(1, 80))
+        ids = rng.permutation(200_000)[:n].astype(np.int64)
+        probs = rng.random(n) ** 3
+        if trial % 3 == 0:
+            probs = np.round(probs, 1)  # ties and zeros
+        if trial % 5 == 0:
+            probs[: n // 2] = 0.0
+        if not probs.sum() > 0:
+            probs[-1] = 1.0
+        probs = probs / probs.sum()
+        u = rng.random(int(rng.integers(1, 9)))
+        u[0] = [0.0, float(np.nextafter(1.0, 0.0)), u[0]][trial % 3]
+        draws, q = sample_iid_q(ids, probs, u)
+        np.testing.assert_array_equal(draws, sample_iid(ids, probs, u))
+        for x, qx in zip(draws.tolist(), q.tolist()):
+            assert qx == probs[ids.tolist().index(x)]
+
+
+def test_overlap_of_a_sparse_p_equals_the_intersect1d_sum():
+    """``overlap`` with a sparse p: bit for bit ``np.minimum`` at ``np.intersect1d``'s
+    common ids, summed by NumPy (auto learns from it: its choices must not move)."""
+    from resispec_gguf.sampling import overlap
+
+    rng = np.random.default_rng(41)
+    for trial in range(300):
+        m, n = int(rng.integers(1, 200)), int(rng.integers(1, 70))
+        pool = rng.permutation(1000)
+        pids = pool[:m].astype(np.int64)
+        qids = np.concatenate([pool[max(0, m - n // 2):m], pool[m:m + n]])[:n].astype(np.int64)
+        rng.shuffle(qids)
+        pp, qp = rng.random(m) ** 2, rng.random(qids.shape[0]) ** 2
+        if trial % 4 == 0:
+            pp, qp = np.round(pp, 1), np.round(qp, 1)
+        _, ip, iq = np.intersect1d(pids, qids, assume_unique=True, return_indices=True)
+        want = float(np.minimum(pp[ip], qp[iq]).sum())
+        assert overlap((pids, pp), qids, qp) == want
