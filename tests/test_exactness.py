@@ -117,7 +117,9 @@ class _ScriptedPlan:
     """A fixed tree shape in auto's clothes: no cost-based limits."""
 
     kind = "draft"
+    arm = "scripted"
     cost = 1.0
+    value = 1.0
 
     def __init__(self, params):
         self.params = params
@@ -143,6 +145,9 @@ class _ScriptedTuner(AutoTuner):
         return _ScriptedPlan(self.dp)
 
     def observe_step(self, plan, tokens, seconds):
+        pass
+
+    def observe_children(self, plan, mean_children):
         pass
 
 
