@@ -58,6 +58,22 @@ def _heap_sift_down(vals, idx, start, n):
 
 
 @njit(cache=True)
+def _heap_push(vals, idx, n, v, i):
+    # sift up the new element at n (min-heap on (vals, -idx))
+    j = n
+    vals[j] = v
+    idx[j] = i
+    while j > 0:
+        parent = (j - 1) // 2
+        if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
+            vals[j], vals[parent] = vals[parent], vals[j]
+            idx[j], idx[parent] = idx[parent], idx[j]
+            j = parent
+        else:
+            break
+
+
+@njit(cache=True)
 def _top_k_heap(logits, cand, k):
     """Ids of the k largest finite logits among ``cand`` (ascending ids; ties: lower id
     first), sorted descending."""
@@ -71,19 +87,8 @@ def _top_k_heap(logits, cand, k):
         if not v > -np.inf:  # -inf and NaN are never candidates
             continue
         if n_fin < k:
-            # sift up
-            j = n_fin
-            vals[j] = v
-            idx[j] = i
+            _heap_push(vals, idx, n_fin, v, i)
             n_fin += 1
-            while j > 0:
-                parent = (j - 1) // 2
-                if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
-                    vals[j], vals[parent] = vals[parent], vals[j]
-                    idx[j], idx[parent] = idx[parent], idx[j]
-                    j = parent
-                else:
-                    break
         elif v > vals[0]:
             vals[0] = v
             idx[0] = i
@@ -114,22 +119,6 @@ _NO_CAND = np.empty(0, np.int64)
 _BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised test) ...
 _SUB = 16  # ... then a flagged block 16 at a time
 _SCAN_K_MAX = 4096  # larger k: the scan finds the argmax only, the heap then reads the row
-
-
-@njit(cache=True)
-def _heap_push(vals, idx, n, v, i):
-    # sift up the new element at n (min-heap on (vals, -idx))
-    j = n
-    vals[j] = v
-    idx[j] = i
-    while j > 0:
-        parent = (j - 1) // 2
-        if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
-            vals[j], vals[parent] = vals[parent], vals[j]
-            idx[j], idx[parent] = idx[parent], idx[j]
-            j = parent
-        else:
-            break
 
 
 _LOW = np.int64(0xFFFFFFFF)

@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import numpy as np
-from fake_models import MarkovModel, random_rows
+from fake_models import Clocked, MarkovModel, random_rows
 from resispec_gguf import autotune, bench
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
@@ -25,15 +25,6 @@ def _curve(per_row, fixed):
 GPU_T = _curve(0.0002, 0.020)
 GPU_D = _curve(0.0001, 0.002)
 
-class Timed:
-    def __init__(self, model, curve, clock):
-        self.m, self.curve, self.clock = model, curve, clock
-    def __getattr__(self, name):
-        return getattr(self.m, name)
-    def decode(self, tokens, parents, want_logits=None):
-        self.clock[0] += self.curve(len(tokens))
-        return self.m.decode(tokens, parents, want_logits)
-
 def pair(noise, V=6, seed=11):
     rows_t = random_rows(V, 1, seed, scale=2.5)
     rng = np.random.default_rng(5)
@@ -43,7 +34,7 @@ def pair(noise, V=6, seed=11):
 for noise in (0.0, 0.5, 1.5):
     t, d = pair(noise)
     clock = [0.0]
-    e = Engine(Timed(t, GPU_T, clock), Timed(d, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
+    e = Engine(Clocked(t, GPU_T, clock), Clocked(d, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=300)
     rates = {}
     for name, dp in bench.sweep_grid("full", DraftParams(budget=32, depth=6)):

@@ -220,3 +220,18 @@ class _PathConstraintState:
     def is_stopped(self) -> bool:
         h = self.committed
         return len(h) >= 2 and h[-1] == h[-2]
+
+
+class Clocked:
+    """A fake model whose every decode adds its cost-curve price (``curve(rows)``) to a
+    shared clock, ``clock[0]``: speeds in modelled seconds for any cost curve."""
+
+    def __init__(self, model, curve, clock):
+        self.m, self.curve, self.clock = model, curve, clock
+
+    def __getattr__(self, name):
+        return getattr(self.m, name)
+
+    def decode(self, tokens, parents, want_logits=None):
+        self.clock[0] += self.curve(len(tokens))
+        return self.m.decode(tokens, parents, want_logits)

@@ -4,7 +4,7 @@ Markov fakes with injected cost curves."""
 import numpy as np
 import pytest
 
-from fake_models import MarkovModel, random_rows
+from fake_models import Clocked, MarkovModel, random_rows
 from resispec_gguf import autotune
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
@@ -147,26 +147,25 @@ def test_growth_looks_past_a_costly_stretch_of_the_curve():
         tuner.arms["lookup"].accept = rate
         return tuner.choose()
 
+    def chain_depth(plan, factor):
+        """Levels grown when each lookup child's score falls by ``factor``."""
+        score, depth = 1.0, 0
+        while depth < 15:
+            score *= factor
+            if plan.width(depth, [score]) == 0:
+                break
+            depth += 1
+        return depth
+
     plan = lookup_plan(0.97)
     assert plan is not None and plan.arm == "lookup"
-    score, depth = 1.0, 0
-    while depth < 15:
-        score *= 0.97
-        if plan.width(depth, [score]) == 0:
-            break
-        depth += 1
+    depth = chain_depth(plan, 0.97)
     assert depth >= 12
     assert plan.leaves([0.97 ** (i + 1) for i in range(depth)], [0.97 ** (depth + 1)]) == 1
     # where copies are right one time in two, the same curve keeps the chain short
     plan = lookup_plan(0.97)
     plan.accept = 0.5
-    score, depth = 1.0, 0
-    while depth < 15:
-        score *= 0.5
-        if plan.width(depth, [score]) == 0:
-            break
-        depth += 1
-    assert depth <= 2
+    assert chain_depth(plan, 0.5) <= 2
 
 
 def test_the_step_keeps_to_its_node_budget():
@@ -250,20 +249,6 @@ def test_summary_shows_predicted_and_measured_step_times():
     assert f"{plan.arm} {1000 * plan.cost:.1f}/30.0 ms over 1" in text and "none 10.0/13.0 ms over 2" in text
 
 
-class _Clocked:
-    """A fake model whose every decode adds its cost-curve price to a shared clock."""
-
-    def __init__(self, model, curve, clock):
-        self.m, self.curve, self.clock = model, curve, clock
-
-    def __getattr__(self, name):
-        return getattr(self.m, name)
-
-    def decode(self, tokens, parents, want_logits=None):
-        self.clock[0] += self.curve(len(tokens))
-        return self.m.decode(tokens, parents, want_logits)
-
-
 @pytest.mark.parametrize("noise", [0.0, 0.5, 1.5])
 def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
     """Where a batch of rows costs about one row (a GPU), auto against every fixed setting of
@@ -276,7 +261,7 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
 
     target, draft = _fake_pair(noise, n_ctx=4096)
     clock = [0.0]
-    engine = Engine(_Clocked(target, GPU_T, clock), _Clocked(draft, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
+    engine = Engine(Clocked(target, GPU_T, clock), Clocked(draft, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=300)
 
     def rate(dp):
