@@ -327,8 +327,11 @@ class _Arm:
     accept: float = 0.6  # chance a reached, expanded node has a candidate accepted (decayed; prior)
     acc_n: float = 2.0
     children: float = 1.0  # distinct candidates per expanded node (decayed, over past steps)
+    k: int = 0  # draws per node of a draft arm (0: lookup)
+    exact: bool = False  # its acceptance and children are learnt exactly at every drafted node
+    promise: float = 0.0  # ``expected_case`` when it last ran (its rate was earned at that)
 
-    PRIOR_TOKENS = 4.0  # the realised / expected ratio starts at 1, worth this many tokens
+    PRIOR_TOKENS = 12.0  # the realised / expected ratio starts at 1, worth this many tokens
 
     @property
     def rate(self) -> float:
@@ -343,6 +346,10 @@ class _Arm:
         self.real += tokens
         self.expected += expected
         self.steps += 1
+
+
+def _draws_of(arm: str) -> int:
+    return 1 if arm == "chain" else int(arm[4:]) if arm.startswith("tree") else 0
 
 
 class AutoTuner:
@@ -366,7 +373,10 @@ class AutoTuner:
         if has_draft and draft is not None:
             kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
                                  if k > 1] + ["lookup"]
-        self.arms = {k: _Arm() for k in kinds if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
+                     if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        # the draft arms' K, in the order ``observe_draft_node`` takes their figures
+        self.exact_ks = np.array([a.k for a in self.arms.values() if a.k], np.int64)
         self.current: str | None = None  # the arm of the step under way
         self.last_choice = "none"
         self.reason = "start: probe"
@@ -434,10 +444,16 @@ class AutoTuner:
         for name, arm in self.arms.items():
             if not arm.due:
                 continue
-            # chain and lookup acceptances are learnt whatever runs: their re-probe must promise
-            # to beat the best arm; a tree's is learnt only by trying it
-            rival = self.plain_rate * self.margin if name.startswith("tree") else best_rate
-            if self.expected_case(name, pending) > rival:
+            # chain and lookup acceptances are learnt whatever runs, and so is a tree's wherever
+            # p and q are known (``observe_draft_node``): their re-probe must promise to beat
+            # the best arm; a tree learnt only by trying it must promise to beat plain decoding
+            rival = self.plain_rate * self.margin if name.startswith("tree") and not arm.exact else best_rate
+            promise = self.expected_case(name, pending)
+            if arm.steps and arm.promise > 0.0 and (arm.exact or not name.startswith("tree")):
+                # an arm that ran and lost: its rate, scaled by how far its learnt acceptance has
+                # moved since (the optimistic chain model alone would promise a tree a win every time)
+                promise = arm.rate * promise / arm.promise
+            if promise > rival:
                 arm.due = False
                 return self._plan(name, pending, f"re-probe {name} after backing off")
             arm.due = False  # what it has learnt says it cannot win: wait the next stretch out too
@@ -470,6 +486,7 @@ class AutoTuner:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
         arm = self.arms[plan.arm]
         arm.observe(tokens, plan.value, seconds, self.decay)
+        arm.promise = self.expected_case(plan.arm)
         rival = max([self.plain_rate * self.margin] + [a.rate for n, a in self.arms.items()
                                                         if n != plan.arm and a.steps and a.wait == 0])
         if arm.rate <= rival:  # not better than plain or another arm: try again later
@@ -492,7 +509,8 @@ class AutoTuner:
         """After a step of ``plan``: its expanded nodes had ``mean_children`` distinct
         candidates each (used by the next steps' plans only)."""
         arm = self.arms[plan.arm]
-        arm.children = 0.8 * arm.children + 0.2 * mean_children
+        if not arm.exact:
+            arm.children = 0.8 * arm.children + 0.2 * mean_children
 
     def observe_chain(self, alpha: float) -> None:
         """At a drafted node of any step, a chain's single draw would have been accepted with
@@ -502,8 +520,29 @@ class AutoTuner:
             arm.accept = (arm.accept * arm.acc_n * self.decay + alpha) / (arm.acc_n * self.decay + 1.0)
             arm.acc_n = arm.acc_n * self.decay + 1.0
 
+    def draft_accepts(self) -> list[tuple[int, float]]:
+        """``(K, acceptance)`` of each draft arm."""
+        return [(a.k, a.accept) for a in self.arms.values() if a.k]
+
+    def observe_draft_node(self, accept: np.ndarray, distinct: np.ndarray) -> None:
+        """At a drafted node of any step, with p and q known: a node of each draft arm (K =
+        ``exact_ks``) would accept a candidate with chance ``accept`` and have ``distinct``
+        children on average (``verify.acceptance_profile``): every draft arm's acceptance and
+        width, learnt exactly whatever ran."""
+        i = 0
+        for arm in self.arms.values():
+            if not arm.k:
+                continue
+            w = arm.acc_n * self.decay
+            arm.accept = (arm.accept * w + float(accept[i])) / (w + 1.0)
+            arm.children = (arm.children * w + float(distinct[i])) / (w + 1.0)
+            arm.acc_n = w + 1.0
+            arm.exact = True
+            i += 1
+
     def observe_node(self, accepted: bool) -> None:
-        """A reached, expanded node of the step under way was verified."""
+        """A reached, expanded node of the step under way was verified (where
+        ``observe_draft_node`` could not be told)."""
         arm = self.arms.get(self.current)
         if arm is None or self.current == "chain":  # the chain's is learnt exactly (observe_chain)
             return

@@ -35,7 +35,8 @@ from .textstream import TextAssembler
 from .autotune import lookup_bin
 from .lookup import NgramIndex
 from .tree import DraftTree, Draw, GrowthLimits, grow
-from .verify import verify_greedy, verify_prepared, verify_prepared_sparse, verify_prepared_with_candidate
+from .verify import (acceptance_profile, draw_chances, verify_greedy, verify_prepared, verify_prepared_sparse,
+                     verify_prepared_with_candidate)
 
 __all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
 
@@ -186,6 +187,9 @@ _LOOKUP_WEIGHT = 0.5
 _CURVE_CONTEXT = 128
 # a target p with more tokens than this is verified densely
 _SPARSE_P_MAX = 4096
+# auto learns every draft arm's acceptance exactly at a drafted node whose q has at most this
+# many tokens (a sort of q's support); past it, from the outcomes of the arm that ran
+_PROFILE_SUPPORT = 4096
 
 
 class _Generation:
@@ -200,6 +204,7 @@ class _Generation:
         self.plan = None  # auto's StepPlan for the current step
         self.seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         self.rng = np.random.default_rng(self.seed)
+        self._side_rng = None  # auto's own draws for learning (never the output's stream)
         self.stats = Stats(method=dp.method)
         self.prompt = list(prompt_tokens)
         self.out: list[int] = []
@@ -617,26 +622,62 @@ class _Generation:
         if proposed >= 0:  # learnt whether or not the candidate was kept (``_lookup_worth``)
             cal.observe_lookup(n, p_of(proposed))
         x0 = tree.lookup[node]
+        qx = tree.q[node]
+        pv = sampling.values_at(p, qx[0]) if qx is not None and p is not None and len(qx[0]) <= _PROFILE_SUPPORT else None
         if guess and not is_lookup:  # the draws were reached, against p without x0
             draws = tree.draws[node]
-            scale = 1.0
-            if x0 >= 0:
-                p0 = p_of(x0)
-                scale = 1.0 / (1.0 - p0) if p0 < 1.0 else 0.0
-            qx = tree.q[node]
-            for x, g in guess.items():
-                if x == x0:
-                    continue
-                if len(draws) == 1 and qx is not None:
-                    q = float(qx[1][0]) if qx[0][0] == x else float(qx[1][np.flatnonzero(qx[0] == x)[0]])
-                    cal.observe_draft(g, min(1.0, p_of(x) * scale / q) if q > 0.0 else 0.0, 1)
-                else:
-                    cal.observe_draft(g, float(accepted and tok == x), len(draws))
-        if tree.q[node] is not None and p is not None:
-            tuner.observe_chain(sampling.overlap(p, *tree.q[node]))
+            if pv is not None and self.dp.method in ("chain", "resispec"):
+                # each distinct draw's chance of being the one accepted, given the draws as drawn
+                pq = pv
+                if x0 >= 0:
+                    p0 = p_of(x0)
+                    pq = np.where(qx[0] == x0, 0.0, pv / (1.0 - p0)) if p0 < 1.0 else np.zeros_like(pv)
+                chance: dict[int, float] = {}
+                for x, c in zip(draws.tolist(), draw_chances(self.dp.method, pq, qx[0], qx[1], draws).tolist()):
+                    chance[x] = chance.get(x, 0.0) + c
+                for x, g in guess.items():
+                    if x != x0:
+                        cal.observe_draft(g, chance.get(x, 0.0), len(draws))
+                self._shadow_draws(len(draws), x0, n, pq, qx)
+            else:
+                for x, g in guess.items():
+                    if x != x0:
+                        cal.observe_draft(g, float(accepted and tok == x), len(draws))
+        if pv is not None and tuner.exact_ks.size:
+            # every draft arm's acceptance and width here, exactly (the chain's included)
+            tuner.observe_draft_node(*acceptance_profile(pv, qx[1], tuner.exact_ks))
+            return
+        if qx is not None and p is not None:
+            tuner.observe_chain(sampling.overlap(p, *qx))
         elif self.sp.greedy and len(tree.draws[node]):
             tuner.observe_chain(p_of(int(tree.draws[node][0])))
         tuner.observe_node(accepted)
+
+    def _shadow_draws(self, k_drawn: int, x0: int, n: int, pq, qx) -> None:
+        """At a reached drafted node, what each other draft arm's K draws would have made of
+        it: K draws from q on a side RNG (the request's own stream is untouched, so the
+        output law is not), guessed as ``_weights`` guesses and scored by their exact
+        chances, so that every K's calibration learns at every node, not only the K that ran."""
+        tuner, cal = self.tuner, self.tuner.calibration
+        if self._side_rng is None:
+            self._side_rng = np.random.default_rng([self.seed, 1])
+        look = cal.lookup(n) if x0 >= 0 else 0.0
+        for k, accept in tuner.draft_accepts():
+            if k == k_drawn:
+                continue
+            draws, qd = sampling.sample_iid_q(qx[0], qx[1], self._side_rng.random(k))
+            qs = dict(zip(draws.tolist(), qd.tolist()))
+            total = sum(qs.values())
+            if total <= 0.0:
+                continue
+            chance: dict[int, float] = {}
+            method = "chain" if k == 1 else "resispec"
+            for x, c in zip(draws.tolist(), draw_chances(method, pq, qx[0], qx[1], draws).tolist()):
+                chance[x] = chance.get(x, 0.0) + c
+            share = accept * (1.0 - look) / total
+            for x, q in qs.items():
+                if x != x0:
+                    cal.observe_draft(q * share, chance.get(x, 0.0), k)
 
     def _target_dist(self, logits) -> tuple[object, int, object]:
         """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and
@@ -713,6 +754,9 @@ def _kernel_warm_ups() -> list:
         sampling.sample_iid(ids, probs, np.full(2, 0.5))
         sampling.sample_iid_q(ids, probs, np.full(2, 0.5))
         sampling.overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
+        acceptance_profile(sampling.values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # ... every arm's
+        acceptance_profile(sampling.values_at(sampling.probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
+        draw_chances("resispec", sampling.values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
         sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
 
     def verification():

@@ -754,6 +754,27 @@ def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
 
 
+@njit(cache=True)
+def _values_at(pids, pp, qids):
+    # p(x) for each x in qids (0 where p has no entry); each side's ids distinct
+    op = np.argsort(pids)
+    sp = pids[op]
+    out = np.zeros(qids.shape[0], np.float64)
+    for j in range(qids.shape[0]):
+        i = np.searchsorted(sp, qids[j])
+        if i < sp.shape[0] and sp[i] == qids[j]:
+            out[j] = pp[op[i]]
+    return out
+
+
+def values_at(p, qids) -> np.ndarray:
+    """p(x) for each x in ``qids``, float64 in that order.  ``p``: dense ``[V]`` or sparse
+    ``(ids, probs)``."""
+    if isinstance(p, tuple):
+        return _values_at(p[0], p[1], qids)
+    return np.asarray(p[qids], np.float64)
+
+
 def overlap(p, qids, qprobs) -> float:
     """``sum_x min(p(x), q(x))``: the chance that one draw from q passes a chain's test
     against p.  ``p``: dense ``[V]`` or sparse ``(ids, probs)``; q sparse."""

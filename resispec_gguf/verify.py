@@ -102,12 +102,20 @@ def _target_at(p, x0, s0, x):
 @njit(cache=True)
 def _sorted_support(p, qids, qp, x0=-1, s0=1.0):
     # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p'.
-    # An entry with q = 0 gets r = +inf: it sorts last and adds nothing to M(t) (t q = 0).
     n = qids.shape[0]
-    r = np.empty(n, np.float64)
     pv = np.empty(n, np.float64)
     for j in range(n):
         pv[j] = _target_at(p, x0, s0, qids[j])
+    return _sorted_by_ratio(pv, qp)
+
+
+@njit(cache=True)
+def _sorted_by_ratio(pv, qp):
+    # pv, qp: p and q on supp q, aligned -> r sorted ascending, prefix sums [n+1] of q and p.
+    # An entry with q = 0 gets r = +inf: it sorts last and adds nothing to M(t) (t q = 0).
+    n = qp.shape[0]
+    r = np.empty(n, np.float64)
+    for j in range(n):
         r[j] = pv[j] / qp[j] if qp[j] > 0.0 else np.inf
     order = np.argsort(r)
     rs = r[order]
@@ -410,6 +418,49 @@ def _verify_sparse(method, pids, pp, x0, qids, qp, draws, u):
 
 
 @njit(cache=True)
+def _acceptance_profile(pv, qp, ks):
+    # for each K in ks: resispec's exact acceptance M(F_1) (K = 1: the chain's M(1)) and the
+    # expected number of distinct tokens among K iid draws from q
+    rs, qc, pc = _sorted_by_ratio(pv, qp)
+    acc = np.empty(ks.shape[0], np.float64)
+    distinct = np.empty(ks.shape[0], np.float64)
+    for i in range(ks.shape[0]):
+        k = ks[i]
+        if k == 1:
+            c = 1.0
+        else:
+            _, _, c = _schedule(_RESISPEC, rs, qc, pc, k)
+        acc[i] = min(1.0, _mass_min(rs, qc, pc, c))
+        d = 0.0
+        for j in range(qp.shape[0]):
+            d += 1.0 - (1.0 - qp[j]) ** k
+        distinct[i] = d
+    return acc, distinct
+
+
+@njit(cache=True)
+def _draw_chances(method, pv, qids, qp, draws):
+    # chance that stage i is reached and accepts draw i, for the draws as drawn
+    rs, qc, pc = _sorted_by_ratio(pv, qp)
+    k = draws.shape[0]
+    lo, reach, _ = _schedule(method, rs, qc, pc, k)
+    out = np.zeros(k, np.float64)
+    left = 1.0
+    for i in range(k):
+        j = _index_of(qids, draws[i])
+        if j < 0 or not qp[j] > 0.0:
+            continue
+        excess = pv[j] / qp[j] - lo[i]
+        if reach[i] > 0.0:
+            a = min(1.0, max(0.0, excess / reach[i]))
+        else:
+            a = 1.0 if excess > 0.0 else 0.0
+        out[i] = left * a
+        left *= 1.0 - a
+    return out
+
+
+@njit(cache=True)
 def _optimal(rs, qc, pc, k):
     best = 1.0
     for j in range(rs.shape[0] + 1):
@@ -650,6 +701,27 @@ def _rrs_stage(ps, qs, k):
         if a < 1.0 and z > 0 and rest.sum() > 0:
             acc += qs[x] * (1.0 - a) * _rrs_stage(res / z, rest / rest.sum(), k - 1)
     return acc
+
+
+def acceptance_profile(p_at_q, qprobs, ks) -> tuple[np.ndarray, np.ndarray]:
+    """For each K in ``ks``: the exact chance that a ``resispec`` node with K iid draws from q
+    accepts one (K = 1: a chain's draw, ``sum min(p, q)``), and the expected number of
+    distinct tokens among the K draws (the node's children).  ``p_at_q``: p at q's ids, in
+    q's order; ``qprobs``: q on its support.  Depends on p and q only, not on any draw, so
+    ``auto`` learns every K's acceptance at each drafted node, whatever K the step drew."""
+    return _acceptance_profile(np.asarray(p_at_q, np.float64), np.asarray(qprobs, np.float64),
+                               np.asarray(ks, np.int64))
+
+
+def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:
+    """For the K draws of an iid node as drawn: the chance that the verifier reaches draw i
+    and accepts it (what ``verify_prepared`` does with uniforms not yet drawn).  ``p_at_q``:
+    the target on q's ids (less a lookup candidate, rescaled, when the node has one)."""
+    code = _method_code(method)
+    if code == _RRS:
+        raise ValueError("rrs draws are not iid")
+    return _draw_chances(code, np.asarray(p_at_q, np.float64), np.asarray(qids, np.int64),
+                         np.asarray(qprobs, np.float64), np.asarray(draws, np.int64))
 
 
 def optimal_acceptance(p, q, k: int) -> float:

@@ -114,6 +114,34 @@ def test_the_chain_arm_learns_from_every_drafted_node():
     assert tuner.arms["tree4"].accept == before  # a tree's acceptance is its own
 
 
+def test_every_draft_arm_learns_at_every_drafted_node_and_a_lost_tree_waits_for_news():
+    """Told each K's exact acceptance and width at drafted nodes (``observe_draft_node``),
+    every draft arm learns, whatever runs.  A tree that ran and lost is tried again only once
+    its acceptance has risen enough to promise a win: not at every end of its back-off."""
+    tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2))
+    assert list(tuner.exact_ks) == [1, 2]
+    for _ in range(40):
+        tuner.observe_draft_node(np.array([0.6, 0.7]), np.array([1.0, 1.4]))
+    assert abs(tuner.arms["chain"].accept - 0.6) < 0.02 and abs(tuner.arms["tree2"].accept - 0.7) < 0.02
+    assert abs(tuner.arms["tree2"].children - 1.4) < 0.02 and tuner.arms["tree2"].exact
+    yields = {"chain": (3, 0.04), "tree2": (3, 0.05), "lookup": (1, 0.04)}  # tokens, seconds: the chain wins
+
+    def run(steps):
+        seen = []
+        for _ in range(steps):
+            plan = tuner.choose()
+            seen.append(plan.arm if plan is not None else None)
+            if plan is not None:
+                plan.value = yields[plan.arm][0]  # a plan that expects what it yields
+                tuner.observe_step(plan, *yields[plan.arm])
+        return seen
+
+    assert run(300).count("tree2") <= 1  # its one probe, never again while nothing changed
+    for _ in range(60):  # the draws now agree with the target far more often
+        tuner.observe_draft_node(np.array([0.6, 0.99]), np.array([1.0, 1.4]))
+    assert "tree2" in run(600)
+
+
 def test_growth_rule_expands_confident_children_and_stops_at_unlikely_ones():
     tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
     tuner.arms["chain"].accept = 0.9  # nodes mostly have a candidate accepted
@@ -276,4 +304,4 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
     fixed = {name: rate(dp) for name, dp in bench.sweep_grid("full", DraftParams()) if name != "auto"}
     best = max(fixed, key=fixed.get)
     assert best != "none"
-    assert rate(DraftParams(method="auto")) >= 0.9 * fixed[best], (best, fixed[best])
+    assert rate(DraftParams(method="auto")) >= 0.95 * fixed[best], (best, fixed[best])

@@ -948,3 +948,60 @@ def test_sparse_target_gives_the_dense_result(method):
             dense = verify.verify_prepared(method, p, qids, qp, draws, u)
         assert verify.verify_prepared_sparse(method, pids, pp, x0, qids, qp, draws, u) == dense, trial
         assert sampling.sample_sparse(pids, pp, u[-1]) == sampling.sample_dense(p, u[-1])
+
+
+# --------------------------------------------------------------------------- 6. what auto learns
+
+
+def test_acceptance_profile_is_each_k_s_exact_acceptance_and_width():
+    """auto's per-node figures for every K at once equal ``expected_acceptance`` (chain at K
+    = 1, resispec above) and ``expected_distinct``."""
+    ks = np.arange(1, 6)
+    for name, p, q, _ in CASES[:150]:
+        qids = np.flatnonzero(q)
+        acc, distinct = verify.acceptance_profile(p[qids], q[qids], ks)
+        for k, a, d in zip(ks, acc, distinct):
+            assert abs(a - expected_acceptance("chain" if k == 1 else "resispec", p, q, int(k))) <= 1e-12, (name, k)
+            assert abs(d - verify.expected_distinct(q, int(k))) <= 1e-12, (name, k)
+
+
+@pytest.mark.parametrize("method", ["chain", "resispec"])
+def test_draw_chances_follow_the_reference_rules_and_average_to_the_acceptance(method):
+    """For every draw sequence: the chance that stage i is reached and accepts, as the
+    reference rules give it (1e-9, their bisection's; skipped where every candidate is
+    accepted: the schedule is not unique there); averaged over the sequences' probabilities,
+    their sum is the exact acceptance (1e-12)."""
+    for name, p, q, k in CASES[:120]:
+        k = 1 if method == "chain" else k
+        rules, _ = (ref_specinfer_rules if method == "chain" else ref_resispec_rules)(p, q, k)
+        unique = expected_acceptance(method, p, q, k) <= 1 - 1e-9
+        qids = np.flatnonzero(q)
+        seqs, weights = draw_sequences(method, q, k)
+        total = 0.0
+        for seq, w in zip(seqs, weights):
+            got = verify.draw_chances(method, p[qids], qids, q[qids], seq)
+            left, want = 1.0, []
+            for a, x in zip(rules, seq):
+                want.append(left * a[x])
+                left *= 1.0 - a[x]
+            assert not unique or np.max(np.abs(got - want)) <= 1e-9, (name, seq)
+            total += w * got.sum()
+        assert abs(total - expected_acceptance(method, p, q, k)) <= 1e-12, name
+
+
+def test_draw_chances_are_what_the_verifier_does():
+    """Seeded: the kernel verifier, run on fixed draws with fresh uniforms, accepts draw i
+    as often as ``draw_chances`` says (5 sigma)."""
+    rng = np.random.default_rng(3)
+    v, k, n = 40, 4, 20000
+    p, q = rng.dirichlet(np.full(v, 0.5)), rng.dirichlet(np.full(v, 0.5))
+    qids = np.flatnonzero(q)
+    draws = np.asarray(sample_iid(qids, q[qids], rng.random(k)), np.int64)
+    chances = verify.draw_chances("resispec", p[qids], qids, q[qids], draws)
+    counts = np.zeros(k)
+    for _ in range(n):
+        _, idx = verify.verify_prepared("resispec", p, qids, q[qids], draws, rng.random(k + 1))
+        if idx >= 0:
+            counts[idx] += 1
+    sigma = np.sqrt(chances * (1.0 - chances) / n)
+    assert np.all(np.abs(counts / n - chances) <= 5 * sigma + 1e-9), (counts / n, chances)
