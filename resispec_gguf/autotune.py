@@ -35,6 +35,8 @@ No model calls here: measuring is done by the caller (``measure_curve``) through
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import os
@@ -126,6 +128,7 @@ def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
 
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
+_Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
 # a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
 # predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match
 _LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
@@ -165,7 +168,7 @@ class Calibration:
 
     @staticmethod
     def _bin(guess: float) -> int:
-        return int(np.searchsorted(_Q_EDGES, guess, side="right")) - 1
+        return bisect.bisect_right(_Q_EDGE_LIST, guess) - 1
 
     def draft(self, guess: float, k: int = 1) -> float:
         acc, seen = self._counts(k)
@@ -193,11 +196,13 @@ class Calibration:
 # --------------------------------------------------------------------------- one step
 
 
+@functools.lru_cache(maxsize=16)
 def _cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
-    """``curve(i)`` for i = 0..n-1 (zeros without a curve), for vectorised look-ups."""
-    if curve is None:
-        return np.zeros(n)
-    return np.array([curve(i) for i in range(n)])
+    """``curve(i)`` for i = 0..n-1 (zeros without a curve), for vectorised look-ups; built
+    once per curve (read-only: every request's tuner shares it)."""
+    table = np.zeros(n) if curve is None else np.array([curve(i) for i in range(n)])
+    table.flags.writeable = False
+    return table
 
 
 # rows a step may ever hold (root + MAX_TREE_NODES), with room for the look-ahead's projections
@@ -409,13 +414,12 @@ class AutoTuner:
             a = self.calibration.mean_lookup()
         else:  # a ResiSpec node accepts at least as often as a chain's draw: sum(min(p, F q)), F >= 1
             a = max(self.arms[kind].accept, self.arms["chain"].accept if "chain" in self.arms else 0.0)
-        best = 0.0
-        for depth in range(1, self.limits.max_depth + 1):
-            t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
-            if kind != "lookup":
-                t += self.draft(pending) + (depth - 1) * self.draft(1) + depth * self.row_s
-            best = max(best, sum(a ** i for i in range(depth + 1)) / t)
-        return best
+        depth = np.arange(1, self.limits.max_depth + 1)
+        t = self.target_s[depth + 1] + self.overhead_s + (depth + 1) * self.row_s
+        if kind != "lookup":
+            t = t + self.draft_s[min(pending, len(self.draft_s) - 1)] + (depth - 1) * self.draft_s[1] + depth * self.row_s
+        value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
+        return float(np.max(value / t))
 
     # -------------------------------------------------------------- choice per step
 
