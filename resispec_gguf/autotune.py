@@ -235,6 +235,7 @@ class StepPlan:
     n_nodes: int = 0
     draft_cost: float = 0.0
     best_score: float = 1.0  # the best expanded score of the last level (the root's: 1)
+    promise: float = 0.0  # the tuner's ``expected_case`` for the arm at the acceptance this plan was built on
 
     @property
     def kind(self) -> str:
@@ -334,7 +335,7 @@ class _Arm:
     children: float = 1.0  # distinct candidates per expanded node (decayed, over past steps)
     k: int = 0  # draws per node of a draft arm (0: lookup)
     exact: bool = False  # its acceptance and children are learnt exactly at every drafted node
-    promise: float = 0.0  # ``expected_case`` when it last ran (its rate was earned at that)
+    promise: float = 0.0  # ``expected_case`` when its last step was planned (its rate was earned at that)
 
     PRIOR_TOKENS = 12.0  # the realised / expected ratio starts at 1, worth this many tokens
 
@@ -482,7 +483,7 @@ class AutoTuner:
         self.last_choice, self.reason = arm, reason
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
                         overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
-                        children=self.arms[arm].children)
+                        children=self.arms[arm].children, promise=self.expected_case(arm, pending))
 
     # -------------------------------------------------------------- learning
 
@@ -490,7 +491,7 @@ class AutoTuner:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
         arm = self.arms[plan.arm]
         arm.observe(tokens, plan.value, seconds, self.decay)
-        arm.promise = self.expected_case(plan.arm)
+        arm.promise = plan.promise
         rival = max([self.plain_rate * self.margin] + [a.rate for n, a in self.arms.items()
                                                         if n != plan.arm and a.steps and a.wait == 0])
         if arm.rate <= rival:  # not better than plain or another arm: try again later

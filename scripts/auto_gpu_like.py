@@ -6,7 +6,7 @@ cost to a clock, so the rates below are what those costs would give (host work e
 Prints, per draft quality, the best of ``bench --sweep full``'s fixed settings and auto's
 rate against it.  Nothing is asserted.
 
-    python scripts/auto_gpu_like.py
+    python scripts/auto_gpu_like.py [SEEDS [VOCAB [TOKENS]]]     # defaults: 3 seeds, 6 tokens, 300
 """
 import os
 import sys
@@ -20,6 +20,8 @@ from resispec_gguf.engine import Engine
 
 ROWS = autotune.ROW_COUNTS
 SEEDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+VOCAB = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+TOKENS = int(sys.argv[3]) if len(sys.argv) > 3 else 300
 def _curve(per_row, fixed):
     return autotune.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
 GPU_T = _curve(0.0002, 0.020)
@@ -32,10 +34,10 @@ def pair(noise, V=6, seed=11):
     return MarkovModel(rows_t, V, name="t", n_ctx=4096), MarkovModel(rows_d, V, name="d", n_ctx=4096)
 
 for noise in (0.0, 0.5, 1.5):
-    t, d = pair(noise)
+    t, d = pair(noise, VOCAB)
     clock = [0.0]
     e = Engine(Clocked(t, GPU_T, clock), Clocked(d, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
-    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=300)
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=TOKENS)
     rates = {}
     for name, dp in bench.sweep_grid("full", DraftParams(budget=32, depth=6)):
         toks = secs = 0.0
