@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from .config import DraftParams
 
@@ -209,6 +210,41 @@ def _cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
 _TABLE_ROWS = 512
 
 
+@njit(cache=True)
+def _width(s, value, cost, n_nodes, accept, a, children, n_m, budget, target_s, draft_s, row_s, is_draft):
+    """``StepPlan.width``'s search: expanding the best w children (``s``: their cumulative
+    scores) with m levels below them, for every w and m within the budget; returns the best
+    w, or 0 where growing no further (the children kept as leaves) does as well, and the
+    draft seconds of that w's call."""
+    nt, nd = target_s.shape[0] - 1, draft_s.shape[0] - 1
+    n = 1 + n_nodes
+    t_n = target_s[min(n, nt)]
+    best, best_w, best_draft = -np.inf, 0, 0.0
+    below = 0.0  # accept * (1 + a + ... + a^(m-1))
+    am = 1.0
+    for m in range(1, n_m + 1):
+        below += accept * am
+        am *= a
+        for i in range(s.shape[0]):
+            w = i + 1
+            d_draft = draft_s[min(w, nd)] + w * row_s if is_draft else 0.0
+            rows = w * (children + m - 1)
+            r = 0.0
+            if n_nodes + w + rows <= budget:
+                c = (cost + m * d_draft + target_s[min(n + w + int(np.ceil(rows)), nt)] - t_n
+                     + row_s * s[i] * (1.0 + below))
+                r = (value + s[i] * (1.0 + below)) / c
+            if r > best:
+                best, best_w, best_draft = r, w, d_draft
+    keep = value / cost  # the alternative: grow no further, the best children kept as leaves
+    for i in range(s.shape[0]):
+        leaves = (value + s[i]) / (cost + target_s[min(n + i + 1, nt)] - t_n + row_s * s[i])
+        keep = max(keep, leaves)
+    if best <= keep * (1.0 + 1e-9):
+        return 0, 0.0
+    return best_w, best_draft
+
+
 @dataclass
 class StepPlan:
     """The shape of one speculative step and the growth rule ``tree.grow`` consults.
@@ -265,30 +301,19 @@ class StepPlan:
         the first level is committed here; the next is judged again on its real scores."""
         if not scores:
             return 0
-        s = np.cumsum(np.asarray(scores, float))  # [W] value of the best w children
-        w = np.arange(1, len(s) + 1)
+        s = np.cumsum(np.asarray(scores, np.float64))  # value of the best w children
         n_m = max(1, int(self.params.depth) - level - 1)
-        m = np.arange(1, n_m + 1)[:, None]  # [M, 1] levels below the children
         a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0
-        below = (self.accept * np.cumsum(a ** np.arange(n_m)))[:, None]  # accept * (1 + a + ... + a^(m-1))
-        rows = w * (self.children + m - 1)  # [M, W] rows below the children
-        value = self.value + s * (1.0 + below)
-        n = 1 + self.n_nodes
-        d_draft = (self._draft(w) + w * self.row_s) if self.kind == "draft" else np.zeros(len(w))
-        cost = (self.cost + m * d_draft + self._target(n + w + np.ceil(rows).astype(int)) - self._target(n)
-                + self.row_s * s * (1.0 + below))
-        ratio = value / cost  # [M, W]
-        ratio = np.where(self.n_nodes + w + rows <= self.params.budget, ratio, 0.0)
-        best = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-        # the alternative: grow no further, keeping the best children as leaves (a row each)
-        as_leaves = (self.value + s) / (self.cost + self._target(n + w) - self._target(n) + self.row_s * s)
-        if ratio[best] <= max(self.value / self.cost, float(as_leaves.max())) * (1.0 + 1e-9):
+        k, d_draft = _width(s, float(self.value), float(self.cost), int(self.n_nodes), float(self.accept), a,
+                            float(self.children), n_m, int(self.params.budget), self.target_s, self.draft_s,
+                            float(self.row_s), self.kind == "draft")
+        if k == 0:
             return 0
-        k = int(w[best[1]])
+        n = 1 + self.n_nodes
         self.value += float(s[k - 1])
-        self.cost += float(d_draft[k - 1] + self._target(n + k) - self._target(n) + self.row_s * s[k - 1])
+        self.cost += float(d_draft + self._target(n + k) - self._target(n) + self.row_s * s[k - 1])
         self.n_nodes += k
-        self.draft_cost += float(d_draft[k - 1])
+        self.draft_cost += float(d_draft)
         self.best_score = float(scores[0])
         return k
 

@@ -773,7 +773,13 @@ def _kernel_warm_ups() -> list:
             verify_prepared_sparse(method, pids, pprobs, 4, ids, probs, draws, np.full(len(draws) + 2, 0.5))
             verify_prepared_sparse(method, pids, pprobs, 4, None, None, _NO_DRAWS, np.full(2, 0.5))
 
-    return [distributions, draws, verification]
+    def auto():  # StepPlan.width's search, on read-only cost tables as the tuner holds them
+        from . import autotune
+
+        table = autotune._cost_table(autotune.CostCurve((1, 2), (1.0, 1.5)), 4)
+        autotune.StepPlan("chain", DraftParams(depth=4, budget=8), table, table, accept=0.5, overhead_s=0.0).width(0, [0.5, 0.2])
+
+    return [distributions, draws, verification, auto]
 
 
 class Engine:
