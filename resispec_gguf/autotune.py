@@ -371,6 +371,14 @@ class _Arm:
         ratio = (self.real + self.PRIOR_TOKENS) / (self.expected + self.PRIOR_TOKENS)
         return ratio * self.tokens / self.seconds
 
+    def learn(self, accept: float, decay: float, children: float | None = None) -> None:
+        """One more node's acceptance (and width) into the decayed means."""
+        w = self.acc_n * decay
+        self.accept = (self.accept * w + accept) / (w + 1.0)
+        if children is not None:
+            self.children = (self.children * w + children) / (w + 1.0)
+        self.acc_n = w + 1.0
+
     def observe(self, tokens: int, expected: float, seconds: float, decay: float) -> None:
         self.tokens = self.tokens * decay + expected
         self.seconds = self.seconds * decay + seconds
@@ -547,8 +555,7 @@ class AutoTuner:
         chance ``alpha``: the chain arm's acceptance, learnt whatever ran."""
         arm = self.arms.get("chain")
         if arm is not None:
-            arm.accept = (arm.accept * arm.acc_n * self.decay + alpha) / (arm.acc_n * self.decay + 1.0)
-            arm.acc_n = arm.acc_n * self.decay + 1.0
+            arm.learn(alpha, self.decay)
 
     def draft_accepts(self) -> list[tuple[int, float]]:
         """``(K, acceptance)`` of each draft arm."""
@@ -563,10 +570,7 @@ class AutoTuner:
         for arm in self.arms.values():
             if not arm.k:
                 continue
-            w = arm.acc_n * self.decay
-            arm.accept = (arm.accept * w + float(accept[i])) / (w + 1.0)
-            arm.children = (arm.children * w + float(distinct[i])) / (w + 1.0)
-            arm.acc_n = w + 1.0
+            arm.learn(float(accept[i]), self.decay, float(distinct[i]))
             arm.exact = True
             i += 1
 
@@ -576,8 +580,7 @@ class AutoTuner:
         arm = self.arms.get(self.current)
         if arm is None or self.current == "chain":  # the chain's is learnt exactly (observe_chain)
             return
-        arm.accept = (arm.accept * arm.acc_n * self.decay + float(accepted)) / (arm.acc_n * self.decay + 1.0)
-        arm.acc_n = arm.acc_n * self.decay + 1.0
+        arm.learn(float(accepted), self.decay)
 
     def summary(self) -> str:
         arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps, acceptance per node {a.accept:.2f}"

@@ -632,9 +632,7 @@ class _Generation:
                 if x0 >= 0:
                     p0 = p_of(x0)
                     pq = np.where(qx[0] == x0, 0.0, pv / (1.0 - p0)) if p0 < 1.0 else np.zeros_like(pv)
-                chance: dict[int, float] = {}
-                for x, c in zip(draws.tolist(), draw_chances(self.dp.method, pq, qx[0], qx[1], draws).tolist()):
-                    chance[x] = chance.get(x, 0.0) + c
+                chance = _chance_by_token(self.dp.method, pq, qx, draws)
                 for x, g in guess.items():
                     if x != x0:
                         cal.observe_draft(g, chance.get(x, 0.0), len(draws))
@@ -670,10 +668,7 @@ class _Generation:
             total = sum(qs.values())
             if total <= 0.0:
                 continue
-            chance: dict[int, float] = {}
-            method = "chain" if k == 1 else "resispec"
-            for x, c in zip(draws.tolist(), draw_chances(method, pq, qx[0], qx[1], draws).tolist()):
-                chance[x] = chance.get(x, 0.0) + c
+            chance = _chance_by_token("chain" if k == 1 else "resispec", pq, qx, draws)
             share = accept * (1.0 - look) / total
             for x, q in qs.items():
                 if x != x0:
@@ -722,6 +717,15 @@ class _Generation:
         e.draft.commit(chain + kept)
         # tokens the draft has not seen yet: accepted nodes it never expanded + the last token
         self.draft_pending = emitted[len(kept):]
+
+
+def _chance_by_token(method: str, pq, qx, draws) -> dict[int, float]:
+    """Each distinct draw's chance of being the one the verifier accepts (``draw_chances``
+    summed over its repeats), given the draws as drawn."""
+    chance: dict[int, float] = {}
+    for x, c in zip(draws.tolist(), draw_chances(method, pq, qx[0], qx[1], draws).tolist()):
+        chance[x] = chance.get(x, 0.0) + c
+    return chance
 
 
 def _kernel_warm_ups() -> list:

@@ -38,6 +38,12 @@ __all__ = [
 
 
 @njit(cache=True)
+def _weaker(vals, idx, a, b):
+    # heap order: entry a ranks below entry b (smaller value; on a tie, the larger id)
+    return vals[a] < vals[b] or (vals[a] == vals[b] and idx[a] > idx[b])
+
+
+@njit(cache=True)
 def _heap_sift_down(vals, idx, start, n):
     # min-heap on (vals, -idx): the root is the weakest kept element
     i = start
@@ -47,9 +53,9 @@ def _heap_sift_down(vals, idx, start, n):
             break
         m = left
         right = left + 1
-        if right < n and (vals[right] < vals[left] or (vals[right] == vals[left] and idx[right] > idx[left])):
+        if right < n and _weaker(vals, idx, right, left):
             m = right
-        if vals[m] < vals[i] or (vals[m] == vals[i] and idx[m] > idx[i]):
+        if _weaker(vals, idx, m, i):
             vals[m], vals[i] = vals[i], vals[m]
             idx[m], idx[i] = idx[i], idx[m]
             i = m
@@ -65,7 +71,7 @@ def _heap_push(vals, idx, n, v, i):
     idx[j] = i
     while j > 0:
         parent = (j - 1) // 2
-        if vals[j] < vals[parent] or (vals[j] == vals[parent] and idx[j] > idx[parent]):
+        if _weaker(vals, idx, j, parent):
             vals[j], vals[parent] = vals[parent], vals[j]
             idx[j], idx[parent] = idx[parent], idx[j]
             j = parent

@@ -281,6 +281,15 @@ def _fallback_iid(p, qids, qp, c, u, x0=-1, s0=1.0):
 
 
 @njit(cache=True)
+def _stage_accept(excess, reach):
+    """A stage's chance to accept its draw x: ``clip((r(x) - lo_i) / P_i, 0, 1)`` from
+    ``excess = r(x) - lo_i`` (a stage unreachable in exact arithmetic: 1 where r > lo_i)."""
+    if reach > 0.0:
+        return min(1.0, max(0.0, excess / reach))
+    return 1.0 if excess > 0.0 else 0.0
+
+
+@njit(cache=True)
 def _verify_iid(method, p, qids, qp, draws, u, x0, s0):
     k = draws.shape[0]
     rs, qc, pc = _sorted_support(p, qids, qp, x0, s0)
@@ -290,12 +299,7 @@ def _verify_iid(method, p, qids, qp, draws, u, x0, s0):
         j = _index_of(qids, x)
         if j < 0 or not qp[j] > 0.0:
             continue  # q cannot produce x: a probability-zero event, never accepted
-        excess = _target_at(p, x0, s0, x) / qp[j] - lo[i]
-        if reach[i] > 0.0:
-            a = excess / reach[i]
-        else:  # stage unreachable in exact arithmetic
-            a = 1.0 if excess > 0.0 else 0.0
-        if u[i] < a:
+        if u[i] < _stage_accept(_target_at(p, x0, s0, x) / qp[j] - lo[i], reach[i]):
             return x, i
     return _fallback_iid(p, qids, qp, c, u[k], x0, s0), -1
 
@@ -450,11 +454,7 @@ def _draw_chances(method, pv, qids, qp, draws):
         j = _index_of(qids, draws[i])
         if j < 0 or not qp[j] > 0.0:
             continue
-        excess = pv[j] / qp[j] - lo[i]
-        if reach[i] > 0.0:
-            a = min(1.0, max(0.0, excess / reach[i]))
-        else:
-            a = 1.0 if excess > 0.0 else 0.0
+        a = _stage_accept(pv[j] / qp[j] - lo[i], reach[i])
         out[i] = left * a
         left *= 1.0 - a
     return out
