@@ -1,13 +1,17 @@
-"""resispec-gguf: exact multi-candidate speculative sampling for GGUF models on llama.cpp."""
+"""resispec-gguf: exact multi-candidate speculative sampling for GGUF models on llama.cpp.
 
-from . import kernel_cache
+The layers, lowest first (each package's docstring says what it may import):
+``config``/``errors``/``paths`` (settings, error types, cache paths) ← ``kernels`` (Numba on
+arrays) ← ``spec`` (the speculative loop on the ``ModelBackend`` seam) ← ``llama``
+(llama.cpp behind that seam) and ``assist`` (prompts, constraints, tools) ← ``engine`` (the
+public ``Engine``, which joins them) ← ``surfaces`` (CLI, chat, server, API, bench).
+"""
 
-kernel_cache.configure()  # before any kernel module imports numba: see kernel_cache.py
-
-from .api import create_chat_completion  # noqa: E402
-from .config import ConfigError, DraftParams, ModelParams, SamplingParams  # noqa: E402
-from .engine import Engine, Result, Stats  # noqa: E402
-from .errors import ContextFullError, UserError  # noqa: E402
+from . import kernels  # noqa: F401  (first: it points Numba at its cache before any kernel loads)
+from .config import ConfigError, DraftParams, ModelParams, SamplingParams
+from .engine import Engine, Result, Stats
+from .errors import ContextFullError, UserError
+from .surfaces.api import create_chat_completion
 
 __all__ = [
     "Engine",
@@ -28,7 +32,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # LlamaDraft loads llama_cpp: only on first use, so that importing the package stays light
     if name == "LlamaDraft":
-        from .llama_draft import LlamaDraft
+        from .llama.llama_draft import LlamaDraft
 
         return LlamaDraft
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from resispec_gguf.cli import main
+from resispec_gguf.surfaces.cli import main
 
 raise SystemExit(main())

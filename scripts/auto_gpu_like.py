@@ -14,16 +14,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import numpy as np
 from fake_models import Clocked, MarkovModel, random_rows
-from resispec_gguf import autotune, bench
+from resispec_gguf.spec import autotune
+from resispec_gguf.spec import costs
+from resispec_gguf.surfaces import bench
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
-ROWS = autotune.ROW_COUNTS
+ROWS = costs.ROW_COUNTS
 SEEDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 VOCAB = int(sys.argv[2]) if len(sys.argv) > 2 else 6
 TOKENS = int(sys.argv[3]) if len(sys.argv) > 3 else 300
 def _curve(per_row, fixed):
-    return autotune.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
+    return costs.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
 GPU_T = _curve(0.0002, 0.020)
 GPU_D = _curve(0.0001, 0.002)
 

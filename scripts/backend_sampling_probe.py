@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from resispec_gguf import backend, sampling  # noqa: E402
+from resispec_gguf.llama import backend
+from resispec_gguf.kernels import sampling  # noqa: E402
 from resispec_gguf.errors import UserError  # noqa: E402
 
 _ll = backend._ll  # the probe reaches into llama_cpp on purpose: that is what it examines
@@ -414,7 +415,7 @@ def main(argv=None):
         tiny, _ = tiny_gguf.write_tiny_pair(d)
         probe_build(report, tiny)
     if not args.skip_real and report["1"].get("a_api_bound"):
-        from resispec_gguf import models
+        from resispec_gguf.llama import models
 
         try:
             target = models.resolve_model(args.target, role="target", progress=False)

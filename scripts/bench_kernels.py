@@ -31,7 +31,7 @@ import time
 import numpy as np
 from numba import njit
 
-from resispec_gguf import sampling, verify
+from resispec_gguf.kernels import sampling, verify
 
 try:
     import ctypes
@@ -123,16 +123,16 @@ def import_time(code, runs=3):
 
 FIRST_CALLS = """
 import numpy as np
-from resispec_gguf import sampling, verify
+from resispec_gguf.kernels import sampling, verify
 x = np.linspace(-3, 3, 50).astype(np.float32)
 p = sampling.probs_dense(x)
 sampling.probs_dense(x, 0.6, 40, 0.95)
 ids, q = sampling.probs_sparse(x + 0.1, cap=8)
 d = sampling.sample_iid(ids, q, np.full(4, 0.3))
 for m in ("specinfer", "resispec"):
-    verify.verify_node_sparse(m, p, ids, q, d, np.full(5, 0.5))
-verify.verify_node_sparse("rrs", p, ids, q, sampling.sample_without_replacement(ids, q, np.full(4, 0.3)), np.full(5, 0.5))
-verify.verify_prepared_with_candidate("resispec", p, 3, ids, q, d, np.full(6, 0.5))
+    verify.verify_checked(m, p, (ids, q), d, np.full(5, 0.5))
+verify.verify_checked("rrs", p, (ids, q), sampling.sample_without_replacement(ids, q, np.full(4, 0.3)), np.full(5, 0.5))
+verify.verify("resispec", p, (ids, q), d, np.full(6, 0.5), 3)
 """
 
 
@@ -216,7 +216,8 @@ def run(v, reps, k, cap, seed):
         return cases
 
     def accept_rate(method, cases):
-        return float(np.mean([verify.verify_node_sparse(method, *c)[1] >= 0 for c in cases]))
+        return float(np.mean([verify.verify_checked(method, p, (qids, qp), d, u)[1] >= 0
+                              for p, qids, qp, d, u in cases]))
 
     for method in ("resispec", "specinfer", "rrs"):
         make = rrs_cases if method == "rrs" else iid_cases
@@ -225,23 +226,22 @@ def run(v, reps, k, cap, seed):
             acc = accept_rate(method, cases)
             label = "typical" if typical else ("u[:K] near 1" if method == "rrs" else "forced fallback")
             row(
-                f"verify_node_sparse {method} K={k} {label}",
-                median_us(lambda *a, m=method: verify.verify_node_sparse(m, *a), cases),
+                f"verify_checked {method} K={k} {label}",
+                median_us(lambda p, qids, qp, d, u, m=method: verify.verify_checked(m, p, (qids, qp), d, u), cases),
                 f"accept rate {acc:.2f}",
             )
-            if hasattr(verify, "verify_prepared"):
-                row(
-                    f"verify_prepared {method} K={k} {label}",
-                    median_us(lambda *a, m=method: verify.verify_prepared(m, *a), cases),
-                    "no validation",
-                )
-            if typical and hasattr(verify, "verify_prepared_with_candidate"):
+            row(
+                f"verify {method} K={k} {label}",
+                median_us(lambda p, qids, qp, d, u, m=method: verify.verify(m, p, (qids, qp), d, u), cases),
+                "no validation",
+            )
+            if typical:
                 # a lookup guess (the target's argmax) ahead of the draws, rejected: the
                 # method then runs on p without it
                 cand = [(p, int(np.argmax(p)), qids, qp, d, np.append(_ALMOST_ONE, u)) for p, qids, qp, d, u in cases]
                 row(
-                    f"verify_prepared_with_candidate {method} K={k} x0 rejected",
-                    median_us(lambda *a, m=method: verify.verify_prepared_with_candidate(m, *a), cand),
+                    f"verify {method} K={k} x0 rejected",
+                    median_us(lambda p, x0, qids, qp, d, u, m=method: verify.verify(m, p, (qids, qp), d, u, x0), cand),
                     "no validation",
                 )
 
@@ -341,11 +341,12 @@ def _gpu_like_curves():
     """``(target, draft)`` cost curves of a GPU pair (as scripts/auto_gpu_like.py): a target
     decode of n rows costs 20 ms + 0.2 ms n, a draft one 2 ms + 0.1 ms n.  Only ``auto``
     reads them (to choose); the fakes still cost nothing."""
-    from resispec_gguf import autotune
+    from resispec_gguf.spec import autotune
+    from resispec_gguf.spec import costs
 
-    rows = autotune.ROW_COUNTS
-    return (autotune.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows)),
-            autotune.CostCurve(rows, tuple(0.002 + 0.0001 * n for n in rows)))
+    rows = costs.ROW_COUNTS
+    return (costs.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows)),
+            costs.CostCurve(rows, tuple(0.002 + 0.0001 * n for n in rows)))
 
 
 def run_steps(v, tokens, seed, n_rows=16):
@@ -423,7 +424,7 @@ def main(argv=None):
     rows = run(args.vocab, args.reps, args.k, args.cap, args.seed)
     startup = {}
     if not args.no_import:
-        startup["import (warm cache)"] = import_time("import resispec_gguf.verify, resispec_gguf.sampling")
+        startup["import (warm cache)"] = import_time("import resispec_gguf.kernels.verify, resispec_gguf.kernels.sampling")
         startup["import + first call of every kernel (warm cache)"] = import_time(FIRST_CALLS)
 
     print(f"V = {args.vocab}, K = {args.k}, cap = {args.cap}, median of {args.reps} calls")

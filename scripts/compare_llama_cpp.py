@@ -363,7 +363,8 @@ def run(a) -> int:
     _check_args(a)
     llama = LlamaCpp(a.llama_cpp_bin)  # checks the binaries before anything heavy
 
-    from resispec_gguf import bench, models
+    from resispec_gguf.surfaces import bench
+    from resispec_gguf.llama import models
     from resispec_gguf.config import DraftParams, SamplingParams
     from resispec_gguf.engine import Engine
 

@@ -155,7 +155,9 @@ def write_model(path: Path, n_layer: int, n_embd: int, n_ff: int, n_head: int, n
 def cost_curves(path: Path, rows, contexts, ngl: int, threads: int | None, n_ctx: int) -> dict:
     """``{context: {rows: seconds}}``: the fastest of 3 decodes of a chain of n rows after
     ``context`` committed tokens."""
-    from resispec_gguf import autotune, backend
+    from resispec_gguf.spec import autotune
+    from resispec_gguf.spec import costs
+    from resispec_gguf.llama import backend
     from resispec_gguf.config import MAX_TREE_NODES
 
     model = backend.LlamaModel(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=ngl, n_seq_max=MAX_TREE_NODES + 2)
@@ -171,7 +173,7 @@ def cost_curves(path: Path, rows, contexts, ngl: int, threads: int | None, n_ctx
                 model.decode([int(t) for t in rng.integers(3, model.n_vocab, n)], [-1] + list(range(n - 1)))
                 model.drop_uncommitted()
 
-            curve = autotune.measure_curve(decode, rows=tuple(rows), repeats=3)
+            curve = costs.measure_curve(decode, rows=tuple(rows), repeats=3)
             out[ctx] = dict(zip(curve.rows, curve.seconds))
     finally:
         model.close()
@@ -182,7 +184,7 @@ def cost_curves(path: Path, rows, contexts, ngl: int, threads: int | None, n_ctx
 
 
 def _curve(points: dict):
-    from resispec_gguf.autotune import CostCurve
+    from resispec_gguf.spec.autotune import CostCurve
 
     rows = sorted(points)
     return CostCurve(tuple(rows), tuple(points[r] for r in rows))
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
 
     import llama_cpp
 
-    from resispec_gguf import backend
+    from resispec_gguf.llama import backend
 
     rows = [int(x) for x in args.rows.split(",")]
     contexts = [int(x) for x in args.context.split(",")]

@@ -24,8 +24,9 @@ import time
 
 import llama_cpp
 
-from resispec_gguf import LlamaDraft, models
-from resispec_gguf.workloads import WORKLOADS
+from resispec_gguf import LlamaDraft
+from resispec_gguf.llama import models
+from resispec_gguf.surfaces.workloads import WORKLOADS
 
 
 def prompt_text(item: dict) -> str:

@@ -204,7 +204,7 @@ class _PathConstraintState:
         self.mask_calls = 0
 
     def mask(self, path):
-        from resispec_gguf.sampling import bitmask_from_ids
+        from resispec_gguf.kernels.sampling import bitmask_from_ids
 
         h = self.committed + list(path)
         for i, x in enumerate(path):  # the engine only asks about paths the masks allowed

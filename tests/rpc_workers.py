@@ -18,7 +18,7 @@ STARTED = "rpc-worker serving "
 
 def skip_reason() -> str | None:
     """Why RPC tests cannot run here, or None."""
-    from resispec_gguf import backend
+    from resispec_gguf.llama import backend
 
     if backend.rpc_supported():
         return None
@@ -51,7 +51,7 @@ class Worker:
 
     def wait_ready(self, timeout: float = 60) -> str:
         """The worker's start-up line, once it answers a client's greeting."""
-        from resispec_gguf import backend
+        from resispec_gguf.llama import backend
 
         deadline = time.monotonic() + timeout
         while STARTED not in self.log.read_text():

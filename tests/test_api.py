@@ -3,8 +3,8 @@ finish-reason vocabulary."""
 
 import pytest
 
-from resispec_gguf import api
-from resispec_gguf.api import create_chat_completion
+from resispec_gguf.surfaces import api
+from resispec_gguf.surfaces.api import create_chat_completion
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams
 
 

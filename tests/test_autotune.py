@@ -5,22 +5,23 @@ import numpy as np
 import pytest
 
 from fake_models import Clocked, MarkovModel, random_rows
-from resispec_gguf import autotune
+from resispec_gguf.spec import autotune
+from resispec_gguf.spec import costs
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
-ROWS = autotune.ROW_COUNTS
+ROWS = costs.ROW_COUNTS
 
 
 def _curve(per_row, fixed):
-    return autotune.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
+    return costs.CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
 
 
 GPU_T = _curve(0.0002, 0.020)  # a batch costs about what one row costs
 GPU_D = _curve(0.0001, 0.002)  # and the draft is cheap
-CPU_T = autotune.CostCurve((1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
+CPU_T = costs.CostCurve((1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
                            (1.0, 1.3, 1.5, 1.7, 2.3, 3.0, 3.4, 3.8, 5.5, 7.0))  # the 2-core CPU
-CPU_D = autotune.CostCurve(CPU_T.rows, tuple(0.44 * s for s in CPU_T.seconds))
+CPU_D = costs.CostCurve(CPU_T.rows, tuple(0.44 * s for s in CPU_T.seconds))
 LIMITS = DraftParams(method="auto", draws=4, depth=6, budget=16)
 
 
@@ -164,7 +165,7 @@ def test_growth_looks_past_a_costly_stretch_of_the_curve():
     8 -> 16.  A lookup chain of confident copy candidates judged one row at a time stops
     where the curve is steep; judged with what lies beyond, it grows to where it pays."""
     rows = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-    steep = autotune.CostCurve(rows, (1.0, 1.68, 2.2, 2.75, 4.9, 7.0, 7.7, 8.4, 10.9, 13.4))
+    steep = costs.CostCurve(rows, (1.0, 1.68, 2.2, 2.75, 4.9, 7.0, 7.7, 8.4, 10.9, 13.4))
     limits = DraftParams(method="auto", depth=16, budget=32)
 
     def lookup_plan(rate):
@@ -249,22 +250,22 @@ def test_auto_backs_off_with_a_useless_draft_on_cpu_costs():
 
 
 def test_cost_curve_cache_roundtrip(tmp_path):
-    curve = autotune.measure_curve(lambda n: None, rows=(1, 2, 4), repeats=1)
+    curve = costs.measure_curve(lambda n: None, rows=(1, 2, 4), repeats=1)
     assert list(curve.rows) == [1, 2, 4] and all(t >= 0.0 for t in curve.seconds)
     cache = str(tmp_path / "c.json")
-    key = autotune.curve_cache_key('["m.gguf", 1, 2]')
-    assert key != autotune.curve_cache_key('["m.gguf", 1, 3]')
-    assert autotune.load_cached_curve(cache, key) is None
-    autotune.store_cached_curve(cache, key, curve)
-    assert autotune.load_cached_curve(cache, key) == curve
+    key = costs.curve_cache_key('["m.gguf", 1, 2]')
+    assert key != costs.curve_cache_key('["m.gguf", 1, 3]')
+    assert costs.load_cached_curve(cache, key) is None
+    costs.store_cached_curve(cache, key, curve)
+    assert costs.load_cached_curve(cache, key) == curve
     assert curve(3) == pytest.approx((curve.seconds[1] + curve.seconds[2]) / 2)
     # a curve whose measured cost dips (a batch size with a faster kernel) keeps the dip
-    dip = autotune.CostCurve((1, 2, 3, 4), (1.0, 1.7, 2.2, 1.6))
+    dip = costs.CostCurve((1, 2, 3, 4), (1.0, 1.7, 2.2, 1.6))
     assert dip(4) < dip(2) and dip(6) == pytest.approx(1.6)  # beyond the last count: never falling
 
 
 def test_summary_shows_predicted_and_measured_step_times():
-    from resispec_gguf.autotune import AutoTuner, CostCurve
+    from resispec_gguf.spec.autotune import AutoTuner, CostCurve
     from resispec_gguf.config import DraftParams
 
     curve = CostCurve((1, 2, 4), (0.010, 0.011, 0.012))
@@ -285,7 +286,7 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
     wide K=4 tree) and auto, which starts knowing nothing, must come close to each (measured
     0.93 to 0.98 of the best, and 1.35 with a perfect draft, where its deeper chains beat the
     grid's depth 5)."""
-    from resispec_gguf import bench
+    from resispec_gguf.surfaces import bench
 
     target, draft = _fake_pair(noise, n_ctx=4096)
     clock = [0.0]

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from resispec_gguf.backend import LlamaModel
+from resispec_gguf.llama.backend import LlamaModel
 from resispec_gguf.errors import ContextFullError, UserError
-from resispec_gguf.textstream import TextAssembler
+from resispec_gguf.spec.textstream import TextAssembler
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from resispec_gguf import bench
+from resispec_gguf.surfaces import bench
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Stats
 from resispec_gguf.errors import UserError
@@ -152,7 +152,7 @@ def test_reproduce_command_names_what_differs():
     assert "--draft ''" in cmd and cmd.endswith("--method chain --depth 16 --budget 16 --lookup")
     assert bench.reproduce_command(model, SamplingParams(), grid["none"], 0.8).endswith("--threads 1 --method none")
     # the flags parse back into the same settings
-    from resispec_gguf import cli, flags
+    from resispec_gguf.surfaces import cli, flags
     import shlex
 
     args = cli.build_parser().parse_args(shlex.split(cmd)[3:])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from resispec_gguf import config
-from resispec_gguf.chat import ChatSession, apply_setting, setting_names
+from resispec_gguf.surfaces.chat import ChatSession, apply_setting, setting_names
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.errors import UserError
 

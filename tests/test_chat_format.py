@@ -4,7 +4,7 @@ resulting tokens on the tiny pair)."""
 
 import pytest
 
-from resispec_gguf import chat_format as cf
+from resispec_gguf.assist import chat_format as cf
 from resispec_gguf.errors import UserError
 
 SPECIALS = [("<|im_start|>", 3, False, False), ("<|im_end|>", 4, False, True), ("<s>", 1, True, False)]

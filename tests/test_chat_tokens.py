@@ -7,8 +7,8 @@ ASCII characters is exactly n tokens, and ``<|im_start|>`` parsed as a control t
 import pytest
 
 import tiny_gguf
-from resispec_gguf import api
-from resispec_gguf.chat_format import check_messages
+from resispec_gguf.surfaces import api
+from resispec_gguf.assist.chat_format import check_messages
 from resispec_gguf.config import DraftParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError

@@ -35,7 +35,8 @@ from typing import Callable
 import pytest
 
 import rpc_workers
-from resispec_gguf import cli, config, flags
+from resispec_gguf.surfaces import cli, flags
+from resispec_gguf import config
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,7 @@ def bench_report(temperatures, methods):
 def swept(r, tmp):
     """``--sweep quick``: the table of every setting, then per workload the best and the command
     that reproduces it, which parses back into that setting; the report says the same."""
-    from resispec_gguf import bench
+    from resispec_gguf.surfaces import bench
 
     names = [n for n, _ in bench.sweep_grid("quick", DraftParams())]
     table, summary = r.stdout.split("\nbest fixed setting", 1)
@@ -178,7 +179,7 @@ def analysis(temperatures, ks, rrs=False, json_file=False):
 
 
 def models_listed(r, tmp):
-    from resispec_gguf import models
+    from resispec_gguf.llama import models
 
     rows = r.stdout.strip().splitlines()
     assert len(rows) == 2 * len(models.PRESETS), r.stdout
@@ -349,7 +350,7 @@ def _serve(argv, env, tmp) -> subprocess.CompletedProcess:
 
 def _work(argv, env, tmp) -> subprocess.CompletedProcess:
     """Start an RPC worker, greet it as a client does, stop it with Ctrl-C."""
-    from resispec_gguf import backend
+    from resispec_gguf.llama import backend
 
     port = int(argv[argv.index("--port") + 1])
     err_path = tmp / f"rpc-worker-{port}.err"
@@ -581,7 +582,7 @@ def test_an_out_of_range_value_is_one_line(cmd, action, value, needle, tiny_pair
 def test_plot_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys, tmp_path):
     """Checked before the model loads (here: a target that does not exist would be the next
     error) and before the library's benchmark runs (here: no engine to run on)."""
-    from resispec_gguf import bench
+    from resispec_gguf.surfaces import bench
     from resispec_gguf.errors import UserError
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from resispec_gguf import config, flags
+from resispec_gguf import config
+from resispec_gguf.surfaces import flags
 from resispec_gguf.config import ConfigError, DraftParams, ModelParams, SamplingParams, ServerParams
 from resispec_gguf.errors import UserError
 

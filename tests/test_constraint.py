@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fake_models import PathConstraint
-from resispec_gguf import sampling
+from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from test_exactness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,

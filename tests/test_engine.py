@@ -13,8 +13,8 @@ import pytest
 from scipy import stats
 
 import tiny_gguf
-from resispec_gguf import sampling
-from resispec_gguf.backend import LlamaModel
+from resispec_gguf.kernels import sampling
+from resispec_gguf.llama.backend import LlamaModel
 from resispec_gguf.config import ConfigError, DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import ContextFullError, UserError

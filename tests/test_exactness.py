@@ -36,8 +36,8 @@ import pytest
 from scipy import stats
 
 from fake_models import MarkovModel, random_rows
-from resispec_gguf import sampling
-from resispec_gguf.autotune import AutoTuner, CostCurve
+from resispec_gguf.kernels import sampling
+from resispec_gguf.spec.autotune import AutoTuner, CostCurve
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 

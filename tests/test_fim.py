@@ -4,7 +4,7 @@ with a character tokenizer), then through the engine on the tiny FIM vocabulary.
 import pytest
 
 import tiny_gguf
-from resispec_gguf import fim
+from resispec_gguf.assist import fim
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError
@@ -104,7 +104,7 @@ def test_engine_infill_tokens(fim_engine):
 
 
 def test_infill_workload_is_held_back_files_cut_deterministically():
-    from resispec_gguf import workloads
+    from resispec_gguf.surfaces import workloads
 
     items = workloads.WORKLOADS["infill"]
     assert len(items) == 2 * len(workloads._INFILL_FILES) == 10
@@ -122,7 +122,7 @@ def test_infill_workload_is_held_back_files_cut_deterministically():
 
 
 def test_bench_runs_infill_prompts(fim_engine, tmp_path):
-    from resispec_gguf import bench
+    from resispec_gguf.surfaces import bench
 
     item = bench.WORKLOADS["infill"][0]
     pre, suf = item["infill"]["input_prefix"], item["infill"]["input_suffix"]

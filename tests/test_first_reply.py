@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from fake_models import MarkovModel
-from resispec_gguf import kernel_cache
-from resispec_gguf.api import stats_dict
+from resispec_gguf.kernels import cache as kernel_cache
+from resispec_gguf.surfaces.api import stats_dict
 from resispec_gguf.config import DraftParams, SamplingParams
-from resispec_gguf.display import stats_line, stats_report
+from resispec_gguf.surfaces.display import stats_line, stats_report
 from resispec_gguf.engine import Engine, Result, Stats
 
 TESTS = Path(__file__).resolve().parent
@@ -47,10 +47,10 @@ _SIGNATURES_CHILD = textwrap.dedent("""
 
     # every kernel in the package, found by scanning its modules (a new kernel is covered)
     kernels = {}
-    for info in pkgutil.iter_modules(resispec_gguf.__path__):
-        if info.name == "__main__":
+    for info in pkgutil.walk_packages(resispec_gguf.__path__, "resispec_gguf."):
+        if info.name.endswith("__main__"):
             continue
-        module = importlib.import_module("resispec_gguf." + info.name)
+        module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if isinstance(value, Dispatcher) and value.__module__ == module.__name__:
                 kernels[module.__name__ + "." + name] = value
@@ -101,7 +101,7 @@ def test_no_kernel_compiles_inside_a_generation(tiny_pair, tmp_path_factory, sta
                        cwd=PACKAGE.parent, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
-    assert {"resispec_gguf.sampling._probs_sparse", "resispec_gguf.verify._verify"} <= set(report["kernels"])
+    assert {"resispec_gguf.kernels.sampling._probs_sparse", "resispec_gguf.kernels.verify._verify"} <= set(report["kernels"])
     assert report["tiny"] == {}, "compiled inside a generation after Engine.load"
     assert report["fakes"] == {}, "compiled inside a generation after Engine.prepare"
 
@@ -121,15 +121,27 @@ class _Terminal(io.StringIO):
 
 @pytest.mark.parametrize("progress, terminal, shown", [(True, True, True), (True, False, False), (False, True, False)])
 def test_prepare_shows_its_bar_only_on_a_terminal(monkeypatch, progress, terminal, shown):
-    from resispec_gguf import models
+    from resispec_gguf import progress as progress_module
 
     bars = []
-    real = models._make_bar
-    monkeypatch.setattr(models, "_make_bar", lambda *a, **k: bars.append((a, k)) or real(*a, **k))
+    real = progress_module.bar
+    monkeypatch.setattr(progress_module, "bar", lambda *a, **k: bars.append((a, k)) or real(*a, **k))
     monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
     _counting_pair().prepare(progress=progress)
+    if not progress:
+        assert bars == []  # nothing drawn at all
+        return
     (total, desc, show), kw = bars[0]
     assert desc == "preparing kernels" and show == shown and kw["leave"] is False  # erased when done
+
+
+def test_prepare_reports_through_a_callback(monkeypatch):
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    seen = []
+    _counting_pair().prepare(progress=lambda done, total: seen.append((done, total)))
+    total = seen[0][1]
+    assert total >= 4 and seen == [(i, total) for i in range(total + 1)]
+    assert sys.stderr.getvalue() == ""  # the engine itself draws nothing
 
 
 # --------------------------------------------------------------------------- the kernels cache
@@ -223,7 +235,7 @@ def read_only_install():
 _COMPILE_ONE = textwrap.dedent("""
     import numpy as np
     import resispec_gguf
-    from resispec_gguf import sampling
+    from resispec_gguf.kernels import sampling
     from numba.core import config
     assert resispec_gguf.__file__.startswith(%r), resispec_gguf.__file__  # the read-only copy
     sampling.sample_dense(np.array([0.5, 0.5]), 0.25)  # compiles one kernel and caches it
@@ -239,7 +251,7 @@ def test_read_only_install_caches_kernels_in_the_user_cache(read_only_install):
     assert [p.name for p in wanted.rglob("*.nbi")], "no kernel index in the user cache"
     assert list(wanted.rglob("*_sample_dense*.nbc"))
     # neither beside the package nor in numba's own fallback (~/.cache/numba)
-    assert not (base / "site" / "resispec_gguf" / "__pycache__").exists()
+    assert not list((base / "site" / "resispec_gguf").rglob("__pycache__"))
     assert not list((base / "xdg").rglob("*.nbi")) and not list((base / "home").rglob("*.nbi"))
 
 

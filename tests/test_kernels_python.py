@@ -22,7 +22,7 @@ SELECTION = (
 CHILD = """
 import sys
 import pytest
-from resispec_gguf import sampling, verify
+from resispec_gguf.kernels import sampling, verify
 # NUMBA_DISABLE_JIT makes njit return the Python function itself
 assert not hasattr(verify._verify, "py_func") and not hasattr(sampling._probs_sparse, "py_func")
 sys.exit(pytest.main(sys.argv[1:]))

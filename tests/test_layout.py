@@ -1,5 +1,6 @@
-"""The package's layering, read from its source: imports flow one way, one module imports
-llama_cpp, surfaces use the engine's public API only, and the docs stand alone."""
+"""The package's layering, read from its source: each sub-package imports only the layers
+below it, imports form no cycle, one module imports llama_cpp, surfaces use the engine's
+public API only, every module has a test file, and the docs stand alone."""
 
 import ast
 import re
@@ -7,8 +8,41 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "resispec_gguf"
-MODULES = {p.stem: p for p in PACKAGE.glob("*.py")}
-SURFACES = ("api", "bench", "chat", "cli", "display", "flags", "server")
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_dotted(p): p for p in PACKAGE.rglob("*.py")}
+PACKAGES = {name for name, p in MODULES.items() if p.name == "__init__.py"}
+
+# what each layer may import from the package, besides itself (a layer's own modules are free)
+BASE = {"resispec_gguf.config", "resispec_gguf.errors", "resispec_gguf.paths", "resispec_gguf.progress"}
+ALLOWED = {
+    "kernels": BASE,
+    "spec": BASE | {"resispec_gguf.kernels"},
+    "assist": BASE | {"resispec_gguf.kernels", "resispec_gguf.spec.protocol"},
+    "llama": BASE | {"resispec_gguf.kernels", "resispec_gguf.spec"},
+}
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        pkg = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            pkg = pkg.rpartition(".")[0]
+        base = f"{pkg}.{node.module}" if node.module else pkg
+    if not base.startswith("resispec_gguf"):
+        return [base]
+    out = []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        out.append(sub if sub in MODULES else base)
+    return out
 
 
 def _imports(name: str) -> tuple[set[str], set[str]]:
@@ -16,22 +50,32 @@ def _imports(name: str) -> tuple[set[str], set[str]]:
     (at the top or inside a function)."""
     inside, outside = set(), set()
     for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
+        names = []
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                top, _, rest = alias.name.partition(".")
-                (inside.add(rest.split(".")[0]) if top == "resispec_gguf" and rest else outside.add(top))
+            names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and node.module.split(".")[0] != "resispec_gguf":
-                outside.add(node.module.split(".")[0])
-            elif node.module and node.module.split(".")[-1] in MODULES:
-                inside.add(node.module.split(".")[-1])
-            else:  # from . import a, b
-                inside.update(a.name for a in node.names if a.name in MODULES)
+            names = _resolve(name, node)
+        for full in names:
+            if full.startswith("resispec_gguf"):
+                while full not in MODULES:
+                    full = full.rpartition(".")[0]
+                inside.add(full)
+            else:
+                outside.add(full.split(".")[0])
     inside.discard(name)
     return inside, outside
 
 
 GRAPH = {name: _imports(name)[0] for name in MODULES}
+
+
+def _layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or name in PACKAGES and len(parts) == 2 else "top"
+
+
+def _covered(dep: str, allowed: set[str]) -> bool:
+    return any(dep == a or dep.startswith(a + ".") for a in allowed)
 
 
 def test_no_import_cycle():
@@ -42,7 +86,7 @@ def test_no_import_cycle():
             return
         assert state.get(node) != "open", "import cycle: " + " -> ".join(path + [node])
         state[node] = "open"
-        for nxt in sorted(GRAPH[node]):
+        for nxt in sorted(GRAPH[node] - PACKAGES):
             visit(nxt, path + [node])
         state[node] = "done"
 
@@ -50,35 +94,55 @@ def test_no_import_cycle():
         visit(name, [])
 
 
-def test_nothing_imports_the_command_line():
-    assert [name for name, deps in GRAPH.items() if "cli" in deps and name != "__main__"] == []
-    assert [name for name, deps in GRAPH.items() if "flags" in deps] == ["cli"]
+def test_each_layer_imports_only_the_layers_below():
+    for name, deps in GRAPH.items():
+        layer = _layer(name)
+        if layer not in ALLOWED:
+            continue
+        own = f"resispec_gguf.{layer}"
+        bad = sorted(d for d in deps if not _covered(d, ALLOWED[layer] | {own}))
+        assert bad == [], (name, bad)
+
+
+def test_the_settings_import_nothing_above_them():
+    for name in sorted(BASE):
+        assert GRAPH[name] <= BASE, (name, GRAPH[name])
+
+
+def test_only_surfaces_import_surfaces_and_nothing_imports_the_command_line():
+    for name, deps in GRAPH.items():
+        if _layer(name) == "surfaces" or name in ("resispec_gguf", "resispec_gguf.__main__"):
+            continue
+        # the package re-exports create_chat_completion; nothing else below uses a surface
+        assert not any(d.startswith("resispec_gguf.surfaces") for d in deps), (name, deps)
+    cli = "resispec_gguf.surfaces.cli"
+    assert sorted(n for n, deps in GRAPH.items() if cli in deps) == ["resispec_gguf.__main__"]
+    assert sorted(n for n, deps in GRAPH.items() if "resispec_gguf.surfaces.flags" in deps) == [cli]
 
 
 def test_only_the_backend_imports_llama_cpp():
-    assert [name for name in sorted(MODULES) if "llama_cpp" in _imports(name)[1]] == ["backend"]
-    # and only the engine opens models through it; surfaces never import it.  Two exceptions:
-    # LlamaDraft, the draft model lent to llama-cpp-python's own Llama (it subclasses the base
-    # class backend re-exports), and rpc, which serves this machine's device to a remote
-    # target (no model, no engine)
-    assert sorted(name for name, deps in GRAPH.items() if "backend" in deps) == ["engine", "llama_draft", "rpc"]
-
-
-def test_kernels_and_settings_import_no_surface_and_no_engine():
-    for name in ("config", "errors", "sampling", "verify", "tree", "lookup", "protocol", "textstream", "vocab",
-                 "chat_format", "autotune", "workloads", "models", "fim"):
-        assert not GRAPH[name] & (set(SURFACES) | {"engine", "backend"}), (name, GRAPH[name])
+    assert [n for n in sorted(MODULES) if "llama_cpp" in _imports(n)[1]] == ["resispec_gguf.llama.backend"]
+    # and only the llama layer uses it (the engine reaches models through llama.loading)
+    users = sorted(n for n, deps in GRAPH.items() if "resispec_gguf.llama.backend" in deps)
+    assert all(_layer(n) == "llama" for n in users), users
 
 
 def test_surfaces_never_touch_the_models_behind_the_engine():
-    for name in SURFACES:
-        text = MODULES[name].read_text(encoding="utf-8")
-        hits = re.findall(r"\bengine\.(?:target|draft)\b", text)
+    for name, path in MODULES.items():
+        if _layer(name) != "surfaces":
+            continue
+        hits = re.findall(r"\bengine\.(?:target|draft)\b", path.read_text(encoding="utf-8"))
         assert hits == [], (name, hits)
+
+
+def test_every_package_says_what_it_is_for_and_what_it_may_not_import():
+    for name in sorted(PACKAGES - {"resispec_gguf"}):
+        doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
+        assert "import" in doc and len(doc) > 200, name
 
 
 def test_docs_stand_alone():
     assert (ROOT / "docs" / "verification.md").is_file()
-    for path in [ROOT / "README.md", *sorted(PACKAGE.glob("*.py")), *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "docs").glob("*.md"))]:
         text = path.read_text(encoding="utf-8")
         assert "shared/" not in text and "the verification issue" not in text, path

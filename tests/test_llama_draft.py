@@ -9,11 +9,12 @@ from scipy import stats
 llama_cpp = pytest.importorskip("llama_cpp")
 
 import tiny_gguf  # noqa: E402
-from resispec_gguf import LlamaDraft, sampling  # noqa: E402
-from resispec_gguf.backend import LlamaModel  # noqa: E402
+from resispec_gguf import LlamaDraft
+from resispec_gguf.kernels import sampling  # noqa: E402
+from resispec_gguf.llama.backend import LlamaModel  # noqa: E402
 from resispec_gguf.errors import UserError  # noqa: E402
-from resispec_gguf.llama_draft import draft_chain  # noqa: E402
-from resispec_gguf.lookup import NgramIndex  # noqa: E402
+from resispec_gguf.llama.llama_draft import draft_chain  # noqa: E402
+from resispec_gguf.spec.lookup import NgramIndex  # noqa: E402
 
 # ---------------------------------------------------------------------------------- the policy
 

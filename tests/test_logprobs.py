@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from resispec_gguf import sampling
+from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.errors import UserError
 

@@ -1,4 +1,4 @@
-"""Tests for resispec_gguf.models: spec parsing, cache trust, and the PyPI-mirror rebuild.
+"""Tests for resispec_gguf.llama.models: spec parsing, cache trust, and the PyPI-mirror rebuild.
 
 No network: wheels are fake zip files built in tmp_path and handed out by a fake downloader.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from resispec_gguf import models
+from resispec_gguf.llama import models
 from resispec_gguf.errors import UserError
-from resispec_gguf.models import (
+from resispec_gguf.llama.models import (
     ModelFile,
     MirrorPart,
     PRESETS,
@@ -364,7 +364,7 @@ def test_list_presets_uncached():
 def test_module_does_not_import_llama_cpp():
     import sys
 
-    code = "import sys, resispec_gguf.models; print('llama_cpp' in sys.modules)"
+    code = "import sys, resispec_gguf.llama.models; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr

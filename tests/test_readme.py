@@ -27,7 +27,7 @@ def test_amx_rebuild_command_matches_the_pin():
 
 
 def test_serve_section_states_the_limits_the_code_enforces():
-    from resispec_gguf import server
+    from resispec_gguf.surfaces import server
     from resispec_gguf.config import MIN_CTX
 
     serve = README.split("### serve", 1)[1].split("\n## ", 1)[0]

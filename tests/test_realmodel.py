@@ -2,7 +2,7 @@
 
 import pytest
 
-from resispec_gguf import models
+from resispec_gguf.llama import models
 from resispec_gguf.config import DraftParams, SamplingParams
 
 

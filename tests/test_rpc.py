@@ -18,7 +18,8 @@ import time
 import pytest
 
 import rpc_workers
-from resispec_gguf import backend, cli, rpc
+from resispec_gguf.llama import backend, rpc
+from resispec_gguf.surfaces import cli
 from resispec_gguf.config import DraftParams, SamplingParams, WorkerParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError

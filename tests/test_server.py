@@ -26,7 +26,7 @@ pytest.importorskip("starlette")
 
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.engine import Engine, Result, Stats  # noqa: E402
-from resispec_gguf.server import create_app  # noqa: E402
+from resispec_gguf.surfaces.server import create_app  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
 

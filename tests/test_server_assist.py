@@ -20,7 +20,7 @@ from scipy.special import log_softmax  # noqa: E402
 from resispec_gguf import create_chat_completion  # noqa: E402
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.engine import Engine  # noqa: E402
-from resispec_gguf.server import create_app  # noqa: E402
+from resispec_gguf.surfaces.server import create_app  # noqa: E402
 from test_server import MESSAGES, _error, _serve  # noqa: E402
 
 

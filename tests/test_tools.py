@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from resispec_gguf import api, tools
+from resispec_gguf.surfaces import api
+from resispec_gguf.assist import tools
 from resispec_gguf.config import DraftParams, SamplingParams
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -164,7 +165,7 @@ def test_gbnf_and_lark_grammars(engine):
 
 
 def test_bad_constraints_are_one_line_errors(engine):
-    from resispec_gguf.grammar import GrammarError
+    from resispec_gguf.assist.grammar import GrammarError
 
     for kw in [dict(grammar="start: ("), dict(json_schema="{nope"), dict(json_schema={"type": "integer", "minimum": 5,
                                                                                        "maximum": 1}),
@@ -184,7 +185,7 @@ def tool_server(tiny_pair):
     from test_server import _serve
 
     from resispec_gguf.engine import Engine
-    from resispec_gguf.server import create_app
+    from resispec_gguf.surfaces.server import create_app
 
     # the generic format's tool description is ~800 byte-level tokens
     engine = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=2048, n_threads=1, progress=False)

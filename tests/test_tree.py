@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resispec_gguf.tree import DraftTree, Draw, GrowthLimits, grow
+from resispec_gguf.spec.tree import DraftTree, Draw, GrowthLimits, grow
 
 
 def _tree():

@@ -7,7 +7,7 @@
    fallback CDF recovered by bisection on the uniforms: it must equal p to 1e-12 — on the
    reference's cases, with zero-probability entries in q, through the validating wrappers,
    with a deterministic candidate first, and (inverse CDF) at a Qwen-sized vocabulary.
-3. Seeded chi-square tests of ``verify_node`` / ``verify_prepared_with_candidate`` on
+3. Seeded chi-square tests of ``verify_checked`` / ``verify`` on
    realistic vocabularies.
 4. Acceptance identities: ResiSpec = sum min(p, F1 q) >= SpecInfer, <= alpha*, = LP optimum;
    rrs acceptance against brute force over draw orders.
@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from resispec_gguf import verify
-from resispec_gguf.sampling import sample_iid, sample_without_replacement
-from resispec_gguf.verify import (
+from resispec_gguf.kernels import verify
+from resispec_gguf.kernels.sampling import sample_iid, sample_without_replacement
+from resispec_gguf.kernels.verify import (
     expected_acceptance,
     optimal_acceptance,
     schedule,
-    verify_node,
+    verify_checked,
 )
 
 IID = ("chain", "specinfer", "resispec")
@@ -407,8 +407,8 @@ def test_zero_q_entries_keep_every_path_exact(method):
         assert (qp == 0).any()
         k = 1 if method == "chain" else k
         paths = {
-            "verify_prepared": lambda d, u: verify.verify_prepared(method, p, qids, qp, d, u),
-            "verify_node_sparse": lambda d, u: verify.verify_node_sparse(method, p, qids, qp, d, u),
+            "verify": lambda d, u: verify.verify(method, p, (qids, qp), d, u),
+            "verify_checked": lambda d, u: verify.verify_checked(method, p, (qids, qp), d, u),
         }
         for path, run in paths.items():
             err = np.abs(kernel_distribution(method, p, q, k, run=run) - p).max()
@@ -439,18 +439,18 @@ def test_check_dist_renormalises():
     for method in IID + ("rrs",):
         k = 1 if method == "chain" else 2
         runs = {
-            "verify_node": lambda d, u: verify_node(method, p, q, d, u),
-            "verify_node_sparse": lambda d, u: verify.verify_node_sparse(method, p, qids, q, d, u),
+            "verify_checked dense q": lambda d, u: verify_checked(method, p, q, d, u),
+            "verify_checked sparse q": lambda d, u: verify.verify_checked(method, p, (qids, q), d, u),
         }
         for path, run in runs.items():
             err = np.abs(kernel_distribution(method, p_n, q_n, k, run=run) - p_n).max()
             assert err <= 1e-12, (method, path, err)
 
         def run(d, u):
-            return verify.verify_with_candidate(method, p, 2, qids, q, d, u)
+            return verify.verify_checked(method, p, (qids, q), d, u, x0=2)
 
         err = np.abs(candidate_distribution(method, p_n, 2, q_n, k, run=run) - p_n).max()
-        assert err <= 1e-12, (method, "verify_with_candidate", err)
+        assert err <= 1e-12, (method, "verify_checked with x0", err)
 
 
 def _inverse_cdf_checks(res):
@@ -520,13 +520,13 @@ def test_fallback_law_across_blocks_at_qwen_vocabulary():
             for u_fb, tok in zip(*_inverse_cdf_checks(res)):
                 if with_x0:
                     u = np.concatenate(([_ALMOST_ONE], np.zeros(k), [u_fb]))
-                    got = verify.verify_prepared_with_candidate(method, p, x0, qids, qp, draws, u)
+                    got = verify.verify(method, p, (qids, qp), draws, u, x0)
                 else:
-                    got = verify.verify_prepared(method, p, qids, qp, draws, np.append(np.zeros(k), u_fb))
+                    got = verify.verify(method, p, (qids, qp), draws, np.append(np.zeros(k), u_fb))
                 assert got == (tok, -1), (method, with_x0, u_fb, tok, got)
     # a lookup-only node (K = 0) samples p without x0
     for u_fb, tok in zip(*_inverse_cdf_checks(p_wo)):
-        got = verify.verify_prepared_with_candidate("resispec", p, x0, None, None, dead[:0], np.array([_ALMOST_ONE, u_fb]))
+        got = verify.verify("resispec", p, (None, None), dead[:0], np.array([_ALMOST_ONE, u_fb]), x0)
         assert got == (tok, -1), (u_fb, tok, got)
 
 
@@ -534,7 +534,7 @@ def test_fallback_law_across_blocks_at_qwen_vocabulary():
 
 
 def candidate_distribution(method, p, x0, q, k, support=None, run=None):
-    """Output law of ``verify_prepared_with_candidate`` (or of ``run(draws, u)``): x0 first,
+    """Output law of ``verify`` (or of ``run(draws, u)``): x0 first,
     then K draws from q; ``support`` as in ``kernel_distribution``."""
     if support is None:
         qids = np.flatnonzero(q).astype(np.int64)
@@ -542,7 +542,7 @@ def candidate_distribution(method, p, x0, q, k, support=None, run=None):
     if run is None:
 
         def run(draws, u):
-            return verify.verify_prepared_with_candidate(method, p, x0, support[0], support[1], draws, u)
+            return verify.verify(method, p, (support[0], support[1]), draws, u, x0)
 
     seqs, weights = draw_sequences(method, q, k)
     return kernel_law(run, len(p), seqs, weights, lambda draws: [x0] + draws.tolist())
@@ -594,7 +594,9 @@ def test_candidate_enumeration_is_exact(method):
 def test_candidate_accepted_index():
     p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5])  # p' = (0.4, 0.6, 0) after x0 = 2
     almost = _ALMOST_ONE
-    vw = verify.verify_with_candidate
+    def vw(method, p, x0, qids, qprobs, draws, u):
+        return verify.verify_checked(method, p, (qids, qprobs), draws, u, x0=x0)
+
     assert vw("resispec", p, 2, [0, 1], q, [0, 1], [0.49, 0.0, 0.0, 0.0]) == (2, 0)
     assert vw("specinfer", p, 2, [0, 1], q, [0, 1], [0.5, 0.0, 0.0, 0.0]) == (0, 1)
     assert vw("rrs", p, 2, [0, 1], q, [0, 1], [0.5, almost, 0.0, 0.0]) == (1, 2)
@@ -649,7 +651,7 @@ def test_statistical_exactness(method, v, k, temperature):
             draws = sample_without_replacement(qids, q[qids], ud)
         else:
             draws = sample_iid(qids, q[qids], ud)
-        tok, idx = verify_node(method, p, q, draws, rng.random(len(draws) + 1))
+        tok, idx = verify_checked(method, p, q, draws, rng.random(len(draws) + 1))
         counts[tok] += 1
         accepted += idx >= 0
     assert _chi2_pvalue(counts, p, n) >= 1e-4
@@ -672,7 +674,7 @@ def test_candidate_statistical_exactness(method, k):
     toks, idxs = np.empty(n, np.int64), np.empty(n, np.int64)
     for i in range(n):
         draws = draw(qids, q[qids], ud[i])
-        toks[i], idxs[i] = verify.verify_prepared_with_candidate(method, p, x0, qids, q[qids], draws, uv[i])
+        toks[i], idxs[i] = verify.verify(method, p, (qids, q[qids]), draws, uv[i], x0)
     assert _chi2_pvalue(np.bincount(toks, minlength=v), p, n) >= 1e-4
     assert ((toks == x0) == (idxs == 0)).all()  # p'(x0) = 0: x0 comes only from its own stage
     hit = (idxs == 0).mean()
@@ -798,7 +800,7 @@ def test_greedy_one_hot_p_always_gives_argmax():
             qids = np.flatnonzero(q)
             ud = rng.random(k)
             draws = (sample_without_replacement if method == "rrs" else sample_iid)(qids, q[qids], ud)
-            tok, idx = verify_node(method, p, q, draws, rng.random(len(draws) + 1))
+            tok, idx = verify_checked(method, p, q, draws, rng.random(len(draws) + 1))
             assert tok == best
             assert idx == -1 or draws[idx] == best
     assert verify.verify_greedy(3, [5, 3, 1]) == (3, 1)
@@ -823,7 +825,7 @@ def test_verify_node_rejects_bad_input(kwargs, msg):
     args = dict(method="resispec", p=np.array([0.5, 0.5]), q=np.array([0.5, 0.5]), draws=[1], u=[0.5, 0.5])
     args.update(kwargs)
     with pytest.raises(ValueError, match=msg):
-        verify_node(args["method"], args["p"], args["q"], args["draws"], args["u"])
+        verify_checked(args["method"], args["p"], args["q"], args["draws"], args["u"])
 
 
 @pytest.mark.parametrize(
@@ -849,14 +851,14 @@ def test_verify_with_candidate_rejects_bad_input(kwargs, msg):
     args = dict(method="resispec", p=np.array([0.2, 0.3, 0.5]), x0=2, qids=[0, 1], qprobs=[0.5, 0.5], draws=[1], u=[0.5, 0.5, 0.5])
     args.update(kwargs)
     with pytest.raises(ValueError, match=msg):
-        verify.verify_with_candidate(args["method"], args["p"], args["x0"], args["qids"], args["qprobs"], args["draws"], args["u"])
+        verify.verify_checked(args["method"], args["p"], (args["qids"], args["qprobs"]), args["draws"], args["u"], x0=args["x0"])
 
 
 def test_verify_with_candidate_accepts_lookup_only_nodes():
     p = np.array([0.2, 0.3, 0.5])
     for qids, qprobs in ((None, None), ([], []), ([0, 1], [0.5, 0.5])):
-        assert verify.verify_with_candidate("rrs", p, 2, qids, qprobs, [], [0.9, 0.99]) == (1, -1)
-    assert verify.verify_with_candidate("chain", p, np.int64(2), None, None, np.array([], np.int64), [0.1, 0.0]) == (2, 0)
+        assert verify.verify_checked("rrs", p, (qids, qprobs), [], [0.9, 0.99], x0=2) == (1, -1)
+    assert verify.verify_checked("chain", p, (None, None), np.array([], np.int64), [0.1, 0.0], x0=np.int64(2)) == (2, 0)
 
 
 # --------------------------------------------------------------------------- a sparse target
@@ -878,7 +880,7 @@ def _sparse_target(p_big):
 
 @pytest.mark.parametrize("method", IID + ("rrs",))
 def test_sparse_target_enumeration_is_exact(method):
-    """``verify_prepared_sparse`` (the node's own small vocabulary) has the law p on the
+    """``verify`` (the node's own small vocabulary) has the law p on the
     kernel cases, the cases with q = 0 entries, and with a candidate first (K = 0..3,
     candidates outside supp p and supp q), in a vocabulary with unused tokens around."""
     for name, p, q, k in KERNEL_CASES:
@@ -890,7 +892,7 @@ def test_sparse_target_enumeration_is_exact(method):
         qids = np.flatnonzero(qb)
 
         def run(d, u):
-            return verify.verify_prepared_sparse(method, pids, pp, -1, qids, qb[qids], d, u)
+            return verify.verify(method, (pids, pp), (qids, qb[qids]), d, u, -1)
 
         err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
         assert err <= 1e-12, (method, name, err)
@@ -903,7 +905,7 @@ def test_sparse_target_enumeration_is_exact(method):
         bq = where[qids]
 
         def run(d, u):
-            return verify.verify_prepared_sparse(method, pids, pp, -1, bq, qp, d, u)
+            return verify.verify(method, (pids, pp), (bq, qp), d, u, -1)
 
         err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
         assert err <= 1e-12, (method, "zero q", name, err)
@@ -919,7 +921,7 @@ def test_sparse_target_enumeration_is_exact(method):
         bx0 = int(where[x0]) if i % 7 else V - 1  # some candidates have p = q = 0
 
         def run(d, u):
-            return verify.verify_prepared_sparse(method, pids, pp, bx0, support[0], support[1], d, u)
+            return verify.verify(method, (pids, pp), (support[0], support[1]), d, u, bx0)
 
         err = np.abs(candidate_distribution(method, pb, bx0, qb, k, run=run) - pb).max()
         assert err <= 1e-12, (method, "candidate", name, err)
@@ -928,7 +930,7 @@ def test_sparse_target_enumeration_is_exact(method):
 @pytest.mark.parametrize("method", IID + ("rrs",))
 def test_sparse_target_gives_the_dense_result(method):
     """Same uniforms, same (token, index) as the dense kernels at a Qwen-sized vocabulary."""
-    from resispec_gguf import sampling
+    from resispec_gguf.kernels import sampling
 
     rng = np.random.default_rng(9)
     V, k = 151_936, 1 if method == "chain" else 4
@@ -943,10 +945,10 @@ def test_sparse_target_gives_the_dense_result(method):
         x0 = int(rng.choice(pids)) if trial % 3 == 0 else (int(rng.integers(V)) if trial % 3 == 1 else -1)
         u = rng.random(len(draws) + (2 if x0 >= 0 else 1))
         if x0 >= 0:
-            dense = verify.verify_prepared_with_candidate(method, p, x0, qids, qp, draws, u)
+            dense = verify.verify(method, p, (qids, qp), draws, u, x0)
         else:
-            dense = verify.verify_prepared(method, p, qids, qp, draws, u)
-        assert verify.verify_prepared_sparse(method, pids, pp, x0, qids, qp, draws, u) == dense, trial
+            dense = verify.verify(method, p, (qids, qp), draws, u)
+        assert verify.verify(method, (pids, pp), (qids, qp), draws, u, x0) == dense, trial
         assert sampling.sample_sparse(pids, pp, u[-1]) == sampling.sample_dense(p, u[-1])
 
 
@@ -1000,7 +1002,7 @@ def test_draw_chances_are_what_the_verifier_does():
     chances = verify.draw_chances("resispec", p[qids], qids, q[qids], draws)
     counts = np.zeros(k)
     for _ in range(n):
-        _, idx = verify.verify_prepared("resispec", p, qids, q[qids], draws, rng.random(k + 1))
+        _, idx = verify.verify("resispec", p, (qids, q[qids]), draws, rng.random(k + 1))
         if idx >= 0:
             counts[idx] += 1
     sigma = np.sqrt(chances * (1.0 - chances) / n)

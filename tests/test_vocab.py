@@ -3,8 +3,8 @@ real incompatible pair."""
 
 import pytest
 
-from resispec_gguf import vocab
-from resispec_gguf.backend import VocabInfo
+from resispec_gguf.llama import vocab
+from resispec_gguf.llama.backend import VocabInfo
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError
 

@@ -3,16 +3,16 @@
 Numba caches a ``cache=True`` kernel in the ``__pycache__`` beside its source.  An install
 the user cannot write to (system site-packages, a shared virtual environment, a container
 image) would compile every kernel again at each start, or use a cache that is not the user's
-choice, so there the kernels go to ``numba/`` in the model cache (``models.cache_dir()``:
+choice, so there the kernels go to ``numba/`` in the model cache (``paths.cache_dir()``:
 ``$RESISPEC_CACHE``, else ``$XDG_CACHE_HOME/resispec-gguf/models``, else
 ``~/.cache/resispec-gguf/models``).  A ``NUMBA_CACHE_DIR`` the user set is left alone.
 
 Numba picks a kernel's cache directory when the kernel is defined (``@njit(cache=True)``
 runs at import of its module), from ``numba.core.config.CACHE_DIR``, which it reads from
 ``NUMBA_CACHE_DIR`` when ``numba`` is imported and again before each compilation when a
-``NUMBA_*`` variable changed.  So ``configure()`` runs from the package's ``__init__``,
+``NUMBA_*`` variable changed.  So ``configure()`` runs from ``kernels/__init__``,
 before any kernel module is imported; it sets the variable and, when ``numba`` is already
-imported, the config value too.  This module imports no kernel and no model.
+imported, the config value too.  This module imports no kernel and no model (only ``paths``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from ..paths import cache_dir
 
 __all__ = ["cache_dir_for", "configure"]
 
@@ -39,13 +41,7 @@ def _writable(directory: Path) -> bool:
     return True
 
 
-def _model_cache() -> Path:
-    from .models import cache_dir  # only when needed: models imports more of the stdlib
-
-    return cache_dir()
-
-
-def cache_dir_for(package_dir: Path, environ, user_cache: Callable[[], Path] = _model_cache) -> Path | None:
+def cache_dir_for(package_dir: Path, environ, user_cache: Callable[[], Path] = cache_dir) -> Path | None:
     """The directory to give Numba, or None to leave its choice alone: None when
     ``environ`` sets ``NUMBA_CACHE_DIR`` or Numba can write beside the sources in
     ``package_dir``; else ``user_cache() / "numba"`` when that is writable (else None, and

@@ -30,180 +30,23 @@ probes again, unless a chain at the acceptance learnt so far could not beat plai
 the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
-No model calls here: measuring is done by the caller (``measure_curve``) through a callback.
+No model calls here: the cost curves are measured by ``costs``.
 """
 
 from __future__ import annotations
 
-import bisect
-import functools
-import hashlib
-import json
-import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
-from .config import DraftParams
-
-# every count up to 8: on a CPU llama.cpp's batched kernels make some counts cheaper than
-# smaller ones (a decode of 4 rows can cost less than one of 2 or 3), which a coarser grid
-# with interpolation would hide
-ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
-
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Seconds for one decode of n rows, measured at ``ROW_COUNTS``; linear in between, and
-    beyond the last count along the last stretch's slope (never falling)."""
-
-    rows: tuple[int, ...]
-    seconds: tuple[float, ...]
-
-    def __call__(self, n: int) -> float:
-        rows, secs = self.rows, self.seconds
-        if n <= 0:
-            return 0.0
-        if n <= rows[0]:
-            return secs[0] * n / rows[0]
-        for (r0, s0), (r1, s1) in zip(zip(rows, secs), zip(rows[1:], secs[1:])):
-            if n <= r1:
-                return s0 + (s1 - s0) * (n - r0) / (r1 - r0)
-        slope = max(0.0, (secs[-1] - secs[-2]) / (rows[-1] - rows[-2]))
-        return secs[-1] + slope * (n - rows[-1])
-
-    def describe(self) -> str:
-        base = self.seconds[0]
-        return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))
-
-
-def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
-    """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
-    all n, keeping each n's fastest round: another job on a shared machine can only add time,
-    and it adds it unevenly (a busy moment during the 4-row decode of one round would make 4
-    rows look dearer than 8), so the fastest round is the machine's own shape."""
-    decode_rows(1)  # warm-up
-    times = [[] for _ in rows]
-    for _ in range(repeats):
-        for i, n in enumerate(rows):
-            t = time.perf_counter()
-            decode_rows(n)
-            times[i].append(time.perf_counter() - t)
-    # not forced to grow with n: a batch of some sizes may really cost less than a smaller one
-    return CostCurve(tuple(rows), tuple(float(np.min(ts)) for ts in times))
-
-
-def curve_cache_key(identity: str) -> str:
-    """The cache key of a model's cost curve, from its ``cost_key()``."""
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
-
-
-def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:
-    try:
-        with open(cache_file, encoding="utf-8") as f:
-            entry = json.load(f).get(key)
-        return CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])) if entry else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
-    try:
-        with open(cache_file, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
-    data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)}
-    os.makedirs(os.path.dirname(cache_file) or ".", exist_ok=True)
-    tmp = cache_file + f".{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, cache_file)
-
-
-# --------------------------------------------------------------------------- values
-
-# bins of a draft candidate's probability q
-_Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
-_Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
-# a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
-# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match
-_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
-
-
-def lookup_bin(match: int, run: int) -> int:
-    """The calibration bin of a lookup candidate: ``match`` tokens of context matched, and
-    the ``run`` tokens before it were each what lookup predicted."""
-    return min(run, 3) if match >= 2 else 4
-
-
-class Calibration:
-    """Decayed acceptance counts per bin, with a prior worth ``prior_weight`` observations.
-
-    A draft candidate is binned by the chance of acceptance the model first gives it (its
-    node's acceptance shared in proportion to q, see ``engine._weights``), separately per K
-    (draws at its node): the learnt rate per bin corrects that guess where the draft's q
-    misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
-    deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
-    binned by ``lookup_bin`` (prior 0.15 to 0.7).  The request's own counts take over
-    quickly.  An observation may be a 0/1 outcome or, where it is known, the exact chance of
-    acceptance."""
-
-    def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
-        self.decay = decay
-        self.prior_weight = prior_weight
-        self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
-        self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
-        self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
-
-    def _counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        c = self._draft.get(k)
-        if c is None:
-            mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
-            c = self._draft[k] = (mids * self.prior_weight, np.full(len(mids), self.prior_weight))
-        return c
-
-    @staticmethod
-    def _bin(guess: float) -> int:
-        return bisect.bisect_right(_Q_EDGE_LIST, guess) - 1
-
-    def draft(self, guess: float, k: int = 1) -> float:
-        acc, seen = self._counts(k)
-        b = self._bin(guess)
-        return float(acc[b] / seen[b])
-
-    def observe_draft(self, guess: float, accepted: float, k: int = 1) -> None:
-        acc, seen = self._counts(k)
-        b = self._bin(guess)
-        acc[b] = acc[b] * self.decay + float(accepted)
-        seen[b] = seen[b] * self.decay + 1.0
-
-    def lookup(self, b: int) -> float:
-        return float(self.look_acc[b] / self.look_seen[b])
-
-    def mean_lookup(self) -> float:
-        """The acceptance chance of a lookup candidate, over all bins as they were seen."""
-        return float(self.look_acc.sum() / self.look_seen.sum())
-
-    def observe_lookup(self, b: int, accepted: float) -> None:
-        self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)
-        self.look_seen[b] = self.look_seen[b] * self.decay + 1.0
-
+from ..config import DraftParams
+from ..kernels import sampling
+from ..kernels.verify import acceptance_profile, draw_chances
+from .calibration import Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
+from .costs import CostCurve, cost_table
 
 # --------------------------------------------------------------------------- one step
-
-
-@functools.lru_cache(maxsize=16)
-def _cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
-    """``curve(i)`` for i = 0..n-1 (zeros without a curve), for vectorised look-ups; built
-    once per curve (read-only: every request's tuner shares it)."""
-    table = np.zeros(n) if curve is None else np.array([curve(i) for i in range(n)])
-    table.flags.writeable = False
-    return table
 
 
 # rows a step may ever hold (root + MAX_TREE_NODES), with room for the look-ahead's projections
@@ -398,7 +241,7 @@ class AutoTuner:
                  has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.95,
                  margin: float = 1.0):
         self.target, self.draft = target, draft
-        self.target_s, self.draft_s = _cost_table(target, _TABLE_ROWS), _cost_table(draft, _TABLE_ROWS)
+        self.target_s, self.draft_s = cost_table(target, _TABLE_ROWS), cost_table(draft, _TABLE_ROWS)
         self.row_s = row_s
         self.limits = limits
         self.overhead_s = overhead_s
@@ -590,3 +433,161 @@ class AutoTuner:
         return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
                 f"{arms}"
                 + (f"; step time predicted/measured: {times}" if times else ""))
+
+
+# --------------------------------------------------------------------------- one request
+
+# auto learns every draft arm's acceptance exactly at a drafted node whose q has at most this
+# many tokens (a sort of q's support); past it, from the outcomes of the arm that ran
+_PROFILE_SUPPORT = 4096
+
+
+class Auto:
+    """``auto`` for one request, as the generation sees it: a plan per step, a score for each
+    candidate, and hooks that tell it what each verified node and step showed.  What it
+    learns from them (acceptance per arm, the calibration of its guesses) stays in here.
+
+    ``seed``: the request's; auto's own learning draws come from a side generator seeded from
+    it, never from the request's stream, so the output's law is untouched.
+    """
+
+    def __init__(self, tuner: AutoTuner, seed: int):
+        self.tuner = tuner
+        self.seed = seed
+        self._side_rng = None
+
+    def choose(self, pending: int) -> StepPlan | None:
+        """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
+        return self.tuner.choose(pending)
+
+    def record_time(self, plan: StepPlan | None, seconds: float) -> None:
+        self.tuner.record_time(plan, seconds)
+
+    def summary(self) -> str:
+        return self.tuner.summary()
+
+    # ------------------------------------------------------------------ scores
+
+    def weights(self, qx: dict, x0: int, n: int, k: int) -> tuple[dict, dict]:
+        """Score factors of a node's candidates (estimated chances of acceptance) and the
+        first guess of each draw's chance (kept with the node for ``observe_node``).
+
+        A reached node has a candidate accepted with the chance its arm learnt
+        (``AutoTuner.accept``): the first guess shares it among the distinct draws in
+        proportion to q (the draft's guess at p), less what a lookup candidate, tried first,
+        takes (its bin's learnt chance); the calibration then corrects each guess by what
+        guesses like it came to."""
+        cal = self.tuner.calibration
+        total = sum(qx.values())
+        look = cal.lookup(n) if x0 >= 0 else 0.0
+        share = self.tuner.accept * (1.0 - look) / total if total > 0.0 else 0.0
+        guess = {x: q * share for x, q in qx.items()}
+        w = {x: cal.draft(g, k) for x, g in guess.items()}
+        if x0 >= 0:
+            w[x0] = look + w.get(x0, 0.0)
+        return w, guess
+
+    def lookup_worth(self, x0: int, n: int, probs) -> int:
+        """A draft node's lookup candidate (checked before the draws) is kept only while its
+        bin is accepted at least as often as the draws would have one accepted (the arm's
+        acceptance; known before anything is drawn): a poor lookup guess would only split
+        the accepted path between two branches."""
+        if x0 < 0 or probs.shape[0] == 0:
+            return x0
+        return x0 if self.tuner.calibration.lookup(n) >= self.tuner.accept else -1
+
+    # ------------------------------------------------------------------ observations
+
+    def observe_lookup(self, b: int, p_x0: float) -> None:
+        """A plain step's lookup candidate (in bin ``b``) had chance ``p_x0``."""
+        self.tuner.calibration.observe_lookup(b, p_x0)
+
+    def step_observed(self, plan: StepPlan, tree, n_emitted: int) -> None:
+        """A speculative step of ``plan`` over ``tree`` emitted ``n_emitted`` tokens."""
+        self.tuner.observe_step(plan, n_emitted, plan.cost)
+        inner = [len(tree.candidates(i)) for i in range(len(tree)) if tree.expanded(i)]
+        if inner:  # for the next steps' plans (never this step's: see tree.py's pruning rule)
+            self.tuner.observe_children(plan, sum(inner) / len(inner))
+
+    def observe_node(self, tree, node: int, tok: int, accepted: bool, is_lookup: bool, p, p_of, method: str,
+                     greedy: bool) -> None:
+        """How a verified node fared: whether a candidate was accepted (the arm's
+        acceptance) and, when the draws were reached, how each draw's first guess
+        (``weights``) came out.  Where a chance is known exactly it is learnt instead of a
+        0/1 outcome (less noise), whatever the step's shape: p(x0) for the node's lookup
+        proposal (kept or not), min(1, p'/q) for a chain's single draw, and at a drafted
+        node sum(min(p, q)), the chance a chain's draw would have passed there (greedy:
+        whether the draft's top token is the target's)."""
+        tuner = self.tuner
+        cal = tuner.calibration
+        guess, n, proposed = tree.info[node]
+        if proposed >= 0:  # learnt whether or not the candidate was kept (``lookup_worth``)
+            cal.observe_lookup(n, p_of(proposed))
+        x0 = tree.lookup[node]
+        qx = tree.q[node]
+        pv = sampling.values_at(p, qx[0]) if qx is not None and p is not None and len(qx[0]) <= _PROFILE_SUPPORT else None
+        if guess and not is_lookup:  # the draws were reached, against p without x0
+            draws = tree.draws[node]
+            if pv is not None and method in ("chain", "resispec"):
+                # each distinct draw's chance of being the one accepted, given the draws as drawn
+                pq = pv
+                if x0 >= 0:
+                    p0 = p_of(x0)
+                    pq = np.where(qx[0] == x0, 0.0, pv / (1.0 - p0)) if p0 < 1.0 else np.zeros_like(pv)
+                chance = _chance_by_token(method, pq, qx, draws)
+                for x, g in guess.items():
+                    if x != x0:
+                        cal.observe_draft(g, chance.get(x, 0.0), len(draws))
+                self._shadow_draws(len(draws), x0, n, pq, qx)
+            else:
+                for x, g in guess.items():
+                    if x != x0:
+                        cal.observe_draft(g, float(accepted and tok == x), len(draws))
+        if pv is not None and tuner.exact_ks.size:
+            # every draft arm's acceptance and width here, exactly (the chain's included)
+            tuner.observe_draft_node(*acceptance_profile(pv, qx[1], tuner.exact_ks))
+            return
+        if qx is not None and p is not None:
+            tuner.observe_chain(sampling.overlap(p, *qx))
+        elif greedy and len(tree.draws[node]):
+            tuner.observe_chain(p_of(int(tree.draws[node][0])))
+        tuner.observe_node(accepted)
+
+    def _shadow_draws(self, k_drawn: int, x0: int, n: int, pq, qx) -> None:
+        """At a reached drafted node, what each other draft arm's K draws would have made of
+        it: K draws from q on the side generator, guessed as ``weights`` guesses and scored
+        by their exact chances, so that every K's calibration learns at every node, not only
+        the K that ran."""
+        tuner, cal = self.tuner, self.tuner.calibration
+        if self._side_rng is None:
+            self._side_rng = np.random.default_rng([self.seed, 1])
+        look = cal.lookup(n) if x0 >= 0 else 0.0
+        for k, accept in tuner.draft_accepts():
+            if k == k_drawn:
+                continue
+            draws, qd = sampling.sample_iid_q(qx[0], qx[1], self._side_rng.random(k))
+            qs = dict(zip(draws.tolist(), qd.tolist()))
+            total = sum(qs.values())
+            if total <= 0.0:
+                continue
+            chance = _chance_by_token("chain" if k == 1 else "resispec", pq, qx, draws)
+            share = accept * (1.0 - look) / total
+            for x, q in qs.items():
+                if x != x0:
+                    cal.observe_draft(q * share, chance.get(x, 0.0), k)
+
+
+def _chance_by_token(method: str, pq, qx, draws) -> dict[int, float]:
+    """Each distinct draw's chance of being the one the verifier accepts (``draw_chances``
+    summed over its repeats), given the draws as drawn."""
+    chance: dict[int, float] = {}
+    for x, c in zip(draws.tolist(), draw_chances(method, pq, qx[0], qx[1], draws).tolist()):
+        chance[x] = chance.get(x, 0.0) + c
+    return chance
+
+
+def warm_up() -> None:
+    """Compile (or load from Numba's cache) ``StepPlan.width``'s search, on read-only cost
+    tables as the tuner holds them."""
+    table = cost_table(CostCurve((1, 2), (1.0, 1.5)), 4)
+    StepPlan("chain", DraftParams(depth=4, budget=8), table, table, accept=0.5, overhead_s=0.0).width(0, [0.5, 0.2])

@@ -5,7 +5,7 @@ Pure formatting: no I/O, no model.
 
 from __future__ import annotations
 
-from .engine import Stats
+from ..engine import Stats
 
 __all__ = ["stats_line", "stats_report"]
 

@@ -74,15 +74,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import api
-from .chat_format import MessageError, check_messages
-from .config import ConfigError, DraftParams, SamplingParams, ServerParams
-from .errors import ContextFullError, UserError
-from .grammar import GrammarError
-from .tools import ToolError
+from ..assist.chat_format import MessageError, check_messages
+from ..config import ConfigError, DraftParams, SamplingParams, ServerParams
+from ..errors import ContextFullError, UserError
+from ..assist.grammar import GrammarError
+from ..assist.tools import ToolError
 
 __all__ = ["create_app", "serve", "listen"]
 
-log = logging.getLogger("resispec_gguf.server")
+log = logging.getLogger("resispec_gguf.surfaces.server")
 
 MAX_BODY_BYTES = 16 << 20
 MAX_TOKENS_LIMIT = 1_000_000

@@ -16,10 +16,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from . import tools as _tools
-from .chat_format import check_messages
-from .config import DraftParams, SamplingParams
-from .errors import FieldError
+from ..assist import tools as _tools
+from ..assist.chat_format import check_messages
+from ..config import DraftParams, SamplingParams
+from ..errors import FieldError
 
 
 class RequestError(FieldError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import config
+from .. import config
 
 __all__ = ["add_settings", "field_type", "from_args", "list_type", "offered"]
 

@@ -33,8 +33,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import backend, vocab
-from .errors import UserError
-from .lookup import NgramIndex
+from ..errors import UserError
+from ..spec.lookup import NgramIndex
 
 __all__ = ["LlamaDraft", "draft_chain"]
 

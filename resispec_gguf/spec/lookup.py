@@ -5,7 +5,7 @@ holds the request's tokens (prompt, then output as it is committed) and, for a c
 ending in some tokens, proposes the token that followed the most recent earlier occurrence
 of the longest matching suffix (n <= ``max_n``).  The proposal is a deterministic function of
 the context, fixed before the node it belongs to draws anything, so it can sit in the tree
-next to the draft model's draws and be verified exactly (``verify.verify_with_candidate``).
+next to the draft model's draws and be verified exactly (``verify.verify_checked``).
 
 Pure Python, O(max_n) dictionary work per appended token and per query.
 """

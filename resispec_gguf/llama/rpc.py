@@ -19,8 +19,8 @@ import socket
 import threading
 
 from . import backend
-from .config import WorkerParams
-from .errors import UserError
+from ..config import WorkerParams
+from ..errors import UserError
 
 __all__ = ["ipv4_address", "is_loopback", "run_worker"]
 

@@ -12,11 +12,11 @@ import dataclasses
 import json
 import sys
 
-from . import config
-from .config import DraftParams, SamplingParams
+from .. import config
+from ..config import DraftParams, SamplingParams
 from .display import stats_line, stats_report
-from .engine import Stats
-from .errors import ContextFullError, UserError
+from ..engine import Stats
+from ..errors import ContextFullError, UserError
 
 HELP = """commands:
   /help              this help

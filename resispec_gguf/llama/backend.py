@@ -54,7 +54,7 @@ import llama_cpp as _ll
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from . import vocab
-from .errors import ContextFullError, UserError
+from ..errors import ContextFullError, UserError
 
 __all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "rpc_hello", "rpc_supported",
            "serve_rpc_worker", "set_verbose"]
@@ -704,7 +704,7 @@ def rpc_hello(host: str, port: int, timeout: float = _HELLO_TIMEOUT) -> tuple[in
 def _rpc_devices(rpc: str):
     """A NULL-terminated ``ggml_backend_dev_t[]`` of the devices of every worker in ``rpc``
     (``config.rpc_endpoints`` spelling), each worker greeted first; installs the abort hook."""
-    from .config import rpc_endpoints
+    from ..config import rpc_endpoints
 
     _require_rpc()
     ggml, base = _ggml_libs()

@@ -62,15 +62,11 @@ import operator
 import numpy as np
 from numba import njit
 
-from .config import SPEC_METHODS
+from ..config import SPEC_METHODS
 
 __all__ = [
-    "verify_node",
-    "verify_node_sparse",
-    "verify_prepared",
-    "verify_with_candidate",
-    "verify_prepared_with_candidate",
-    "verify_prepared_sparse",
+    "verify",
+    "verify_checked",
     "verify_greedy",
     "schedule",
     "expected_acceptance",
@@ -543,96 +539,58 @@ def _check_draws(code: int, in_support, draws, u, with_candidate: bool = False):
     return draws, u
 
 
-def verify_node(method: str, p, q, draws, u) -> tuple[int, int]:
-    """Verify one node's candidates; returns ``(token, accepted_index)``.
+def verify(method: str, p, q, draws, u, x0: int = -1) -> tuple[int, int]:
+    """Verify one node's candidates: the engine's hot path, without input validation.
+    Returns ``(token, accepted_index)``.
 
-    ``p``, ``q``: ``[V]`` probability vectors.  ``draws``: ``[K]`` candidates in draw order
-    (iid from q; without replacement for ``rrs``; K = 1 for ``chain``).  ``u``: ``[K+1]``
-    uniforms in [0, 1): ``u[i]`` decides stage i, ``u[K]`` drives the fallback sample.
-    ``accepted_index`` is the index of the accepted draw, or -1 when the token is the
-    fallback sample.  Deterministic in its inputs; emits a token distributed exactly as p
-    when the draws and uniforms have the stated laws.
+    ``p``: the target, dense ``[V]`` (``sampling.probs_dense``) or sparse ``(pids [m],
+    pprobs [m])`` (``sampling.probs_sparse``, m >= 1: then no work grows with V; same law
+    and, up to round-off, the same result as the dense call with the same uniforms).  ``q``:
+    ``(qids [n], qprobs [n])``, the law the draws came from (``sampling.probs_sparse``;
+    entries with q = 0 are fine), or None when there are no draws.  ``draws``: ``[K]`` int64
+    candidates in draw order (iid from q; without replacement for ``rrs``; K <= 1 for
+    ``chain``), K >= 0.  ``x0``: a deterministic candidate (e.g. from context lookup) checked
+    before the draws, -1 for none.  ``u``: uniforms in [0, 1), ``[K+1]`` without x0 (``u[i]``
+    decides stage i, ``u[K]`` drives the fallback) and ``[K+2]`` with it (``u[0]`` decides
+    x0, ``u[1 + i]`` draw i).  ``accepted_index``: the accepted draw's index (counting x0 as
+    0 when there is one), or -1 for the fallback sample.  Deterministic in its inputs; the
+    token has exactly p's law when the draws and uniforms have the stated laws.  Anything
+    not built as stated must go through ``verify_checked``.
     """
-    code = _method_code(method)
-    p = _check_dist("p", p)
-    q = _check_dist("q", q, p.shape[0])
-    qids = np.flatnonzero(q)
-    draws, u = _check_draws(code, lambda d: (d < q.shape[0]) & (q[np.minimum(d, q.shape[0] - 1)] > 0), draws, u)
-    tok, idx = _verify(code, p, qids, q[qids], draws, u)
-    return int(tok), int(idx)
-
-
-def verify_node_sparse(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
-    """``verify_node`` with q given sparsely as ``(qids [n], qprobs [n])``."""
-    code = _method_code(method)
-    p = _check_dist("p", p)
-    qids, qprobs = _check_sparse(p, qids, qprobs)
-    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u)
-    tok, idx = _verify(code, p, qids, qprobs, draws, u)
-    return int(tok), int(idx)
-
-
-def verify_prepared(method: str, p, qids, qprobs, draws, u) -> tuple[int, int]:
-    """``verify_node_sparse`` without input validation, for the engine's hot loop.
-
-    Requires what the engine guarantees by construction: p from ``sampling.probs_dense``,
-    ``(qids, qprobs)`` from ``sampling.probs_sparse`` (entries with q = 0 are fine) and
-    draws/uniforms of the right law and lengths.  Anything else must go through
-    ``verify_node``.
-    """
-    tok, idx = _verify(_CODE[method], p, qids, qprobs, draws, u)
-    return int(tok), int(idx)
-
-
-def verify_with_candidate(method: str, p, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
-    """Verify a deterministic candidate ``x0`` first, then the node's draws; see the module
-    docstring for the rule.  Returns ``(token, accepted_index)``.
-
-    ``x0``: a token id, not drawn from q (e.g. from context lookup).  ``qids [n], qprobs [n]``:
-    the q the draws come from; may be empty (or None) when ``draws`` is empty.  ``draws``:
-    ``[K]``, K >= 0 (at most 1 for ``chain``), with the law ``verify_node`` states.  ``u``:
-    ``[K+2]`` uniforms in [0, 1): ``u[0]`` decides x0, ``u[1 + i]`` draw i, ``u[K+1]`` the
-    fallback.  ``accepted_index``: 0 for x0, ``1 + i`` for draw i, -1 for the fallback.
-    """
-    code = _method_code(method)
-    p = _check_dist("p", p)
-    x0 = _check_token("x0", x0, p.shape[0])
-    if all(a is None or np.size(a) == 0 for a in (qids, qprobs)):
-        if np.size(draws) > 0:
-            raise ValueError("draws need the q they were drawn from; qids and qprobs are empty")
-        qids, qprobs = _NO_IDS, _NO_PROBS
+    code = _CODE[method]
+    qids, qprobs = (_NO_IDS, _NO_PROBS) if q is None or q[0] is None else q
+    if isinstance(p, tuple):
+        tok, idx = _verify_sparse(code, p[0], p[1], int(x0), qids, qprobs, draws, u)
+    elif x0 >= 0:
+        tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
     else:
-        qids, qprobs = _check_sparse(p, qids, qprobs)
-    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u, with_candidate=True)
-    tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
+        tok, idx = _verify(code, p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 
-def verify_prepared_with_candidate(method: str, p, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
-    """``verify_with_candidate`` without input validation, for the engine's hot loop.
-
-    Requires what ``verify_prepared`` requires, plus ``0 <= x0 < V``, ``draws`` an int64
-    array (possibly empty) and ``len(u) == len(draws) + 2``; ``qids``/``qprobs`` may be None
-    when there are no draws.
-    """
-    if qids is None:
+def verify_checked(method: str, p, q, draws, u, x0: int | None = None) -> tuple[int, int]:
+    """``verify`` with every input validated (a ``ValueError`` saying what is wrong), for
+    callers outside the engine.  ``p``: a dense ``[V]`` probability vector.  ``q``: a dense
+    ``[V]`` vector, ``(qids, qprobs)``, or None (or empty) when there are no draws.  ``x0``:
+    None for no deterministic candidate, else a token id."""
+    code = _method_code(method)
+    p = _check_dist("p", p)
+    if q is None or (isinstance(q, tuple) and all(a is None or np.size(a) == 0 for a in q)):
+        if np.size(draws) > 0:
+            raise ValueError("draws need the q they were drawn from; q is empty")
         qids, qprobs = _NO_IDS, _NO_PROBS
-    tok, idx = _verify_with_candidate(_CODE[method], p, x0, qids, qprobs, draws, u)
-    return int(tok), int(idx)
-
-
-def verify_prepared_sparse(method: str, pids, pprobs, x0: int, qids, qprobs, draws, u) -> tuple[int, int]:
-    """``verify_prepared`` (``x0`` < 0) or ``verify_prepared_with_candidate`` (``x0`` >= 0)
-    with the target given sparsely, ``(pids [m], pprobs [m])`` from ``sampling.probs_sparse``
-    (m >= 1): no work grows with the vocabulary.  Same law and, up to round-off, the same
-    result as the dense call with the same uniforms (see ``_verify_sparse``).  No input
-    validation: what ``verify_prepared_with_candidate`` requires, ``u`` of ``len(draws) + 1``
-    entries without x0 and ``+ 2`` with it; ``qids``/``qprobs`` may be None when there are no
-    draws.
-    """
-    if qids is None:
-        qids, qprobs = _NO_IDS, _NO_PROBS
-    tok, idx = _verify_sparse(_CODE[method], pids, pprobs, int(x0), qids, qprobs, draws, u)
+    elif isinstance(q, tuple):
+        qids, qprobs = _check_sparse(p, *q)
+    else:
+        qd = _check_dist("q", q, p.shape[0])
+        qids = np.flatnonzero(qd)
+        qprobs = qd[qids]
+    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u, with_candidate=x0 is not None)
+    if x0 is None:
+        tok, idx = _verify(code, p, qids, qprobs, draws, u)
+    else:
+        x0 = _check_token("x0", x0, p.shape[0])
+        tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 

@@ -20,9 +20,9 @@ import sys
 
 import numpy as np
 
-from .config import METHODS, DraftParams, ModelParams, SamplingParams
-from .engine import Stats
-from .errors import UserError
+from ..config import METHODS, DraftParams, ModelParams, SamplingParams
+from ..engine import Stats
+from ..errors import UserError
 from .workloads import WORKLOADS
 
 # --------------------------------------------------------------------------- inputs
@@ -271,7 +271,7 @@ def reproduce_command(model: ModelParams, sp: SamplingParams, dp: DraftParams, t
     draft model as ``--draft ''``."""
     import shlex
 
-    from . import config
+    from .. import config
 
     words = ["python", "-m", "resispec_gguf", "generate"]
 
@@ -366,7 +366,7 @@ def machine_info(engine) -> dict:
 
 
 def model_info(path: str) -> dict:
-    from . import models
+    from ..llama import models
 
     return {"path": path, "bytes": os.path.getsize(path), "sha256": models.file_sha256(path)}
 
@@ -459,7 +459,7 @@ def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samp
     """Exact expected first-level acceptance per method and K, averaged over positions."""
     from tqdm import tqdm
 
-    from . import sampling, verify
+    from ..kernels import sampling, verify
 
     out = []
     for t in temperatures:
@@ -498,14 +498,14 @@ def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samp
 
 def _rrs_monte_carlo(p, ids, probs, k, n, rng):
     """Acceptance of rrs estimated by running its kernel on n sampled draw sequences."""
-    from . import sampling, verify
+    from ..kernels import sampling, verify
 
     if k > len(ids):
         k = len(ids)
     hits = 0
     for _ in range(n):
         draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
-        _, idx = verify.verify_prepared("rrs", p, ids, probs, draws, rng.random(len(draws) + 1))
+        _, idx = verify.verify("rrs", p, (ids, probs), draws, rng.random(len(draws) + 1))
         hits += idx >= 0
     return hits / n
 

@@ -20,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import UserError
-from .sampling import bitmask_from_ids
+from ..errors import UserError
+from ..kernels.sampling import bitmask_from_ids
 
 __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "ANY_JSON_OBJECT"]
 
@@ -171,3 +171,36 @@ class GrammarState:
 
     def is_stopped(self) -> bool:
         return bool(self.m.is_stopped())
+
+
+class Grammars:
+    """Constraints compiled against one model's vocabulary (``vocab``: its ``n_vocab`` and
+    ``grammar_tokenizer()``, any ``backend.LlamaModel``): the grammar engine's view of the
+    vocabulary is built on the first constrained request (about a second at 152k tokens),
+    and the 32 most recent compiled grammars are kept."""
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+        self._tokenizer = None
+        self._compiled: dict[str, Grammar] = {}  # most recent last
+
+    def tokenizer(self):
+        """The vocabulary as llguidance reads it (built once, then cached)."""
+        if self._tokenizer is None:
+            self._tokenizer = self.vocab.grammar_tokenizer()
+        return self._tokenizer
+
+    def compile(self, *, json_schema=None, grammar: str | None = None) -> Grammar:
+        """A constraint from a JSON schema (a dict, its JSON text, or True for any JSON
+        object) or a grammar (Lark as llguidance reads it, or llama.cpp's GBNF, converted).
+        A schema or grammar that cannot be compiled raises ``GrammarError`` saying why."""
+        if (json_schema is None) == (grammar is None):
+            raise TypeError("give exactly one of json_schema and grammar")
+        text = json_schema_grammar(json_schema) if json_schema is not None else lark_grammar(grammar)
+        compiled = self._compiled.pop(text, None)
+        if compiled is None:
+            compiled = Grammar(self.tokenizer(), text, self.vocab.n_vocab)
+        self._compiled[text] = compiled
+        while len(self._compiled) > 32:
+            self._compiled.pop(next(iter(self._compiled)))
+        return compiled

@@ -28,7 +28,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from .errors import FieldError
+from ..errors import FieldError
 from .grammar import JSON_DEFAULTS
 
 __all__ = ["ToolError", "ToolRequest", "ToolCall", "check_tools", "check_tool_choice", "choose_format",
@@ -347,3 +347,16 @@ def prepare_messages(messages: list[dict], req: ToolRequest | None, fmt: HermesF
         return out, None
     tools = [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed] if shown else None
     return messages, tools
+
+
+def detect_format(template: str | None, vocab, tokenizer) -> HermesFormat:
+    """How a model writes tool calls: from its chat template (``choose_format``), and whether
+    the call markers are single special tokens of its vocabulary (``vocab.tokenize``; the
+    grammar engine's ``tokenizer`` says which tokens are special)."""
+
+    def special(text: str) -> bool:
+        ids = vocab.tokenize(text, add_special=False, parse_special=True)
+        return len(ids) == 1 and bool(tokenizer.is_special_token(ids[0]))
+
+    probe = HermesFormat()
+    return choose_format(template, special(probe.open), special(probe.close))

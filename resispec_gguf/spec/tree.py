@@ -30,11 +30,11 @@ through the two callbacks it is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Protocol, Sequence
+from typing import Callable, Generator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["DraftTree", "Draw", "GrowthLimits", "GrowthPlan", "grow"]
+__all__ = ["DraftTree", "Draw", "GrowthLimits", "GrowthPlan", "grow", "growing"]
 
 
 @dataclass
@@ -183,22 +183,25 @@ DraftFn = Callable[[list[int]], Sequence]
 DrawFn = Callable[[int, object], Draw]
 
 
-def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
-         plan: GrowthPlan | None = None) -> tuple[DraftTree, dict[int, int]]:
-    """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``.
+def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn,
+            plan: GrowthPlan | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
+    """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``; a
+    generator, so that the caller makes the draft calls (``grow`` is the same with a
+    ``draft`` callback).
 
-    Each level: ``draft(frontier)`` evaluates the frontier in one call, ``draw`` draws each
-    frontier node's candidates, every distinct candidate becomes a child scored by the
-    parent's score times ``weight[token]``.  The next frontier is the best-scored new
-    children, as many as ``beam``, the room left and ``plan.width`` allow — a number fixed
-    before they draw.  At the end only never-expanded leaves are cut, best-scored kept, to
-    ``max_nodes`` (and to ``plan.leaves``).  Returns the final tree and the old -> new index
-    map of the cut (identity when nothing was cut).
+    Each level yields the frontier, to be evaluated by the draft in one call, and is sent
+    back one draft row per frontier node; ``draw`` draws each frontier node's candidates,
+    and every distinct candidate becomes a child scored by the parent's score times
+    ``weight[token]``.  The next frontier is the best-scored new children, as many as
+    ``beam``, the room left and ``plan.width`` allow — a number fixed before they draw.  At
+    the end only never-expanded leaves are cut, best-scored kept, to ``max_nodes`` (and to
+    ``plan.leaves``).  Returns the final tree and the old -> new index map of the cut
+    (identity when nothing was cut).
     """
     frontier = [0]
     n_expanded = 0  # non-root expanded nodes so far; never dropped
     for level in range(limits.depth):
-        rows = draft(frontier)
+        rows = yield frontier
         new: list[int] = []
         for node, row in zip(frontier, rows):
             d = draw(node, row)
@@ -224,3 +227,15 @@ def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
     if len(tree) - 1 > keep:
         return tree.prune_leaves(keep)
     return tree, {i: i for i in range(len(tree))}
+
+
+def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
+         plan: GrowthPlan | None = None) -> tuple[DraftTree, dict[int, int]]:
+    """``growing`` driven to the end with ``draft(frontier)`` making each level's draft call."""
+    steps = growing(tree, limits, draw, plan)
+    try:
+        frontier = next(steps)
+        while True:
+            frontier = steps.send(draft(frontier))
+    except StopIteration as done:
+        return done.value

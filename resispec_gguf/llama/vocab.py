@@ -6,7 +6,7 @@ add_eos, texts``); never imports llama_cpp.
 
 from __future__ import annotations
 
-from .errors import UserError
+from ..errors import UserError
 
 MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5

@@ -13,8 +13,8 @@ import os
 import sys
 
 from . import flags
-from .config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
-from .errors import UserError
+from ..config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
+from ..errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _load(model: ModelParams):
     """The engine for ``model``, saying on stderr when no draft model could be chosen."""
-    from .engine import Engine
+    from ..engine import Engine
 
     engine = Engine.load(model)
     if model.draft is None and not engine.has_draft:
@@ -41,7 +41,7 @@ def _speculation(args) -> tuple[ModelParams, SamplingParams, DraftParams]:
 
 
 def _cmd_models(args) -> int:
-    from . import models
+    from ..llama import models
 
     if args.action == "fetch":
         target, draft = models.resolve_pair(args.preset)
@@ -172,7 +172,7 @@ def _cmd_analyze(args) -> int:
 
 
 def _cmd_rpc_worker(args) -> int:
-    from . import rpc
+    from ..llama import rpc
 
     rpc.run_worker(flags.from_args(WorkerParams, args), lambda line: print(line, file=sys.stderr, flush=True))
     return 0

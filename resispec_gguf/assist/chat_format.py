@@ -12,7 +12,7 @@ import secrets
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import UserError
+from ..errors import UserError
 
 # Used when a GGUF carries no template: ChatML, which most instruct models understand.
 CHATML = (

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from .errors import UserError
+from ..errors import UserError
+from ..paths import cache_dir
+from ..progress import bar as progress_bar
 
 __all__ = [
     "MirrorPart",
@@ -174,15 +176,6 @@ def _hf_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def cache_dir() -> Path:
-    """The directory holding preset model files (not created here)."""
-    env = os.environ.get("RESISPEC_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "resispec-gguf" / "models"
-
 
 def _marker_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
@@ -217,30 +210,6 @@ def file_sha256(path) -> str:
     """SHA-256 of a model file: the verified marker when one exists, else hashed now."""
     path = Path(path)
     return _read_marker(path) or _sha256_file(path)
-
-
-def _make_bar(total: int, desc: str, progress: bool, *, unit: str = "part", leave: bool = True):
-    """A tqdm bar on stderr, or a no-op stand-in when progress is off or tqdm is missing.
-    ``leave``: keep the finished bar on screen (else it is erased)."""
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-
-            return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
-        except ImportError:
-            pass
-
-    class _NoBar:
-        def update(self, n: int = 1) -> None:
-            pass
-
-        def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
-
-    return _NoBar()
 
 
 @contextlib.contextmanager
@@ -431,7 +400,7 @@ def fetch_from_mirror(
 
     digest = hashlib.sha256()
     written = 0
-    bar = _make_bar(len(parts), dest.name, progress)
+    bar = progress_bar(len(parts), dest.name, progress)
     try:
         with open(partial, "wb") as out:
             for part in parts:

@@ -1,0 +1,62 @@
+"""Compile every kernel entry a generation calls, before the first reply needs it.
+
+Numba compiles (or loads from its cache) one version of a kernel per argument types, at the
+first call with them; a type first seen in a reply costs seconds there.  The public wrappers
+fix every type (logits: float32 read-only, as the backend's rows; ids and draws: int64;
+probabilities and uniforms: float64; scalars: Python int/float), so calling each entry once
+covers every reply.  The tests check it: after ``Engine.prepare`` no kernel gains a
+signature during a generation of any method.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import sampling
+from .verify import acceptance_profile, draw_chances, verify
+
+__all__ = ["warm_ups"]
+
+_NO_DRAWS = np.empty(0, np.int64)
+
+
+def warm_ups() -> list:
+    """One callable per group of kernel entries, each calling the functions the generation
+    calls, with the same argument types."""
+    row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
+    row.flags.writeable = False  # as backend.LogitsRows gives it
+    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary of many blocks (sampling._scan_top)
+    wide.flags.writeable = False
+
+    def distributions():
+        sampling.probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
+        sampling.probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
+        sampling.probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
+        sampling.probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
+        sampling.probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
+
+    def draws():
+        ids, probs = sampling.probs_sparse(row, 1.0)
+        sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
+        sampling.sample_sparse(ids, probs, 0.5)
+        sampling.sample_iid(ids, probs, np.full(2, 0.5))
+        sampling.sample_iid_q(ids, probs, np.full(2, 0.5))
+        sampling.overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
+        acceptance_profile(sampling.values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # ... every arm's
+        acceptance_profile(sampling.values_at(sampling.probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
+        draw_chances("resispec", sampling.values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
+        sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
+
+    def verification():
+        p = sampling.probs_dense(row, 1.0, 3)
+        ids, probs = sampling.probs_sparse(row, 1.0)
+        sparse_p = sampling.probs_sparse(row, 1.0, 3)
+        for method in ("chain", "specinfer", "rrs", "resispec"):
+            sample = sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid
+            draws = sample(ids, probs, np.full(1 if method == "chain" else 2, 0.5))
+            for target in (p, sparse_p):
+                verify(method, target, (ids, probs), draws, np.full(len(draws) + 1, 0.5))
+                verify(method, target, (ids, probs), draws, np.full(len(draws) + 2, 0.5), 4)
+                verify(method, target, None, _NO_DRAWS, np.full(2, 0.5), 4)  # lookup only
+
+    return [distributions, draws, verification]

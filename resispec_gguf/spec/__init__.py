@@ -1,0 +1,12 @@
+"""Speculative decoding, independent of llama.cpp and of text formats.
+
+A ``generation`` (one request) plans the rows it wants decoded in a step and absorbs the rows
+it gets back: it grows the draft ``tree`` (with ``lookup`` candidates), verifies it with the
+kernels, commits and emits tokens (``textstream`` turns them into text).  The ``loop`` owns
+the model calls.  ``autotune`` is ``auto``: cost curves, learnt acceptance, the step plan.
+``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
+constraint (``Constraint``).
+
+May import: ``kernels``, ``config``, ``errors``, ``paths``.  Never ``llama`` (models come in
+through ``protocol``), ``assist`` (constraints come in as masks) or a surface.
+"""

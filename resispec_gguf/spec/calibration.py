@@ -1,0 +1,80 @@
+"""What ``auto`` believes about its candidates: ``Calibration``, the learnt chance that the
+verifier accepts a draft candidate (by its first guess, per K) or a context-lookup candidate
+(by ``lookup_bin``), as decayed counts with a prior.
+
+Plain NumPy; imports nothing of the package.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+__all__ = ["Calibration", "lookup_bin"]
+
+# bins of a draft candidate's probability q
+_Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
+_Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
+# a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
+# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match
+_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
+
+
+def lookup_bin(match: int, run: int) -> int:
+    """The calibration bin of a lookup candidate: ``match`` tokens of context matched, and
+    the ``run`` tokens before it were each what lookup predicted."""
+    return min(run, 3) if match >= 2 else 4
+
+
+class Calibration:
+    """Decayed acceptance counts per bin, with a prior worth ``prior_weight`` observations.
+
+    A draft candidate is binned by the chance of acceptance the model first gives it (its
+    node's acceptance shared in proportion to q, see ``autotune.Auto.weights``), separately per K
+    (draws at its node): the learnt rate per bin corrects that guess where the draft's q
+    misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
+    deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
+    binned by ``lookup_bin`` (prior 0.15 to 0.7).  The request's own counts take over
+    quickly.  An observation may be a 0/1 outcome or, where it is known, the exact chance of
+    acceptance."""
+
+    def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
+        self.decay = decay
+        self.prior_weight = prior_weight
+        self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
+        self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
+        self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
+
+    def _counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        c = self._draft.get(k)
+        if c is None:
+            mids = 0.5 * (_Q_EDGES[:-1] + _Q_EDGES[1:])
+            c = self._draft[k] = (mids * self.prior_weight, np.full(len(mids), self.prior_weight))
+        return c
+
+    @staticmethod
+    def _bin(guess: float) -> int:
+        return bisect.bisect_right(_Q_EDGE_LIST, guess) - 1
+
+    def draft(self, guess: float, k: int = 1) -> float:
+        acc, seen = self._counts(k)
+        b = self._bin(guess)
+        return float(acc[b] / seen[b])
+
+    def observe_draft(self, guess: float, accepted: float, k: int = 1) -> None:
+        acc, seen = self._counts(k)
+        b = self._bin(guess)
+        acc[b] = acc[b] * self.decay + float(accepted)
+        seen[b] = seen[b] * self.decay + 1.0
+
+    def lookup(self, b: int) -> float:
+        return float(self.look_acc[b] / self.look_seen[b])
+
+    def mean_lookup(self) -> float:
+        """The acceptance chance of a lookup candidate, over all bins as they were seen."""
+        return float(self.look_acc.sum() / self.look_seen.sum())
+
+    def observe_lookup(self, b: int, accepted: float) -> None:
+        self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)
+        self.look_seen[b] = self.look_seen[b] * self.decay + 1.0

@@ -1,0 +1,518 @@
+"""One request's speculative decoding, apart from the model calls: it plans and it absorbs.
+
+Each step:
+
+1. ``plan(room)`` — a generator.  It grows the step's ``DraftTree`` from the root (the last
+   emitted token) level by level: it yields each level's draft call (a ``DraftSync`` or a
+   ``Decode`` of the frontier) and is sent back the draft's logits rows, from which every
+   expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
+   greedy) plus, with lookup, a context candidate.  It returns the ``Decode`` the target must
+   make: the root plus every node (just the root for a plain step), or None when the reply
+   is over.
+2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
+   verifier picks a candidate or a fallback token; it descends while the accepted candidate
+   has a node, and at a node never expanded it samples a bonus token from p.  Returns the
+   ``Commit`` (which nodes each model keeps).
+3. ``emit()`` — turns the step's tokens into text (stop strings, end tokens, max_tokens).
+
+``loop.run`` drives one generation; nothing here calls a model, so a loop may drive several
+generations with one target decode per step.  ``auto`` is one object (``autotune.Auto``):
+the generation asks it for a plan and for candidate scores, and tells it what each verified
+node showed; what it learns is its own business.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Generator, Iterator, Sequence
+
+import numpy as np
+
+from ..config import MAX_TREE_NODES, DraftParams, SamplingParams
+from ..errors import ContextFullError
+from ..kernels import sampling
+from ..kernels.verify import verify, verify_greedy
+from .autotune import Auto, lookup_bin
+from .lookup import NgramIndex
+from .protocol import ConstraintState
+from .stats import Result, Stats, TokenLogprob
+from .textstream import TextAssembler
+from .tree import DraftTree, Draw, GrowthLimits, growing
+
+__all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
+
+_PLAIN = DraftParams(method="none")
+_NO_DRAWS = np.empty(0, np.int64)
+# score factor of a lookup candidate under the fixed methods (auto learns its own)
+_LOOKUP_WEIGHT = 0.5
+# a target p with more tokens than this is verified densely
+_SPARSE_P_MAX = 4096
+# pending draft tokens past which the draft is re-synced instead of fed them as a chain
+_DRAFT_CATCH_UP = 32
+
+
+@dataclass(frozen=True)
+class Room:
+    """What the models hold when a step is planned (``ModelBackend``'s ``n_ctx``,
+    ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft."""
+
+    target_ctx: int
+    target_past: int
+    draft_ctx: int = 0
+    draft_past: int = 0
+    draft_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One decode of uncommitted nodes, as ``ModelBackend.decode`` takes it."""
+
+    tokens: Sequence[int]
+    parents: Sequence[int]
+    want: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class DraftSync:
+    """Re-sync the draft's committed sequence to ``tokens`` (``ModelBackend.sync_prefix``)."""
+
+    tokens: list[int]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Which of the step's nodes each model keeps (``ModelBackend.commit``); ``draft`` None:
+    the draft evaluated nothing this step and keeps its state."""
+
+    target: list[int]
+    draft: list[int] | None = None
+
+
+class _FixedScores:
+    """Candidate scores under a fixed method: the draft's probabilities (EAGLE-2), a lookup
+    candidate raised by ``_LOOKUP_WEIGHT``; nothing learnt."""
+
+    @staticmethod
+    def weights(qx: dict, x0: int, n: int, k: int) -> tuple[dict, None]:
+        w = dict(qx)
+        if x0 >= 0:
+            w[x0] = 1.0 - (1.0 - _LOOKUP_WEIGHT) * (1.0 - w.get(x0, 0.0))
+        return w, None
+
+    @staticmethod
+    def lookup_worth(x0: int, n: int, probs) -> int:
+        return x0
+
+
+class Generation:
+    """One request: its RNG, constraint, text assembly and stats; plans and absorbs steps.
+
+    ``vocab``: the target's ``n_vocab``, ``is_eog`` and ``token_piece`` (any
+    ``ModelBackend``).  ``has_draft``: a draft model is there to use.  ``auto``: the request's
+    ``autotune.Auto`` when ``dp.method`` is "auto" (else None).  ``logprobs``: None (off), or
+    the number of alternatives to report per token.
+    """
+
+    def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
+                 seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
+                 logprobs: int | None = None):
+        self.vocab = vocab
+        self.sp = sp
+        self.dp = dp  # the configuration of the current step (auto changes it per step)
+        self.auto = auto
+        self.scores = auto if auto is not None else _FixedScores()
+        self.plan_ = None  # auto's StepPlan for the current step
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.stats = Stats(method=dp.method)
+        self.prompt = list(prompt_tokens)
+        self.out: list[int] = []
+        self.text = TextAssembler(sp.stop)
+        self.finish_reason: str | None = None
+        self.uses_draft = dp.method != "none" and dp.use_draft and has_draft
+        self.has_draft = has_draft
+        self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
+        use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
+        self.lookup = NgramIndex(self.prompt) if use_lookup else None
+        self.copy_run = 0  # emitted tokens in a row that lookup had predicted
+        self.constraint = constraint
+        self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root
+        self.n_logprobs = logprobs
+        self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
+        self._step_logprobs: list[TokenLogprob] = []  # this step's emitted tokens', in order
+        # the step in flight: its kind, tree (None for a plain step), draft node per tree node
+        self._kind = "none"
+        self._tree: DraftTree | None = None
+        self._draft_index: dict[int, int] | None = None
+        self._emitted: list[int] = []
+
+    def result(self) -> Result:
+        return Result(tokens=list(self.out), text=self.text.text, finish_reason=self.finish_reason or "interrupted",
+                      stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs))
+
+    # ------------------------------------------------------------------ start and steps
+
+    def check_fits(self, n_ctx: int) -> None:
+        if len(self.prompt) + 1 > n_ctx:
+            raise ContextFullError(f"the prompt ({len(self.prompt)} tokens) does not fit the context ({n_ctx} tokens)")
+
+    def started(self, reused: int, seconds: float) -> None:
+        """The prompt is in the models' caches (``reused`` of its tokens were already)."""
+        self.stats.prompt_reused = reused
+        self.stats.prompt_tokens = len(self.prompt)
+        self.stats.prompt_time = seconds
+        if self.uses_draft:
+            self.draft_pending = [self.prompt[-1]]
+
+    def plan(self, room: Room) -> Generator[DraftSync | Decode, Sequence, Decode | None]:
+        """This step's draft calls (yielded; send back each ``Decode``'s rows, None after a
+        ``DraftSync``), then the target's ``Decode``; None when the reply is over."""
+        if room.target_past + 2 > room.target_ctx:
+            self.finish_reason = "length"
+            return None
+        if self.constraint is not None:
+            if self.constraint.is_stopped():  # only an end token may follow: p is one-hot on it
+                self.finish_reason = "eos"
+                return None
+            self._masks.clear()
+        if self.auto is not None:
+            self.plan_ = self.auto.choose(len(self.draft_pending))
+            self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
+        self._tree, self._draft_index = None, None
+        if self.dp.method == "none":
+            self._kind = "none"
+            return Decode([self._root()], [-1])
+        if self.plan_ is not None:
+            kind = self.plan_.kind
+        else:
+            kind = "draft" if self.has_draft and self.dp.use_draft else "lookup"
+        self._kind = kind
+        draft_past = room.draft_past
+        if kind == "draft" and len(self.draft_pending) > _DRAFT_CATCH_UP:  # after plain steps
+            seq = self.prompt + self.out
+            yield DraftSync(seq)
+            draft_past = len(seq) - 1
+            self.draft_pending = [seq[-1]]
+        max_nodes = min(MAX_TREE_NODES, room.target_ctx - room.target_past - 1)
+        max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
+        self._tree, self._draft_index = yield from self._grow_tree(kind, max_nodes, max_expanded)
+        return Decode(self._tree.tokens, self._tree.parent)
+
+    def absorb(self, rows: Sequence) -> Commit:
+        """Verify the step against the target rows of ``plan``'s ``Decode``; returns what the
+        models keep.  ``emit`` then yields the step's text."""
+        self.stats.target_calls += 1
+        if self._tree is None:
+            self._emitted = [self._plain_token(rows[0])]
+            if self.uses_draft:
+                self.draft_pending += self._emitted
+            return Commit([0])
+        tree = self._tree
+        self.stats.tree_nodes += len(tree) - 1
+        self._emitted, path = self._verify_tree(tree, rows)
+        commit = self._commit(self._draft_index, self._emitted, path)
+        if self.auto is not None:
+            self.auto.step_observed(self.plan_, tree, len(self._emitted))
+        return commit
+
+    def step_done(self, seconds: float) -> None:
+        if self.auto is not None:
+            self.auto.record_time(self.plan_, seconds)
+        self.stats.steps += 1
+        self.stats.steps_by_kind[self._kind] = self.stats.steps_by_kind.get(self._kind, 0) + 1
+
+    def emit(self) -> Iterator[str]:
+        """The text of the step's tokens, as it becomes final; then the lookup index and the
+        constraint move past them."""
+        n_out = len(self.out)
+        yield from self._emit(self._emitted)
+        if self.lookup is not None:
+            self.lookup.extend(self.out[n_out:])
+        if self.constraint is not None and self.finish_reason is None:
+            self.constraint.advance(self.out[n_out:])
+
+    def flush(self) -> str:
+        return self.text.flush()
+
+    def closed(self, seconds: float) -> None:
+        self.stats.total_time += seconds
+        self.stats.tokens = len(self.out)
+        if self.auto is not None:
+            self.stats.auto = f"{self.auto.summary()}; measured {self.stats.tokens_per_s:.2f} tokens/s"
+
+    # ------------------------------------------------------------------ distributions
+
+    def _p(self, logits):
+        """The target's p: ``(ids, probs)`` when the filters leave a small support (no work
+        then grows with the vocabulary), else dense ``[V]``."""
+        sp = self.sp
+        if sp.top_k <= 0 and sp.top_p >= 1.0 and sp.min_p <= 0.0:  # the whole vocabulary
+            return sampling.probs_dense(logits, sp.temperature)
+        ids, probs = sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        if ids.shape[0] > _SPARSE_P_MAX:
+            out = np.zeros(np.shape(logits)[0], np.float64)
+            out[ids] = probs
+            return out
+        return ids, probs
+
+    def _q(self, logits):
+        sp = self.sp
+        return sampling.probs_sparse(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p, self.dp.draft_support)
+
+    def _target_dist(self, logits) -> tuple[object, int, object]:
+        """The target's distribution at a row: ``(p, argmax, p_of)`` with ``p`` None and
+        ``p_of`` one-hot on the argmax when greedy, else ``p`` as ``_p`` gives it;
+        ``p_of(x)`` is the probability of x."""
+        if self.sp.greedy:
+            top = int(np.argmax(logits))
+            return None, top, (lambda x: float(x == top))
+        p = self._p(logits)
+        if isinstance(p, tuple):
+            ids, probs = p
+
+            def p_of(x):
+                hit = np.flatnonzero(ids == x)
+                return float(probs[hit[0]]) if hit.size else 0.0
+
+            return p, -1, p_of
+        return p, -1, p.__getitem__
+
+    def _sample(self, p, top: int) -> int:
+        """A token from ``_target_dist``'s ``(p, argmax)``."""
+        if p is None:
+            return top
+        if isinstance(p, tuple):
+            return sampling.sample_sparse(p[0], p[1], self.rng.random())
+        return sampling.sample_dense(p, self.rng.random())
+
+    def _note(self, logits, token: int) -> None:
+        """Record ``token``'s logprobs at the target row ``logits`` it was drawn against, as
+        the model gave it (before a constraint's mask; a no-op unless asked for: it costs a
+        pass over the row)."""
+        if self.logprobs is not None:
+            lp, ids, lps = sampling.token_logprob(logits, token, self.n_logprobs)
+            self._step_logprobs.append(TokenLogprob(int(token), lp, tuple(zip(ids.tolist(), lps.tolist()))))
+
+    # ------------------------------------------------------------------ the constraint
+
+    def _mask(self, path: tuple) -> np.ndarray | None:
+        """The constraint's mask after the committed tokens + ``path`` (tree tokens below
+        the root), computed once per step and shared by the draft and the target."""
+        if self.constraint is None:
+            return None
+        m = self._masks.get(path)
+        if m is None:
+            t = time.perf_counter()
+            m = self._masks[path] = self.constraint.mask(path)
+            self.stats.mask_seconds.append(time.perf_counter() - t)
+        return m
+
+    def _node_mask(self, tree: DraftTree, node: int) -> np.ndarray | None:
+        if self.constraint is None:
+            return None
+        return self._mask(tree.path_tokens(node))
+
+    @staticmethod
+    def _masked(logits, mask):
+        """Mask first, then every sampling transform: plain constrained sampling's law."""
+        return logits if mask is None else sampling.mask_logits(logits, mask)
+
+    # ------------------------------------------------------------------ plain and emitted tokens
+
+    def _root(self) -> int:
+        return self.out[-1] if self.out else self.prompt[-1]
+
+    def _plain_token(self, row) -> int:
+        mask = self._mask(())
+        p, top, p_of = self._target_dist(self._masked(row, mask))
+        tok = self._sample(p, top)
+        self._note(row, tok)
+        if self.lookup is not None:
+            # what a lookup candidate would have been accepted with, learnt for free
+            x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
+            if x0 >= 0 and mask is not None and not sampling.mask_allows(mask, x0):
+                x0 = -1
+            if x0 >= 0 and self.auto is not None:
+                self.auto.observe_lookup(lookup_bin(match, self.copy_run), p_of(x0))
+            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
+        return tok
+
+    def _emit(self, tokens: list[int]) -> Iterator[str]:
+        notes, self._step_logprobs = self._step_logprobs, []
+        for i, tok in enumerate(tokens):
+            self.out.append(tok)
+            if self.logprobs is not None:
+                self.logprobs.append(notes[i])
+            if self.vocab.is_eog(tok):
+                self.out.pop()
+                self.stats.eos_tokens += 1
+                if self.logprobs is not None:
+                    self.logprobs.pop()
+                self.finish_reason = "eos"
+                return
+            piece = self.text.push(self.vocab.token_piece(tok))
+            if piece:
+                yield piece
+            if self.text.stopped:
+                self.finish_reason = "stop"
+                return
+            if len(self.out) >= self.sp.max_tokens:
+                self.finish_reason = "length"
+                return
+
+    # ------------------------------------------------------------------ the tree
+
+    def _grow_tree(self, kind: str, max_nodes: int, max_expanded: int):
+        """Draft phase (a generator yielding the draft's ``Decode``s): grow the tree with
+        ``tree.growing`` (which owns the pruning rule).
+
+        ``kind`` "draft": the draft model expands nodes (with a lookup candidate each when
+        lookup is on); "lookup": chains of lookup candidates, no draft model call.  Returns
+        the tree and, per tree node the draft evaluated, its draft node index; None when the
+        draft evaluated nothing.
+        """
+        dp = self.dp
+        pending = self.draft_pending
+        tree = DraftTree.with_root(self._root())
+        static = dp.policy == "static"
+        # under auto the plan sets every level's width
+        beam = None if static or self.plan_ is not None else max(2, -(-dp.max_budget // dp.max_depth))
+        budget = max_nodes if static else min(dp.max_budget, max_nodes)
+        if kind == "lookup":
+            if max_nodes < 0:
+                return tree, None
+            limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
+
+            def draw_lookup(node: int, _row) -> Draw:  # no draws: the lookup candidate, if any
+                x0, n = self._propose(tree, node)
+                return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, dp.k)[0], x0, ({}, n, x0))
+
+            steps = growing(tree, limits, draw_lookup, self.plan_)
+            try:
+                frontier = next(steps)
+                while True:
+                    frontier = steps.send([None] * len(frontier))
+            except StopIteration as done:
+                return done.value[0], None
+        if max_expanded < 0 or max_nodes < 0:
+            return tree, None
+        limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
+        draft_index: dict[int, int] = {}
+        decoded = 0  # draft nodes evaluated so far this step
+        steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_)
+        try:
+            frontier = next(steps)
+            while True:
+                if frontier == [0]:  # the pending chain, whose last token is the root
+                    want = np.zeros(len(pending), bool)
+                    want[-1] = True
+                    call = Decode(pending, [-1] + list(range(len(pending) - 1)), want)
+                else:
+                    call = Decode([tree.tokens[n] for n in frontier], [draft_index[tree.parent[n]] for n in frontier])
+                rows = yield call
+                first = decoded + len(call.tokens) - len(frontier)  # the root ends the pending chain
+                for j, n in enumerate(frontier):
+                    draft_index[n] = first + j
+                decoded += len(call.tokens)
+                frontier = steps.send(rows)
+        except StopIteration as done:
+            tree, old_to_new = done.value
+        return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
+
+    def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
+        """The context-lookup candidate after ``node`` and its calibration bin:
+        ``(token, bin)``, token -1 when the context has no match."""
+        if self.lookup is None:
+            return -1, 0
+        path = []
+        run, counting = 0, True
+        while node > 0:
+            par = tree.parent[node]
+            counting = counting and tree.tokens[node] == tree.lookup[par]
+            run += counting
+            path.append(tree.tokens[node])
+            node = par
+        path.reverse()
+        if counting:
+            run += self.copy_run
+        n = self.lookup.max_n
+        # the index holds the prompt and the output so far, which ends with the root
+        x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+        if x0 >= 0 and self.constraint is not None and not sampling.mask_allows(self._mask(tuple(path)), x0):
+            return -1, 0  # the constraint forbids it here: a function of the path, not of a draw
+        return x0, lookup_bin(match, run)
+
+    def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
+        """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
+        rng, k = self.rng, self.dp.k
+        if len(logits) > self.vocab.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
+            logits = logits[: self.vocab.n_vocab]
+        if self.constraint is not None:  # q drawn from the masked row
+            logits = self._masked(logits, self._node_mask(tree, node))
+        x0, n = self._propose(tree, node)
+        if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
+            ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
+            qx = dict(zip(ids.tolist(), probs.tolist()))
+            x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
+            w, guess = self.scores.weights(qx, x0, n, k)
+            return Draw(ids, None, w, x0, (guess, n, proposed))
+        ids, probs = self._q(logits)
+        x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
+        if self.dp.method == "rrs":
+            draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+            qx = {}
+            ids_l = ids.tolist()
+            for x in draws.tolist():
+                if x not in qx:
+                    qx[x] = float(probs[ids_l.index(x)])
+        else:
+            draws, qd = sampling.sample_iid_q(ids, probs, rng.random(k))
+            qx = dict(zip(draws.tolist(), qd.tolist()))  # first-draw order; a repeat has the same q
+        w, guess = self.scores.weights(qx, x0, n, k)
+        return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
+
+    def _verify_tree(self, tree: DraftTree, rows) -> tuple[list[int], list[int]]:
+        """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
+        (root first); the last emitted token is never a node on that path."""
+        st = self.stats
+        node, emitted, path = 0, [], [0]
+        while True:
+            logits = self._masked(rows[node], self._node_mask(tree, node))
+            draws, x0 = tree.draws[node], tree.lookup[node]
+            p, top, p_of = self._target_dist(logits)
+            if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
+                emitted.append(self._sample(p, top))
+                self._note(rows[node], emitted[-1])
+                self.copy_run = 0
+                return emitted, path
+            if p is None:
+                tok, idx = verify_greedy(top, tree.candidates(node))
+                is_lookup = x0 >= 0 and idx == 0
+            else:
+                u = self.rng.random(len(draws) + (2 if x0 >= 0 else 1))
+                tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, x0)
+                is_lookup = x0 >= 0 and idx == 0
+            st.count_node(tree.depth[node] + 1, idx >= 0)
+            if self.auto is not None:
+                self.auto.observe_node(tree, node, tok, idx >= 0, is_lookup, p, p_of, self.dp.method, self.sp.greedy)
+            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
+            emitted.append(tok)
+            self._note(rows[node], tok)
+            child = tree.children[node].get(tok) if idx >= 0 else None
+            if child is None:
+                return emitted, path
+            node = child
+            path.append(node)
+
+    def _commit(self, draft_index: dict[int, int] | None, emitted: list[int], path: list[int]) -> Commit:
+        if draft_index is None:  # the draft evaluated nothing this step
+            if self.has_draft and self.draft_pending:
+                self.draft_pending += emitted
+            return Commit(path)
+        # draft: the pending chain plus the accepted nodes it expanded
+        chain = list(range(len(self.draft_pending)))
+        kept = [draft_index[n] for n in path[1:] if n in draft_index]
+        # tokens the draft has not seen yet: accepted nodes it never expanded + the last token
+        self.draft_pending = emitted[len(kept):]
+        return Commit(path, chain + kept)

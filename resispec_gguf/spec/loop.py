@@ -1,0 +1,71 @@
+"""The loop that decodes: it owns every model call of a generation.
+
+A step reads top to bottom: ``plan`` (the draft calls it yields, made here) → one target
+decode of the nodes it returns → ``absorb`` (verify) → the commits it asks for → ``emit``.
+Times of model calls are added to the generation's ``Stats`` here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from .generation import Decode, DraftSync, Generation, Room
+from .protocol import ModelBackend
+
+__all__ = ["run"]
+
+
+def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> Iterator[str]:
+    """Generate ``gen``'s reply: yield its text pieces as they become final."""
+    gen.check_fits(target.n_ctx)
+    t0 = time.perf_counter()
+    reused = target.sync_prefix(gen.prompt)
+    if gen.uses_draft:
+        draft.sync_prefix(gen.prompt)
+    gen.started(reused, time.perf_counter() - t0)
+    t_start = time.perf_counter()
+    try:
+        while gen.finish_reason is None:
+            t_step = time.perf_counter()
+            call = _draft_calls(gen.plan(_room(target, draft)), draft, gen.stats)
+            if call is None:
+                break
+            t = time.perf_counter()
+            rows = target.decode(call.tokens, call.parents)
+            gen.stats.target_time += time.perf_counter() - t
+            commit = gen.absorb(rows)
+            target.commit(commit.target)
+            if commit.draft is not None:
+                draft.commit(commit.draft)
+            gen.step_done(time.perf_counter() - t_step)
+            yield from gen.emit()
+        tail = gen.flush()
+        if tail:
+            yield tail
+    finally:
+        gen.closed(time.perf_counter() - t_start)
+
+
+def _room(target: ModelBackend, draft: ModelBackend | None) -> Room:
+    if draft is None:
+        return Room(target.n_ctx, target.n_past)
+    return Room(target.n_ctx, target.n_past, draft.n_ctx, draft.n_past, draft.n_seq_max - 1)
+
+
+def _draft_calls(plan, draft: ModelBackend | None, stats) -> Decode | None:
+    """Make the draft calls ``plan`` yields; returns the target decode it ends with."""
+    try:
+        call = next(plan)
+        while True:
+            if isinstance(call, DraftSync):
+                draft.sync_prefix(call.tokens)
+                call = plan.send(None)
+                continue
+            t = time.perf_counter()
+            rows = draft.decode(call.tokens, call.parents, call.want)
+            stats.draft_time += time.perf_counter() - t
+            stats.draft_calls += 1
+            call = plan.send(rows)
+    except StopIteration as done:
+        return done.value
