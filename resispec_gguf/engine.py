@@ -18,7 +18,6 @@ from .assist.prompts import Prompts
 from .config import DraftParams, ModelParams, SamplingParams
 from .errors import UserError
 from .kernels import warmup
-from .llama import loading
 from .progress import steps as progress_steps
 from .spec import autotune, costs, loop
 from .spec.generation import Generation
@@ -77,6 +76,8 @@ class Engine:
         else:
             named = {"target": target, "draft": draft}
             params = ModelParams(**{k: v for k, v in named.items() if v is not None}, **settings)
+        from .llama import loading  # here: importing the package must not load llama_cpp
+
         t, d = loading.open_pair(params, progress=progress)
         engine = cls(t, d, chat_template=t.chat_template())
         try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import test_exactness as T  # noqa: E402
+import law_harness as T  # noqa: E402
 
 
 

@@ -2,7 +2,7 @@
 
 A ``MarkovModel`` of order m returns, after any context, the logits row ``table[last m
 tokens]``.  The exact law of the first n generated tokens is therefore a product of n rows,
-which is what the exactness harness (test_exactness.py) compares the engine against.  The
+which is what the exactness harness (law_harness.py) compares the engine against.  The
 fake enforces the same contract as ``backend.LlamaModel`` (sequence limit, context limit,
 parents before children, rows invalid after the next call), so an engine bug that the real
 backend would reject fails here too.  Order 2 makes a row depend on the node's parent as

@@ -1,0 +1,259 @@
+"""The exactness harness: Markov fake pairs with a known exact output law, the grids of
+configurations the law tests run (methods, tree policies, temperatures, room regimes, cost
+regimes), and the checks (``check_law``).  Used by test_exactness.py, test_constraint.py and
+scripts/exactness_report.py; a helper module, not a test file.
+Exactness through the engine, at scale, on Markov fake models (see fake_models.py).
+
+With an order-2 Markov target the exact law of the first ``N_TOKENS`` generated tokens is a
+product of processed rows, so the real engine — tree growth, pruning, verification, commits,
+the pending draft chain — can be checked against it for every method, tree policy, room
+regime and temperature.  Each configuration runs the engine ``RUNS`` times (seeds 0..RUNS-1)
+and checks:
+
+1. every emitted sequence has positive probability;
+2. a chi-square test of the joint law of the first ``N_TOKENS`` tokens (cells expected below
+   5 merged), p >= ``ALPHA``;
+3. a binomial z-test of every conditional ``P(next | prefix)`` with at least 5 expected
+   counts on both sides, Bonferroni-corrected over the cells tested, p >= ``ALPHA``.  Given
+   the prefix count ``n``, the count of ``prefix + x`` is Binomial(n, p(x | prefix)) exactly
+   when the engine is exact, so the test is valid whatever ``n`` turns out to be.
+
+Sizing.  Test 3 detects (with probability 1/2) a shift ``d`` of a conditional probability
+``pi`` once ``d >= z * sqrt(pi (1 - pi) / n)``, ``z = Phi^-1(1 - ALPHA / (2 m))`` for ``m``
+cells (m <= 150 here, z <= 5.4).  With ``RUNS = 1600``, at the first token (n = 1600) that is
+``d = 0.041`` at pi = 0.1 and 0.068 at pi = 0.5; a conditional whose prefix occurs in a
+quarter of the runs detects twice those shifts.  The pruning bias this harness was built
+against shifts 0.9 to 0.94.  Detecting a 1% shift of every conditional with pi >= 0.1 needs
+about ``(5.4 + 1.3)^2 * 0.25 / 0.01^2 = 112,000`` visits of its prefix; set
+``RESISPEC_EXACTNESS_RUNS`` (e.g. 200000) for that full-power run, which takes hours on two
+cores, not seconds.  The seeds are fixed, so the suite is deterministic; ``ALPHA = 1e-5``
+keeps an unlucky seed set unlikely when a change reorders the engine's random draws.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+from scipy import stats
+
+from fake_models import MarkovModel, random_rows
+from resispec_gguf.kernels import sampling
+from resispec_gguf.spec.autotune import AutoTuner, CostCurve
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.engine import Engine
+
+ALPHA = 1e-5
+RUNS = int(os.environ.get("RESISPEC_EXACTNESS_RUNS", "1600"))
+N_TOKENS = 4
+V = 6
+EOG = 5
+PROMPT = [1, 2, 3, 1]
+# repeats itself, so context lookup finds candidates (the law depends on the last 2 tokens only)
+LOOKUP_PROMPT = [0, 2, 4, 1, 3, 2, 1, 0, 4, 3, 1]
+
+TEMPERATURES = {
+    "T1": SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+    "T0.6-filters": SamplingParams(temperature=0.6, top_k=3, top_p=0.9, min_p=0.05),
+    "T0.01": SamplingParams(temperature=0.01, top_k=0, top_p=1.0, min_p=0.0),
+}
+# room regimes, for a prompt of n tokens: (target n_ctx, draft n_ctx, draft n_seq_max, plain
+# steps before speculating)
+ROOMS = {
+    "ample": lambda n: (256, 256, 98, 0),
+    # the tree gets 4 target rows at the first step and fewer after, down to none
+    "target-room": lambda n: (n + N_TOKENS, 256, 98, 0),
+    # 2 draft rows per step at most, and then none at all once the draft's context is full
+    "draft-room": lambda n: (256, n + 2, 4, 0),
+    # auto runs two plain steps first: the draft catches up on a 3-token pending chain,
+    # which eats into its 5 rows
+    "pending-chain": lambda n: (256, 256, 6, 2),
+}
+METHODS = ("chain", "specinfer", "rrs", "resispec")
+ROWS = (1, 2, 4, 8, 16, 32)
+FLAT = CostCurve(ROWS, (1.0,) * len(ROWS))  # a batch costs what one row costs (a GPU)
+CPU_T = CostCurve(ROWS, (1.0, 1.3, 1.7, 3.0, 3.8, 7.0))  # the 2-core CPU's target
+CPU_D = CostCurve(ROWS, (0.44, 0.55, 0.75, 1.3, 1.7, 3.1))
+
+
+def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3):
+    rows_t = random_rows(V, 2, seed, scale=1.3)
+    rng = np.random.default_rng(seed + 100)
+    rows_d = {}
+    for ctx, r in rows_t.items():
+        d = (r + rng.standard_normal(V).astype(np.float32) * 1.2).astype(np.float32)
+        if sum(ctx) % 3 == 0:  # far-apart logits: at T = 0.01 their weights underflow to 0
+            d[rng.choice(V, 3, replace=False)] -= 20.0
+        d.flags.writeable = False
+        rows_d[ctx] = d
+    target = MarkovModel(rows_t, V, order=2, n_ctx=target_ctx, eog=(EOG,), name="t")
+    draft = MarkovModel(rows_d, V, order=2, n_ctx=draft_ctx, n_seq_max=draft_seq, eog=(EOG,), name="d")
+    return target, draft
+
+
+def exact_law(target: MarkovModel, prompt, sp: SamplingParams, n: int) -> dict[tuple, float]:
+    """``{sequence: probability}`` of the first ``n`` tokens; a sequence ending in EOG stops."""
+    law: dict[tuple, float] = {}
+
+    def rec(prefix, prob):
+        if len(prefix) == n:
+            law[prefix] = prob
+            return
+        row = target.row(list(prompt) + list(prefix))
+        if sp.greedy:
+            p = np.zeros(V)
+            p[int(np.argmax(row))] = 1.0
+        else:
+            p = sampling.probs_dense(row, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        for x in np.flatnonzero(p):
+            if x == EOG:
+                law[prefix + (EOG,)] = prob * p[x]
+            else:
+                rec(prefix + (int(x),), prob * p[x])
+
+    rec((), 1.0)
+    return law
+
+
+class _ScriptedPlan:
+    """A fixed tree shape in auto's clothes: no cost-based limits."""
+
+    kind = "draft"
+    arm = "scripted"
+    cost = 1.0
+    value = 1.0
+
+    def __init__(self, params):
+        self.params = params
+
+    def width(self, level, scores):
+        return len(scores)
+
+    def leaves(self, expanded_scores, leaf_scores):
+        return len(leaf_scores)
+
+
+class _ScriptedTuner(AutoTuner):
+    """Stands in for auto's tuner: plain decoding for the first steps, then one tree shape."""
+
+    def __init__(self, plain_steps, dp):
+        super().__init__(FLAT, FLAT, dp)
+        self.left, self.dp = plain_steps, dp
+
+    def choose(self, pending=1):
+        if self.left > 0:
+            self.left -= 1
+            return None
+        return _ScriptedPlan(self.dp)
+
+    def observe_step(self, plan, tokens, seconds):
+        pass
+
+    def observe_children(self, plan, mean_children):
+        pass
+
+
+def sample(engine: Engine, sp: SamplingParams, dp: DraftParams, runs: int, plain_steps: int = 0) -> Counter:
+    if plain_steps:
+        engine._tuner = lambda _auto, spec=dp: _ScriptedTuner(plain_steps, spec)
+        dp = dp.replace(method="auto")
+    prompt = LOOKUP_PROMPT if dp.lookup or dp.method == "auto" else PROMPT
+    counts: Counter = Counter()
+    for seed in range(runs):
+        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
+        counts[seq] += 1
+    return counts
+
+
+def check_law(counts: Counter, law: dict[tuple, float], label: str) -> dict:
+    """Tests 1-3 of the module docstring; returns the p-values."""
+    runs = sum(counts.values())
+    impossible = [s for s in counts if law.get(s, 0.0) <= 0.0]
+    assert not impossible, f"{label}: emitted sequences of probability 0: {impossible[:3]}"
+    # 2. joint law
+    cells = sorted(law, key=lambda s: -law[s])
+    big = [s for s in cells if law[s] * runs >= 5]
+    obs = [counts.get(s, 0) for s in big]
+    exp = [law[s] * runs for s in big]
+    rest_obs, rest_exp = runs - sum(obs), runs - sum(exp)
+    if rest_exp >= 5:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    elif obs:
+        obs[-1] += rest_obs
+        exp[-1] += rest_exp
+    p_joint = stats.chisquare(obs, exp).pvalue if len(obs) > 1 else 1.0
+    # 3. every conditional with enough data
+    prefix_count: Counter = Counter()
+    prefix_prob: dict[tuple, float] = {}
+    for s, c in counts.items():
+        for i in range(len(s) + 1):
+            prefix_count[s[:i]] += c
+    for s, pr in law.items():
+        for i in range(len(s) + 1):
+            prefix_prob[s[:i]] = prefix_prob.get(s[:i], 0.0) + pr
+    zs = []
+    for s, pr in prefix_prob.items():
+        if not s:
+            continue
+        h = s[:-1]
+        n = prefix_count.get(h, 0)
+        if n == 0 or prefix_prob[h] <= 0.0:
+            continue
+        pi = pr / prefix_prob[h]
+        if n * pi >= 5 and n * (1 - pi) >= 5:
+            zs.append((prefix_count.get(s, 0) - n * pi) / np.sqrt(n * pi * (1 - pi)))
+    m = max(1, len(zs))
+    z_max = max((abs(z) for z in zs), default=0.0)
+    p_cond = min(1.0, m * 2 * stats.norm.sf(z_max))
+    assert p_joint >= ALPHA and p_cond >= ALPHA, f"{label}: joint p = {p_joint:.2e}, conditional p = {p_cond:.2e} (m = {m})"
+    return {"joint": p_joint, "conditional": p_cond, "cells": m}
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+# The stochastic grid.  Each case builder returns ``(engine, target, prompt, sp, dp, plain
+# steps)``; the tests below and scripts/exactness_report.py both run them.
+LOOKUP_ROOMS = ("ample", "target-room")
+COST_REGIMES = {"gpu": (FLAT, FLAT), "cpu": (CPU_T, CPU_D), "gpu no draft": (FLAT, None)}
+TREE_GRID = (METHODS, ("budget", "static"), tuple(TEMPERATURES), tuple(ROOMS))
+LOOKUP_GRID = (METHODS + ("lookup only",), ("T1", "T0.6-filters"), LOOKUP_ROOMS)
+AUTO_GRID = (tuple(COST_REGIMES), tuple(TEMPERATURES), LOOKUP_ROOMS)
+
+
+def tree_case(method, policy, temp, room):
+    target_ctx, draft_ctx, draft_seq, plain = ROOMS[room](len(PROMPT))
+    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy)
+    return Engine(target, draft), target, PROMPT, TEMPERATURES[temp], dp, plain
+
+
+def lookup_case(method, temp, room):
+    target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
+    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+    if method == "lookup only":
+        engine, method = Engine(target, None), "chain"
+    else:
+        engine = Engine(target, draft)
+    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=True)
+    return engine, target, LOOKUP_PROMPT, TEMPERATURES[temp], dp, 0
+
+
+def auto_case(costs, temp, room):
+    target_ctx, draft_ctx, draft_seq, _ = ROOMS[room](len(LOOKUP_PROMPT))
+    target, draft = _pair(target_ctx, draft_ctx, draft_seq)
+    curves = COST_REGIMES[costs]
+    engine = Engine(target, None if curves[1] is None else draft, cost_curves=curves)
+    dp = DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
+    return engine, target, LOOKUP_PROMPT, TEMPERATURES[temp], dp, 0
+
+
+def run_case(case, label: str) -> dict:
+    """Sample a case RUNS times and check it against its exact law (``check_law``)."""
+    engine, target, prompt, sp, dp, plain = case
+    counts = sample(engine, sp, dp, RUNS, plain)
+    return check_law(counts, exact_law(target, prompt, sp, N_TOKENS), label)
