@@ -235,3 +235,12 @@ class Clocked:
     def decode(self, tokens, parents, want_logits=None):
         self.clock[0] += self.curve(len(tokens))
         return self.m.decode(tokens, parents, want_logits)
+
+
+def noisy_markov_pair(n_vocab, *, eog, n_ctx=256, seed=3, noise=0.3):
+    """An order-1 ``(target, draft)`` pair whose draft is the target plus Gaussian noise."""
+    rows = random_rows(n_vocab, 1, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    noisy = {ctx: (r + rng.normal(0, noise, n_vocab)).astype(np.float32) for ctx, r in rows.items()}
+    return (MarkovModel(rows, n_vocab, eog=(eog,), n_ctx=n_ctx, name="t"),
+            MarkovModel(noisy, n_vocab, eog=(eog,), n_ctx=n_ctx, name="d"))

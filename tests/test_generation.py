@@ -2,25 +2,14 @@
 and absorbs the rows it gets; the loop owns every model call.  Driven here by hand, step by
 step, against Markov fakes."""
 
-import numpy as np
 import pytest
 
-from fake_models import MarkovModel, random_rows
+from fake_models import noisy_markov_pair
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.errors import ContextFullError
-from resispec_gguf.spec import loop
 from resispec_gguf.spec.generation import Commit, Decode, DraftSync, Generation, Room
 
 V = 8
-
-
-def _pair(n_ctx=256):
-    rows = random_rows(V, 1, seed=3)
-    target = MarkovModel(rows, V, eog=(7,), n_ctx=n_ctx, name="t")
-    noisy = {ctx: (r + np.random.default_rng(1).normal(0, 0.3, V)).astype(np.float32) for ctx, r in rows.items()}
-    draft = MarkovModel(noisy, V, eog=(7,), n_ctx=n_ctx, name="d")
-    return target, draft
 
 
 def _generation(target, dp, seed=5, max_tokens=12, has_draft=True):
@@ -66,9 +55,9 @@ def _drive_by_hand(gen, target, draft):
 @pytest.mark.parametrize("method", ["none", "chain", "resispec", "rrs"])
 def test_driving_plan_and_absorb_by_hand_is_the_engine(method):
     dp = DraftParams(method=method, draws=2, depth=3, budget=6)
-    target, draft = _pair()
+    target, draft = noisy_markov_pair(8, eog=7)
     by_hand, kinds = _drive_by_hand(_generation(target, dp), target, draft)
-    t2, d2 = _pair()
+    t2, d2 = noisy_markov_pair(8, eog=7)
     engine = Engine(t2, d2, cost_curves=(None, None))
     res = engine.generate([1, 2, 3], SamplingParams(temperature=0.9, max_tokens=12, seed=5), dp)
     assert by_hand == res.tokens
@@ -79,7 +68,7 @@ def test_driving_plan_and_absorb_by_hand_is_the_engine(method):
 
 
 def test_plan_ends_the_reply_when_the_context_is_full():
-    target, draft = _pair()
+    target, draft = noisy_markov_pair(8, eog=7)
     gen = _generation(target, DraftParams(method="chain"))
     gen.started(0, 0.0)
     plan = gen.plan(Room(target_ctx=10, target_past=9))
@@ -89,7 +78,7 @@ def test_plan_ends_the_reply_when_the_context_is_full():
 
 
 def test_a_plain_step_wants_one_target_row_and_keeps_it():
-    target, draft = _pair()
+    target, draft = noisy_markov_pair(8, eog=7)
     gen = _generation(target, DraftParams(method="none"), has_draft=False)
     target.sync_prefix(gen.prompt)
     gen.started(0, 0.0)
@@ -98,19 +87,3 @@ def test_a_plain_step_wants_one_target_row_and_keeps_it():
     assert done.value.value == Decode([3], [-1])
     commit = gen.absorb(target.decode([3], [-1]))
     assert commit == Commit([0])
-
-
-def test_the_loop_refuses_a_prompt_that_cannot_fit():
-    target, draft = _pair(n_ctx=3)
-    gen = _generation(target, DraftParams(method="none"))
-    with pytest.raises(ContextFullError):
-        list(loop.run(gen, target, draft))
-
-
-def test_the_loop_counts_every_model_call():
-    target, draft = _pair()
-    gen = _generation(target, DraftParams(method="chain", depth=3, budget=4))
-    list(loop.run(gen, target, draft))
-    st = gen.stats
-    assert st.target_calls == target.calls and st.draft_calls == draft.calls
-    assert st.steps == st.target_calls and st.steps_by_kind == {"draft": st.steps}

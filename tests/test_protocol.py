@@ -1,0 +1,28 @@
+"""``spec.protocol``: the seams.  The llama.cpp backend and the Markov fakes both satisfy
+``ModelBackend``; a grammar's state and the fakes' path constraint satisfy the constraint
+protocols; an object missing a method does not."""
+
+from fake_models import MarkovModel, PathConstraint, random_rows
+from resispec_gguf.spec.protocol import Constraint, ConstraintState, ModelBackend
+
+
+def test_the_fakes_and_the_backend_are_model_backends(engine):
+    assert isinstance(MarkovModel(random_rows(4, 1, seed=0), 4), ModelBackend)
+    assert isinstance(engine.target, ModelBackend) and isinstance(engine.draft, ModelBackend)
+
+
+def test_constraints_and_their_states(engine):
+    grammar = engine.compile_constraint(json_schema={"type": "boolean"})
+    assert isinstance(grammar, Constraint) and isinstance(grammar.start(), ConstraintState)
+    fake = PathConstraint(6, 5)
+    assert isinstance(fake, Constraint) and isinstance(fake.start(), ConstraintState)
+
+
+def test_an_object_without_the_seam_is_not_a_backend():
+    class Half:
+        n_vocab = n_ctx = n_seq_max = n_threads = 4
+
+        def decode(self, tokens, parents, want_logits=None):
+            return []
+
+    assert not isinstance(Half(), ModelBackend)
