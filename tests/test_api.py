@@ -3,7 +3,7 @@ finish-reason vocabulary."""
 
 import pytest
 
-from resispec_gguf.surfaces import api
+from resispec_gguf.surfaces import shapes
 from resispec_gguf.surfaces.api import create_chat_completion
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams
 
@@ -32,5 +32,5 @@ def test_unset_sampling_arguments_take_the_settings_defaults(engine):
 
 
 def test_finish_reasons_in_openai_terms():
-    assert [api.finish_reason(r) for r in ("eos", "stop", "length")] == ["stop", "stop", "length"]
-    assert api.finish_reason("interrupted") == "interrupted"  # OpenAI has no word for it
+    assert [shapes.finish_reason(r) for r in ("eos", "stop", "length")] == ["stop", "stop", "length"]
+    assert shapes.finish_reason("interrupted") == "interrupted"  # OpenAI has no word for it

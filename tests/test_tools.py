@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from resispec_gguf.surfaces import api
+from resispec_gguf.surfaces import shapes
 from resispec_gguf.assist import tools
 from resispec_gguf.config import DraftParams, SamplingParams
 
@@ -115,7 +115,7 @@ def test_hermes_parse_and_hold_back():
 def test_streamed_calls_reassemble():
     calls = [tools.ToolCall("call_1", "add", '{"a": 1}'), tools.ToolCall("call_2", "get_weather", '{"city": "x"}')]
     merged: dict[int, dict] = {}
-    for entries in api.tool_call_deltas(calls):
+    for entries in shapes.tool_call_deltas(calls):
         for d in entries:
             m = merged.setdefault(d["index"], {"arguments": ""})
             m.update({k: d[k] for k in ("id", "type") if k in d})
