@@ -337,8 +337,9 @@ def prepare_messages(messages: Messages, req: ToolRequest | None, fmt: HermesFor
     messages = check_tool_messages(messages)
     shown = req is not None and req.active
     if not isinstance(fmt, GenericFormat):
-        tools = [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed] if shown else None
-        return Messages(messages), tools
+        if not shown:
+            return Messages(messages), None
+        return Messages(messages), [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed]
     out = [_as_text(m, fmt) for m in messages]
     written = [b is not a for a, b in zip(messages, out)]  # rewritten here: check their text
     if shown:

@@ -95,7 +95,8 @@ class _Server:
         self.api_key = params.api_key
         self.max_queue = params.max_queue
         self.worker = Worker()
-        self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="resispec-tokenize")
+        self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS,
+                                                               thread_name_prefix="resispec-tokenize")
         self.n_ctx = int(engine.n_ctx)
         self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
         self.has_fim = engine.fim_tokens is not None
