@@ -243,15 +243,13 @@ class _Server:
     def _answer(self, job: Job, event) -> Response:
         """The response to a job whose first event is a piece or its result."""
         req = job.req
+        meta = new_meta(self.model_name, chat=req.kind == "chat")
         if req.stream:
-            if req.kind == "infill":
-                return _SSEResponse(self._infill_events(job, event), job)
-            meta = new_meta(self.model_name, chat=req.kind == "chat")
-            return _SSEResponse(self._events(job, meta, event), job)
+            events = self._infill_events(job, event) if req.kind == "infill" else self._events(job, meta, event)
+            return _SSEResponse(events, job)
         if req.kind == "infill":
             return JSONResponse(self._infill_object(req, event[1]))
         lp = self._logprobs_formatter(req)
-        meta = new_meta(self.model_name, chat=req.kind == "chat")
         return JSONResponse(completion_object(req.kind == "chat", meta, event[1], job.plan,
                                               logprobs=lp and lp.format(event[1].logprobs)))
 
