@@ -95,6 +95,106 @@ def _schema(name):
     return next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
 
 
+class Tally:
+    """Passes and tries per check, printed as they come."""
+
+    def __init__(self):
+        self.counts: dict[str, list[int]] = {}
+
+    def __call__(self, name, ok):
+        entry = self.counts.setdefault(name, [0, 0])
+        entry[0] += bool(ok)
+        entry[1] += 1
+        print(f"  {name}: {'ok' if ok else 'FAILED'}", flush=True)
+
+    def report(self) -> bool:
+        """Print the totals; True when anything failed."""
+        failed = False
+        for name, (good, total) in self.counts.items():
+            print(f"{name:<32} {good}/{total}")
+            failed |= good < total
+        return failed
+
+
+def _valid_call(message, expected: str | None) -> bool:
+    """A finished reply's first call names an offered function (``expected``, if given) with
+    arguments valid under its schema."""
+    call = message.tool_calls[0]
+    try:
+        jsonschema.validate(json.loads(call.function.arguments), _schema(call.function.name))
+    except (jsonschema.ValidationError, KeyError, StopIteration, json.JSONDecodeError):
+        return False
+    return expected is None or call.function.name == expected
+
+
+def check_forced_calls(client, kw, seed, count, prompt, expected):
+    """Forced calls (required and named) on one prompt; the first valid reply, for the round trip."""
+    msgs = [{"role": "user", "content": prompt}]
+    first = None
+    for choice in ("required", {"type": "function", "function": {"name": expected}}):
+        named = isinstance(choice, dict)
+        ch = client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice=choice, seed=seed, **kw).choices[0]
+        ok = ch.finish_reason == "tool_calls" and ch.message.tool_calls
+        if ok:
+            ok = _valid_call(ch.message, expected if named else None)
+            first = first or (msgs, ch.message)
+        count("forced tool call valid" + (" (named)" if named else " (required)"), ok)
+    return first
+
+
+def check_streamed_call(client, kw, seed, count, prompt):
+    """A streamed forced call reassembles to exactly the non-streamed one (same seed)."""
+    msgs = [{"role": "user", "content": prompt}]
+    chunks = list(client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice="required",
+                                                 seed=seed, stream=True, **kw))
+    whole = client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice="required", seed=seed,
+                                           **kw).choices[0]
+    calls: dict[int, list[str]] = {}
+    for c in chunks:
+        for d in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            entry = calls.setdefault(d.index, ["", ""])
+            entry[0] += d.function.name or ""
+            entry[1] += d.function.arguments or ""
+    expected_calls = [[t.function.name, t.function.arguments] for t in whole.message.tool_calls or []]
+    count("streamed call reassembles", expected_calls and [calls[i] for i in sorted(calls)] == expected_calls)
+
+
+def check_round_trip(client, kw, seed, count, first_call):
+    """A tool result sent back gives a text answer."""
+    msgs, message = first_call
+    call = message.tool_calls[0]
+    back = msgs + [message.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"result": "ok, 21"})}]
+    r = client.chat.completions.create(messages=back, tools=TOOLS, seed=seed, **kw).choices[0]
+    count("tool result -> text answer", r.finish_reason == "stop" and (r.message.content or "").strip()
+          and not r.message.tool_calls)
+
+
+def check_parse(client, kw, seed, count):
+    """``parse(response_format=PydanticModel)`` returns the parsed object."""
+    for model, prompt in PARSE_CASES:
+        try:
+            r = client.chat.completions.parse(messages=[{"role": "user", "content": prompt}], response_format=model,
+                                              seed=seed, **kw)
+            ok = isinstance(r.choices[0].message.parsed, model)
+        except Exception as e:  # a length cut raises in parse(): a failure
+            print(f"parse {model.__name__} seed {seed}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
+            ok = False
+        count("parse(PydanticModel)", ok)
+
+
+def check_json_object(client, kw, seed, count):
+    """A ``json_object`` reply parses as a JSON object."""
+    r = client.chat.completions.create(messages=[{"role": "user", "content": "List three fruits and their colours "
+                                                                             "as a JSON object."}],
+                                       response_format={"type": "json_object"}, seed=seed, **kw).choices[0]
+    try:
+        ok = r.finish_reason == "stop" and isinstance(json.loads(r.message.content), dict)
+    except json.JSONDecodeError:
+        ok = False
+    count("json_object parses", ok)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
@@ -107,78 +207,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     client = OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=600, max_retries=0)
     kw = dict(model=args.model, temperature=args.temperature, max_tokens=args.max_tokens)
-    tally: dict[str, list[int]] = {}
-
     only = set(args.only.split(","))
-
-    def count(name, ok):
-        tally.setdefault(name, [0, 0])
-        tally[name][0] += bool(ok)
-        tally[name][1] += 1
-        print(f"  {name}: {'ok' if ok else 'FAILED'}", flush=True)
-
+    count = Tally()
     first_call = None
     for seed in range(args.seeds):
         for prompt, expected in TOOL_PROMPTS if "tools" in only else ():
-            msgs = [{"role": "user", "content": prompt}]
-            for choice in ("required", {"type": "function", "function": {"name": expected}}):
-                r = client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice=choice, seed=seed, **kw)
-                ch = r.choices[0]
-                ok = ch.finish_reason == "tool_calls" and ch.message.tool_calls
-                if ok:
-                    call = ch.message.tool_calls[0]
-                    try:
-                        jsonschema.validate(json.loads(call.function.arguments), _schema(call.function.name))
-                    except (jsonschema.ValidationError, KeyError, StopIteration, json.JSONDecodeError):
-                        ok = False
-                    if isinstance(choice, dict) and call.function.name != expected:
-                        ok = False
-                    first_call = first_call or (msgs, ch.message)
-                count("forced tool call valid" + (" (named)" if isinstance(choice, dict) else " (required)"), ok)
-            chunks = list(client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice="required",
-                                                         seed=seed, stream=True, **kw))
-            whole = client.chat.completions.create(messages=msgs, tools=TOOLS, tool_choice="required", seed=seed,
-                                                   **kw).choices[0]
-            calls: dict[int, list[str]] = {}
-            for c in chunks:
-                for d in (c.choices[0].delta.tool_calls or []) if c.choices else []:
-                    entry = calls.setdefault(d.index, ["", ""])
-                    entry[0] += d.function.name or ""
-                    entry[1] += d.function.arguments or ""
-            expected_calls = [[t.function.name, t.function.arguments] for t in whole.message.tool_calls or []]
-            count("streamed call reassembles", expected_calls and [calls[i] for i in sorted(calls)] == expected_calls)
+            found = check_forced_calls(client, kw, seed, count, prompt, expected)
+            first_call = first_call or found
+            check_streamed_call(client, kw, seed, count, prompt)
         if first_call is not None and "tools" in only:
-            msgs, message = first_call
-            call = message.tool_calls[0]
-            back = msgs + [message.model_dump(exclude_none=True),
-                           {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"result": "ok, 21"})}]
-            r = client.chat.completions.create(messages=back, tools=TOOLS, seed=seed, **kw).choices[0]
-            count("tool result -> text answer", r.finish_reason == "stop" and (r.message.content or "").strip()
-                  and not r.message.tool_calls)
-        for model, prompt in PARSE_CASES if "parse" in only else ():
-            try:
-                r = client.chat.completions.parse(messages=[{"role": "user", "content": prompt}], response_format=model,
-                                                  seed=seed, **kw)
-                ok = isinstance(r.choices[0].message.parsed, model)
-            except Exception as e:  # a length cut raises in parse(): a failure
-                print(f"parse {model.__name__} seed {seed}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
-                ok = False
-            count("parse(PydanticModel)", ok)
-        if "json" not in only:
-            continue
-        r = client.chat.completions.create(messages=[{"role": "user", "content": "List three fruits and their colours "
-                                                                                 "as a JSON object."}],
-                                           response_format={"type": "json_object"}, seed=seed, **kw).choices[0]
-        try:
-            ok = r.finish_reason == "stop" and isinstance(json.loads(r.message.content), dict)
-        except json.JSONDecodeError:
-            ok = False
-        count("json_object parses", ok)
-    failed = False
-    for name, (good, total) in tally.items():
-        print(f"{name:<32} {good}/{total}")
-        failed |= good < total
-    return 1 if failed else 0
+            check_round_trip(client, kw, seed, count, first_call)
+        if "parse" in only:
+            check_parse(client, kw, seed, count)
+        if "json" in only:
+            check_json_object(client, kw, seed, count)
+    return 1 if count.report() else 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""OpenAI-shaped results (api.py): ``create_chat_completion`` on the tiny pair and the
-finish-reason vocabulary."""
+"""The in-process API (api.py): ``create_chat_completion`` on the tiny pair, its stream chunk
+by chunk (and, on a scripted engine, streamed tool calls), and the finish-reason
+vocabulary."""
 
 import pytest
 
-from resispec_gguf.surfaces import api
-from resispec_gguf.surfaces.api import create_chat_completion
+from resispec_gguf.assist import tools
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams
+from resispec_gguf.engine import Result, Stats
+from resispec_gguf.surfaces import shapes
+from resispec_gguf.surfaces.api import create_chat_completion
 
 
 def test_create_chat_completion_shapes(engine):
@@ -32,5 +35,117 @@ def test_unset_sampling_arguments_take_the_settings_defaults(engine):
 
 
 def test_finish_reasons_in_openai_terms():
-    assert [api.finish_reason(r) for r in ("eos", "stop", "length")] == ["stop", "stop", "length"]
-    assert api.finish_reason("interrupted") == "interrupted"  # OpenAI has no word for it
+    assert [shapes.finish_reason(r) for r in ("eos", "stop", "length")] == ["stop", "stop", "length"]
+    assert shapes.finish_reason("interrupted") == "interrupted"  # OpenAI has no word for it
+
+
+# ---------------------------------------------------------------------------------- streaming
+
+MSGS = [{"role": "user", "content": "Hi"}]
+ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+
+
+def _choice(chunk):
+    (choice,) = chunk["choices"]
+    return choice
+
+
+def test_stream_chunk_sequence(engine):
+    """The role chunk, content chunks, then the finish chunk with usage and the speculative
+    extra; one id, one object type; the text and figures of the non-streamed reply."""
+    kw = dict(temperature=0.0, max_tokens=12, draft=DraftParams(method="none"))
+    whole = create_chat_completion(engine, MSGS, **kw)
+    chunks = list(create_chat_completion(engine, MSGS, **kw, stream=True))
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "resispec-gguf" for c in chunks)
+    first, *middle, last = chunks
+    assert _choice(first) == {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None}
+    assert middle and all(set(_choice(c)["delta"]) == {"content"} and _choice(c)["delta"]["content"]
+                          and _choice(c)["finish_reason"] is None for c in middle)
+    assert all("usage" not in c and "speculative" not in c for c in chunks[:-1])
+    assert _choice(last) == {"index": 0, "delta": {}, "logprobs": None,
+                             "finish_reason": whole["choices"][0]["finish_reason"]}
+    assert "".join(_choice(c)["delta"]["content"] for c in middle) == whole["choices"][0]["message"]["content"]
+    assert last["usage"] == whole["usage"]
+    assert last["speculative"]["tokens"] == whole["speculative"]["tokens"] == whole["usage"]["completion_tokens"]
+
+
+def test_streamed_logprobs_ride_on_their_chunks(engine):
+    kw = dict(temperature=0.8, seed=4, max_tokens=12, logprobs=True, top_logprobs=2, draft=DraftParams(method="none"))
+    whole = create_chat_completion(engine, MSGS, **kw)["choices"][0]["logprobs"]["content"]
+    chunks = list(create_chat_completion(engine, MSGS, **kw, stream=True))
+    assert _choice(chunks[0])["logprobs"] is None  # the role chunk has no token
+    streamed = []
+    for c in chunks[1:]:
+        lp = _choice(c)["logprobs"]
+        if lp is not None:
+            assert lp["refusal"] is None and lp["content"]
+            streamed += lp["content"]
+    assert streamed == whole
+    assert all(len(item["top_logprobs"]) == 2 for item in streamed)
+
+
+class ScriptedEngine:
+    """What ``create_chat_completion`` asks of an engine, replying with scripted pieces."""
+
+    def __init__(self, pieces, finish_reason="eos"):
+        self.pieces, self.finish_reason = pieces, finish_reason
+        self.last_result = None
+        self.constraint = None
+
+    def tool_format(self):
+        return tools.HermesFormat()
+
+    def chat_tokens(self, messages, tools=None):
+        return [1, 2, 3]
+
+    def compile_constraint(self, **kw):
+        return ("compiled", kw)
+
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+        self.constraint = constraint
+        try:
+            yield from self.pieces
+        finally:
+            n = len(self.pieces)
+            stats = Stats(method="none", prompt_tokens=len(prompt), tokens=n)
+            self.last_result = Result(tokens=[7] * n, text="".join(self.pieces), finish_reason=self.finish_reason,
+                                      stats=stats, seed=0)
+
+    def generate(self, prompt, sampling=None, draft=None, constraint=None, logprobs=None):
+        for _ in self.stream(prompt, sampling, draft, constraint=constraint):
+            pass
+        return self.last_result
+
+
+CALL_TEXT = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+
+
+def test_streamed_tool_calls_follow_the_content_before_them():
+    text = "Adding. " + CALL_TEXT
+    engine = ScriptedEngine([text[:11], text[11:40], text[40:]])  # "Adding. <to", ...
+    chunks = list(create_chat_completion(engine, MSGS, tools=[ADD], stream=True))
+    assert engine.constraint[0] == "compiled" and "grammar" in engine.constraint[1]
+    deltas = [_choice(c)["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant", "content": ""}
+    assert deltas[1] == {"content": "Adding. "}  # the call marker is held back from the first piece on
+    (head,), (args,) = deltas[2]["tool_calls"], deltas[3]["tool_calls"]
+    assert head["index"] == 0 and head["id"].startswith("call_") and head["type"] == "function"
+    assert head["function"] == {"name": "add", "arguments": ""}
+    assert args == {"index": 0, "function": {"arguments": '{"a": 1, "b": 2}'}}
+    assert deltas[4] == {} and _choice(chunks[4])["finish_reason"] == "tool_calls" and len(chunks) == 5
+    assert chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    # not streamed: the same call, the content before it
+    whole = create_chat_completion(ScriptedEngine(engine.pieces), MSGS, tools=[ADD])["choices"][0]
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["content"] == "Adding."
+    assert [c["function"] for c in whole["message"]["tool_calls"]] == [{"name": "add", "arguments": '{"a": 1, "b": 2}'}]
+
+
+def test_a_held_back_marker_that_is_no_call_comes_out_at_the_end():
+    engine = ScriptedEngine(["a <tool", "_call> is how it starts"], finish_reason="length")
+    chunks = list(create_chat_completion(engine, MSGS, tools=[ADD], stream=True))
+    deltas = [_choice(c)["delta"] for c in chunks]
+    assert deltas == [{"role": "assistant", "content": ""}, {"content": "a "},
+                      {"content": "<tool_call> is how it starts"}, {}]
+    assert _choice(chunks[-1])["finish_reason"] == "length"

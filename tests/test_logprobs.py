@@ -1,6 +1,6 @@
 """Logprobs: each emitted token's log-probability under the target at T = 1 before filters,
 read from the rows the step already has, equal to a plain sequential forward pass's
-log-softmax on the same text."""
+log-softmax on the same text; and their OpenAI shapes (``LogprobsFormatter``)."""
 
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ from scipy.special import log_softmax
 from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.errors import UserError
+from resispec_gguf.spec.stats import TokenLogprob
 
 
 def _reference(logits, token, n):
@@ -106,3 +107,37 @@ def test_logprobs_under_a_grammar_are_the_models_own(engine):
         full = log_softmax(ref[i].astype(np.float64))
         assert entry.logprob == pytest.approx(full[tok], abs=5e-4)
         np.testing.assert_allclose([lp for _, lp in entry.top], np.sort(full)[::-1][:3], atol=5e-4)
+
+
+# ---------------------------------------------------------------------------------- OpenAI's shapes
+
+PIECES = {1: b"He", 2: b"llo", 3: b" \xe2\x82", 4: b"\xac", 5: b"Hi"}
+
+
+def test_chat_logprobs_shape():
+    from resispec_gguf.surfaces.logprobs import MIN_LOGPROB, LogprobsFormatter
+
+    entries = [TokenLogprob(1, -0.25, ((1, -0.25), (5, -1.5))), TokenLogprob(3, -np.inf, ())]
+    out = LogprobsFormatter(True, PIECES.__getitem__).format(entries)
+    assert out == {"refusal": None, "content": [
+        {"token": "He", "logprob": -0.25, "bytes": [72, 101], "top_logprobs": [
+            {"token": "He", "logprob": -0.25, "bytes": [72, 101]}, {"token": "Hi", "logprob": -1.5, "bytes": [72, 105]}]},
+        # part of a character: its bytes as \xNN in the text, exactly in bytes; -inf as OpenAI's floor
+        {"token": " \\xe2\\x82", "logprob": MIN_LOGPROB, "bytes": [32, 226, 130], "top_logprobs": []},
+    ]}
+
+
+def test_completion_logprobs_shape_and_offsets():
+    from resispec_gguf.surfaces.logprobs import LogprobsFormatter
+
+    entries = [TokenLogprob(t, -float(t), ((t, -float(t)),) + (((5, -9.0),) if t != 5 else ())) for t in (1, 2, 3, 4, 5)]
+    out = LogprobsFormatter(False, PIECES.__getitem__).format(entries)
+    assert out["tokens"] == ["He", "llo", " \\xe2\\x82", "\\xac", "Hi"]
+    assert out["token_logprobs"] == [-1.0, -2.0, -3.0, -4.0, -5.0]
+    assert out["top_logprobs"][0] == {"He": -1.0, "Hi": -9.0} and out["top_logprobs"][4] == {"Hi": -5.0}
+    # "Hello €Hi": the euro sign's second token starts after the character it completes
+    assert out["text_offset"] == [0, 2, 5, 7, 7]
+    # chunk by chunk, the lists concatenate to those of one call
+    fmt = LogprobsFormatter(False, PIECES.__getitem__)
+    parts = [fmt.format(entries[:1]), fmt.format(entries[1:3]), fmt.format([]), fmt.format(entries[3:])]
+    assert {k: sum((p[k] for p in parts), []) for k in out} == out

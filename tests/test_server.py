@@ -4,14 +4,12 @@ the official ``openai`` client and by raw ``httpx`` requests.
 Three servers per module: the tiny model pair (``server``), the same pair behind an API key
 (``auth_server``), and a "slow" engine (the tiny pair's tokenizer and chat template with a fake
 generator that yields one piece every few milliseconds and records cancellation) to test the
-queue, client disconnects and unexpected errors deterministically.
+queue, client disconnects and unexpected errors deterministically (helpers in servers.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 
@@ -21,97 +19,18 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
-from resispec_gguf.engine import Engine, Result, Stats  # noqa: E402
 from resispec_gguf.surfaces.server import create_app  # noqa: E402
-
-MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
-
-
-@contextlib.contextmanager
-def _serve(app):
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per keep-alive request
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def _load(pair) -> Engine:
-    target, draft = pair
-    # one thread: on a busy machine llama.cpp's threads wait for each other for ages (a 4-token
-    # reply took 1.6 s with two threads beside two other busy processes, 2 ms with one)
-    return Engine.load(str(target), str(draft), n_ctx=512, n_threads=1, progress=False)
-
-
-class SlowEngine:
-    """A real engine's tokenizer and chat template around a fake, slow generator (anything
-    not defined here is the real engine's)."""
-
-    def __init__(self, real: Engine, delay: float = 0.01):
-        self.real = real
-        self.delay = delay
-        self.last_result = None
-        self.closed_early = threading.Event()
-        self.active = 0
-        self.max_active = 0
-        self.fail = False
-        self.tokenized = 0  # prompts tokenized (chat or text)
-        self.tokenize_delay = {}  # prompt text -> seconds its tokenization takes
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-    def chat_tokens(self, messages):
-        self.tokenized += 1
-        return self.real.chat_tokens(messages)
-
-    def text_tokens(self, text):
-        self.tokenized += 1
-        time.sleep(self.tokenize_delay.get(text, 0))
-        return self.real.text_tokens(text)
-
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
-        n, reason = 0, "stop"
-        try:
-            if self.fail:
-                self.fail = False
-                raise RuntimeError("boom")
-            for _ in range(sampling.max_tokens):
-                time.sleep(self.delay)
-                n += 1
-                yield "x"
-            reason = "length"
-        except GeneratorExit:
-            self.closed_early.set()
-            raise
-        finally:
-            self.active -= 1
-            stats = Stats(method=draft.method, prompt_tokens=len(prompt), tokens=n)
-            self.last_result = Result(tokens=[5] * n, text="x" * n, finish_reason=reason, stats=stats, seed=0)
+from servers import (MESSAGES, SlowEngine, api_error, load, read_until_content, serving, still_healthy,  # noqa: E402
+                     stream_text, wait_for)
 
 
 @pytest.fixture(scope="module")
 def engines(tiny_pair):
-    loaded = [_load(tiny_pair) for _ in range(3)]
+    loaded = [load(tiny_pair) for _ in range(3)]
     yield loaded
     for e in loaded:
         e.close()
@@ -121,7 +40,7 @@ def engines(tiny_pair):
 def server(engines):
     app = create_app(engines[0], model_name="tiny", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=48))
-    with _serve(app) as url:
+    with serving(app) as url:
         yield url
 
 
@@ -129,7 +48,7 @@ def server(engines):
 def auth_server(engines):
     app = create_app(engines[1], model_name="tiny", draft_params=DraftParams(method="none"),
                      sampling_defaults=SamplingParams(max_tokens=8), api_key="sekret")
-    with _serve(app) as url:
+    with serving(app) as url:
         yield url
 
 
@@ -138,7 +57,7 @@ def slow(engines):
     engine = SlowEngine(engines[2])
     app = create_app(engine, model_name="slow", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
-    with _serve(app) as url:
+    with serving(app) as url:
         yield url, app, engine
 
 
@@ -146,24 +65,6 @@ def slow(engines):
 def client(server):
     with openai.OpenAI(base_url=f"{server}/v1", api_key="x", max_retries=0, timeout=30) as c:
         yield c
-
-
-def _stream_text(stream):
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    return text, chunks
-
-
-def _error(r, status, param=None):
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert isinstance(err["message"], str) and err["message"]
-    if status < 500:
-        assert err["type"] == "invalid_request_error"
-    if param is not None:
-        assert err["param"] == param, err
-    return err
 
 
 # ---------------------------------------------------------------------------------- happy paths
@@ -175,7 +76,7 @@ def test_health_and_models(server, client):
     assert r["object"] == "list" and [m["id"] for m in r["data"]] == ["tiny"]
     assert [m.id for m in client.models.list()] == ["tiny"]
     assert client.models.retrieve("tiny").id == "tiny"
-    _error(httpx.get(f"{server}/v1/models/other"), 404, "model")
+    api_error(httpx.get(f"{server}/v1/models/other"), 404, "model")
 
 
 def test_chat_stream_matches_non_stream(client, engines):
@@ -193,7 +94,7 @@ def test_chat_stream_matches_non_stream(client, engines):
     assert full.usage.total_tokens == full.usage.prompt_tokens + full.usage.completion_tokens
     assert (choice.finish_reason == "length") == (full.usage.completion_tokens == 40)
 
-    text, chunks = _stream_text(client.chat.completions.create(**kw, stream=True,
+    text, chunks = stream_text(client.chat.completions.create(**kw, stream=True,
                                                                stream_options={"include_usage": True}))
     assert text == choice.message.content
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -207,7 +108,7 @@ def test_chat_stream_matches_non_stream(client, engines):
 
 
 def test_stream_without_usage_puts_stats_on_finish_chunk(client):
-    text, chunks = _stream_text(client.chat.completions.create(
+    text, chunks = stream_text(client.chat.completions.create(
         model="tiny", messages=MESSAGES, temperature=0, max_tokens=10, stream=True))
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     assert "speculative" in chunks[-1].model_extra
@@ -249,7 +150,7 @@ def test_seed_determinism_and_draft_overrides(client):
     b = client.chat.completions.create(**kw)
     assert a.choices[0].message.content == b.choices[0].message.content
     assert a.usage.completion_tokens == b.usage.completion_tokens
-    text, _ = _stream_text(client.chat.completions.create(**kw, stream=True))
+    text, _ = stream_text(client.chat.completions.create(**kw, stream=True))
     assert text == a.choices[0].message.content
     c = client.chat.completions.create(**kw, top_p=0.9, extra_body={
         "top_k": 20, "min_p": 0.01, "method": "chain", "depth": 2, "budget": 4, "draws": 2})
@@ -324,7 +225,7 @@ def test_bad_fields_are_400(server, stream):
         for route, body, param in BAD:
             body = {"stream": stream, **body}
             r = http.post(f"/v1/{'chat/completions' if route == 'chat' else 'completions'}", json=body)
-            _error(r, 400, param)
+            api_error(r, 400, param)
         assert http.get("/health").status_code == 200
 
 
@@ -332,13 +233,13 @@ def test_bad_fields_are_400(server, stream):
                                  b'{"prompt": "a", "temperature": NaN}', b"[" * 100_000])
 def test_malformed_bodies_are_400(server, raw):
     for route in ("chat/completions", "completions"):
-        _error(httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}), 400)
+        api_error(httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}), 400)
     assert httpx.get(f"{server}/health").status_code == 200
 
 
 def test_unknown_routes_and_methods(server):
-    assert _error(httpx.get(f"{server}/v1/nothing"), 404)["code"] == "not_found"
-    assert _error(httpx.get(f"{server}/v1/chat/completions"), 405)["code"] == "method_not_allowed"
+    assert api_error(httpx.get(f"{server}/v1/nothing"), 404)["code"] == "not_found"
+    assert api_error(httpx.get(f"{server}/v1/chat/completions"), 405)["code"] == "method_not_allowed"
 
 
 def test_prompt_longer_than_context_is_400(client, server):
@@ -350,7 +251,7 @@ def test_prompt_longer_than_context_is_400(client, server):
         with pytest.raises(openai.BadRequestError) as e:
             client.completions.create(model="tiny", prompt=long, stream=stream)
         assert e.value.code == "context_length_exceeded"
-    err = _error(httpx.post(f"{server}/v1/completions", json={"prompt": long}), 400, "prompt")
+    err = api_error(httpx.post(f"{server}/v1/completions", json={"prompt": long}), 400, "prompt")
     assert "context" in err["message"]
     assert client.completions.create(model="tiny", prompt="ok", max_tokens=2).choices
 
@@ -360,9 +261,9 @@ def test_prompt_longer_than_context_is_400(client, server):
 
 def test_api_key_required_on_v1(auth_server):
     assert httpx.get(f"{auth_server}/health").status_code == 200
-    assert _error(httpx.get(f"{auth_server}/v1/models"), 401)["code"] == "invalid_api_key"
-    _error(httpx.get(f"{auth_server}/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
-    _error(httpx.post(f"{auth_server}/v1/completions", json={"prompt": "a"}), 401)
+    assert api_error(httpx.get(f"{auth_server}/v1/models"), 401)["code"] == "invalid_api_key"
+    api_error(httpx.get(f"{auth_server}/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
+    api_error(httpx.post(f"{auth_server}/v1/completions", json={"prompt": "a"}), 401)
     ok = httpx.get(f"{auth_server}/v1/models", headers={"Authorization": "Bearer sekret"})
     assert ok.status_code == 200 and ok.json()["data"][0]["id"] == "tiny"
     with openai.OpenAI(base_url=f"{auth_server}/v1", api_key="wrong", max_retries=0) as bad:
@@ -376,22 +277,6 @@ def test_api_key_required_on_v1(auth_server):
 # ---------------------------------------------------------------------------------- concurrency
 
 
-def _wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
-def _read_until_content(lines):
-    """Consume SSE lines up to the first content chunk; keep ``lines`` referenced to keep the
-    stream open (a garbage-collected line iterator closes httpx's connection)."""
-    for line in lines:
-        if line.startswith("data: ") and '"content":"x"' in line:
-            return line
-    raise AssertionError("the stream ended without content")
-
-
 def test_client_disconnect_mid_stream_cancels_generation(slow):
     url, app, engine = slow
     engine.closed_early.clear()
@@ -400,11 +285,11 @@ def test_client_disconnect_mid_stream_cancels_generation(slow):
         with http.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
-            _read_until_content(lines)
+            read_until_content(lines)
             time.sleep(0.1)
             assert not engine.closed_early.is_set()  # still generating while the client is there
         assert engine.closed_early.wait(5), "the generation was not cancelled"
-        _wait_for(lambda: app.state.resispec.worker.inflight == 0)
+        wait_for(lambda: app.state.resispec.worker.inflight == 0)
         t = time.monotonic()
         r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "xxx"
@@ -417,7 +302,7 @@ def test_client_disconnect_while_waiting_non_streaming(slow):
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{url}/v1/completions", json={"prompt": "a", "max_tokens": 100_000}, timeout=0.5)
     assert engine.closed_early.wait(5)
-    _wait_for(lambda: app.state.resispec.worker.inflight == 0)
+    wait_for(lambda: app.state.resispec.worker.inflight == 0)
 
 
 def test_queue_full_is_503_and_queue_drains(slow):
@@ -433,19 +318,19 @@ def test_queue_full_is_503_and_queue_drains(slow):
         with http.stream("POST", "/v1/chat/completions",
                          json={"messages": MESSAGES, "stream": True, "max_tokens": 100_000}) as a:
             lines = a.iter_lines()
-            _read_until_content(lines)  # A runs
+            read_until_content(lines)  # A runs
             waiter = threading.Thread(target=queued)
             waiter.start()
-            _wait_for(lambda: worker.inflight == 2)  # B waits behind A (max_queue=1)
+            wait_for(lambda: worker.inflight == 2)  # B waits behind A (max_queue=1)
             for route, body in (("completions", {"prompt": "c"}), ("chat/completions", {"messages": MESSAGES})):
                 c = http.post(f"/v1/{route}", json=body)
                 assert c.headers["retry-after"] == "1"
-                assert _error(c, 503)["code"] == "queue_full"
+                assert api_error(c, 503)["code"] == "queue_full"
             assert "b" not in results
         waiter.join(10)  # closing A lets B run
     assert results["b"].status_code == 200 and results["b"].json()["choices"][0]["text"] == "xxxxx"
     assert engine.max_active == 1  # one generation at a time
-    _wait_for(lambda: worker.inflight == 0)
+    wait_for(lambda: worker.inflight == 0)
 
 
 def test_unexpected_error_is_500_and_server_survives(slow):
@@ -453,7 +338,7 @@ def test_unexpected_error_is_500_and_server_survives(slow):
     for stream in (False, True):
         engine.fail = True
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "stream": stream}, timeout=10)
-        err = _error(r, 500)
+        err = api_error(r, 500)
         assert err["type"] == "server_error" and err["code"] == "internal_error"
         assert "boom" not in r.text and "RuntimeError" not in r.text  # internals stay in the log
         ok = httpx.post(f"{url}/v1/completions", json={"prompt": "a", "max_tokens": 2}, timeout=10)
@@ -463,34 +348,19 @@ def test_unexpected_error_is_500_and_server_survives(slow):
 # ---------------------------------------------------------------------------------- hostile input
 # After every probe the server must still answer a normal request, correctly and within 2 s.
 
-_REFERENCE = {}
-
-
-def _still_healthy(url):
-    """A greedy plain-decoding completion: its text must match the first one this URL gave."""
-    body = {"prompt": "Once upon", "max_tokens": 4, "temperature": 0, "method": "none"}
-    t = time.monotonic()
-    r = httpx.post(f"{url}/v1/completions", json=body, timeout=10)
-    assert time.monotonic() - t < 2, "the server is slow to answer after the probe"
-    assert r.status_code == 200, r.text
-    text = r.json()["choices"][0]["text"]
-    assert text == _REFERENCE.setdefault(url, text)
-    return text
-
-
 @pytest.fixture(scope="module")
 def slow4(engines):
     """The slow engine behind a queue of four."""
     engine = SlowEngine(engines[2])
     app = create_app(engine, model_name="slow", draft_params=DraftParams(method="none"),
                      sampling_defaults=SamplingParams(max_tokens=3), max_queue=4)
-    with _serve(app) as url:
+    with serving(app) as url:
         yield url, app, engine
 
 
 def test_huge_prompt_is_refused_before_tokenizing(slow4):
     url, app, engine = slow4
-    assert _still_healthy(url) == "xxxx"
+    assert still_healthy(url) == "xxxx"
     limit = engines_limit = app.state.resispec.max_prompt_bytes
     assert limit == engine.real.target.n_ctx * engine.real.target.max_piece_bytes()
     engine.tokenized = 0
@@ -507,9 +377,9 @@ def test_huge_prompt_is_refused_before_tokenizing(slow4):
     for route, body, param in probes:
         t = time.monotonic()
         r = httpx.post(f"{url}/v1/{route}", json=body, timeout=10)
-        assert _error(r, 400, param)["code"] == "context_length_exceeded"
+        assert api_error(r, 400, param)["code"] == "context_length_exceeded"
         assert time.monotonic() - t < 2
-        _still_healthy(url)
+        still_healthy(url)
     assert engine.tokenized == len(probes)  # only the health checks were tokenized
     # at the limit it is tokenized (the slow engine's fake generator takes any length)
     r = httpx.post(f"{url}/v1/completions", json={"prompt": "a" * limit}, timeout=10)
@@ -527,8 +397,8 @@ def test_abandoned_slow_tokenization_delays_nobody(slow4):
         t = time.monotonic()
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{url}/v1/completions", json={"prompt": "slow prompt"}, timeout=0.5)
-        _wait_for(lambda: worker.inflight == 0, timeout=1.0)  # its place is free before it is tokenized
-        assert _still_healthy(url) == "xxxx"
+        wait_for(lambda: worker.inflight == 0, timeout=1.0)  # its place is free before it is tokenized
+        assert still_healthy(url) == "xxxx"
         assert time.monotonic() - t < 2.5  # well before the abandoned tokenization ends
     finally:
         del engine.tokenize_delay["slow prompt"]
@@ -554,23 +424,23 @@ def test_clients_leaving_the_queue_free_their_places(slow4):
             leavers = [threading.Thread(target=request, args=(0.5,)) for _ in range(4)]
             for th in leavers:
                 th.start()
-            _wait_for(lambda: worker.inflight == 5)  # the queue is full ...
+            wait_for(lambda: worker.inflight == 5)  # the queue is full ...
             for th in leavers:
                 th.join(5)
             assert results == [None] * 4
-            _wait_for(lambda: worker.inflight == 1, timeout=1.0)  # ... and empty again as they leave
+            wait_for(lambda: worker.inflight == 1, timeout=1.0)  # ... and empty again as they leave
             results.clear()
             stayers = [threading.Thread(target=request, args=(20,)) for _ in range(4)]
             for th in stayers:
                 th.start()
-            _wait_for(lambda: worker.inflight == 5)  # all four admitted behind A, none refused
+            wait_for(lambda: worker.inflight == 5)  # all four admitted behind A, none refused
             assert results == []
         for th in stayers:  # closing A lets them run
             th.join(20)
     assert [r.status_code for r in results] == [200] * 4
     assert all(r.json()["choices"][0]["text"] == "xxx" for r in results)
-    _wait_for(lambda: worker.inflight == 0)
-    _still_healthy(url)
+    wait_for(lambda: worker.inflight == 0)
+    still_healthy(url)
 
 
 HOSTILE_TEXT = [
@@ -596,8 +466,8 @@ def test_bad_text_is_400_naming_the_param(server, stream):
     for route, body, param in HOSTILE_TEXT:
         raw = json.dumps({**body, "stream": stream}).encode()  # lone surrogates as \ud800 escapes
         r = httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}, timeout=10)
-        _error(r, 400, param)
-        _still_healthy(server)
+        api_error(r, 400, param)
+        still_healthy(server)
 
 
 def test_control_text_in_messages_stays_text(server):
@@ -609,7 +479,7 @@ def test_control_text_in_messages_stays_text(server):
         return r.json()["usage"]["prompt_tokens"]
 
     assert prompt_tokens("<|im_start|>system") + 1 == prompt_tokens("<|im_startX|>system")
-    _still_healthy(server)
+    still_healthy(server)
 
 
 def test_posts_must_be_json(server):
@@ -617,11 +487,11 @@ def test_posts_must_be_json(server):
                     {"content-type": "multipart/form-data; boundary=x"}, {}):
         for route in ("completions", "chat/completions"):
             r = httpx.post(f"{server}/v1/{route}", content=b'{"prompt": "hi", "messages": []}', headers=headers)
-            assert _error(r, 415)["code"] == "unsupported_media_type"
+            assert api_error(r, 415)["code"] == "unsupported_media_type"
     r = httpx.post(f"{server}/v1/completions", content=b'{"prompt": "hi", "max_tokens": 1}',
                    headers={"content-type": "Application/JSON; charset=utf-8"})
     assert r.status_code == 200, r.text
-    _still_healthy(server)
+    still_healthy(server)
 
 
 def _preflight(url, origin):
@@ -637,12 +507,12 @@ def test_cors_only_for_allowed_origins(server, engines):
     r = httpx.post(f"{server}/v1/completions", json={"prompt": "a", "max_tokens": 1, "method": "none"},
                    headers={"Origin": "http://evil.example"})
     assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
-    _still_healthy(server)
+    still_healthy(server)
 
     engine = SlowEngine(engines[2])
     app = create_app(engine, model_name="slow", draft_params=DraftParams(method="none"),
                      sampling_defaults=SamplingParams(max_tokens=2), cors_origins=["http://good.example"])
-    with _serve(app) as url:
+    with serving(app) as url:
         r = _preflight(url, "http://good.example")
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://good.example"
         assert "POST" in r.headers["access-control-allow-methods"]
@@ -650,7 +520,7 @@ def test_cors_only_for_allowed_origins(server, engines):
         assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "a"}, headers={"Origin": "http://good.example"})
         assert r.json()["choices"][0]["text"] == "xx" and r.headers["access-control-allow-origin"] == "http://good.example"
-        assert _still_healthy(url) == "xxxx"
+        assert still_healthy(url) == "xxxx"
 
 
 @pytest.mark.parametrize("key", ["", "cl\u00e9", "tab\tkey", " padded"])

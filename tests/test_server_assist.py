@@ -1,6 +1,6 @@
 """The assistant-facing extras of the server, end to end on real uvicorn servers: logprobs
 (chat and completions, streamed or not) and code infill (``suffix`` on completions, llama.cpp's
-``/infill``).  Servers and helpers as in test_server.py."""
+``/infill``).  Servers and helpers as in servers.py."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from resispec_gguf import create_chat_completion  # noqa: E402
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.engine import Engine  # noqa: E402
 from resispec_gguf.surfaces.server import create_app  # noqa: E402
-from test_server import MESSAGES, _error, _serve  # noqa: E402
+from servers import MESSAGES, api_error, serving  # noqa: E402
 
 
 def _load(pair) -> Engine:
-    """One thread (see test_server._load); flash attention off, so that a tree decode's rows
+    """One thread (see servers.load); flash attention off, so that a tree decode's rows
     equal the sequential reference's to ~1e-5 (on the CPU it rounds through F16)."""
     return Engine.load(str(pair[0]), str(pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False)
 
@@ -33,7 +33,7 @@ def _load(pair) -> Engine:
 def _served(engine, name):
     """A server for ``engine`` (24-token replies by default), yielding its URL."""
     app = create_app(engine, model_name=name, draft_params=DraftParams(), sampling_defaults=SamplingParams(max_tokens=24))
-    with _serve(app) as url:
+    with serving(app) as url:
         yield url
 
 
@@ -180,10 +180,10 @@ def test_completion_with_suffix_fills_in_the_middle(fim_server, fim_engine):
 
 def test_suffix_or_infill_without_fim_tokens_is_400(plain_server):
     r = httpx.post(f"{plain_server}/v1/completions", json={"prompt": "a", "suffix": "b"})
-    assert _error(r, 400, "suffix")["code"] == "unsupported_value"
+    assert api_error(r, 400, "suffix")["code"] == "unsupported_value"
     assert "fill-in-the-middle" in r.json()["error"]["message"]
     r = httpx.post(f"{plain_server}/infill", json={"input_prefix": "a", "input_suffix": "b"})
-    assert "fill-in-the-middle" in _error(r, 400)["message"]
+    assert "fill-in-the-middle" in api_error(r, 400)["message"]
     # an empty suffix is a plain completion, as before
     r = httpx.post(f"{plain_server}/v1/completions", json={"prompt": "a", "suffix": "", "max_tokens": 2})
     assert r.status_code == 200, r.text
@@ -249,7 +249,7 @@ INFILL_BAD = [
 @pytest.mark.parametrize("body,param,code", INFILL_BAD)
 def test_bad_infill_is_400_naming_the_field(fim_server, body, param, code):
     r = httpx.post(f"{fim_server}/infill", json=body, timeout=10)
-    assert _error(r, 400, param)["code"] == code
+    assert api_error(r, 400, param)["code"] == code
 
 
 def test_infill_seed_minus_one_and_unlimited_n_predict(fim_server):
@@ -262,8 +262,8 @@ def test_infill_seed_minus_one_and_unlimited_n_predict(fim_server):
 def test_infill_needs_the_key(fim_engine):
     app = create_app(fim_engine, model_name="k", draft_params=DraftParams(method="none"),
                      sampling_defaults=SamplingParams(max_tokens=2), api_key="sekret")
-    with _serve(app) as url:
+    with serving(app) as url:
         body = {"input_prefix": "a", "input_suffix": "b"}
-        assert _error(httpx.post(f"{url}/infill", json=body), 401)["code"] == "invalid_api_key"
+        assert api_error(httpx.post(f"{url}/infill", json=body), 401)["code"] == "invalid_api_key"
         ok = httpx.post(f"{url}/infill", json=body, headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200 and ok.json()["tokens_predicted"] <= 2

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from resispec_gguf.surfaces import api
+from resispec_gguf.surfaces import shapes
 from resispec_gguf.assist import tools
 from resispec_gguf.config import DraftParams, SamplingParams
 
@@ -115,7 +115,7 @@ def test_hermes_parse_and_hold_back():
 def test_streamed_calls_reassemble():
     calls = [tools.ToolCall("call_1", "add", '{"a": 1}'), tools.ToolCall("call_2", "get_weather", '{"city": "x"}')]
     merged: dict[int, dict] = {}
-    for entries in api.tool_call_deltas(calls):
+    for entries in shapes.tool_call_deltas(calls):
         for d in entries:
             m = merged.setdefault(d["index"], {"arguments": ""})
             m.update({k: d[k] for k in ("id", "type") if k in d})
@@ -124,6 +124,35 @@ def test_streamed_calls_reassemble():
             m["arguments"] += d["function"]["arguments"]
     assert [merged[i] for i in sorted(merged)] == [
         {"id": c.id, "type": "function", "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+def _streamed(stream, parts):
+    return [stream.push(p) for p in parts]
+
+
+def test_tool_stream_passes_text_through_without_tools():
+    s = tools.ToolStream()
+    assert _streamed(s, ["a <tool", "_call>", "b"]) == ["a <tool", "_call>", "b"]
+    assert s.finish("a <tool_call>b") == ("", None)
+
+
+def test_tool_stream_holds_back_a_call_and_returns_it_at_the_end():
+    text = 'Sure <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    s = tools.ToolStream(tools.HermesFormat(), ["add"])
+    assert _streamed(s, [text[:8], text[8:20], text[20:]]) == ["Sure ", "", ""]
+    rest, calls = s.finish(text)
+    assert rest == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2})]
+    # a call of a function that was not offered is no call: the held-back text is content
+    s = tools.ToolStream(tools.HermesFormat(), ["get_weather"])
+    _streamed(s, [text])
+    assert s.finish(text) == (text[len("Sure "):], None)
+
+
+def test_tool_stream_releases_what_turns_out_not_to_be_a_marker():
+    s = tools.ToolStream(tools.HermesFormat(), ["add"])
+    assert _streamed(s, ["a <", "b", " <tool_c", "x>"]) == ["a ", "<b", " ", "<tool_cx>"]
+    assert _streamed(s, ["<tool_call>{bad"]) == [""]
+    assert s.finish("a <b <tool_cx><tool_call>{bad") == ("<tool_call>{bad", None)  # malformed: text
 
 
 # ---------------------------------------------------------------------------------- the engine
@@ -182,7 +211,9 @@ def test_bad_constraints_are_one_line_errors(engine):
 @pytest.fixture(scope="module")
 def tool_server(tiny_pair):
     openai = pytest.importorskip("openai")
-    from test_server import _serve
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("starlette")
+    from servers import serving
 
     from resispec_gguf.engine import Engine
     from resispec_gguf.surfaces.server import create_app
@@ -193,7 +224,7 @@ def tool_server(tiny_pair):
     # reproduce across machines (the output law is the same either way)
     app = create_app(engine, model_name="tiny", draft_params=DraftParams(method="resispec"),
                      sampling_defaults=SamplingParams(max_tokens=256))
-    with _serve(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+    with serving(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
         yield url, client
     engine.close()
 

@@ -1,7 +1,14 @@
-"""Render a model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
-``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``), and split a rendered chat
-into the template's own text and the messages' contents, so that only the template's text can
-become control tokens (``Engine.chat_tokens``).  Pure Python, no model.
+"""Chat messages and templates: check OpenAI-style messages (``check_messages``), render a
+model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
+``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``), and split a
+rendered chat into the template's own text and the messages' contents, so that only the
+template's text can become control tokens (``Engine.chat_tokens``).
+
+Messages are checked once per request: ``check_messages`` returns ``Messages``, a list that
+says it has been checked, and passes one through unchanged.  ``utf8_size`` is the one check
+for text that UTF-8 cannot encode (a lone surrogate).
+
+Pure Python, no model.  May import ``errors`` only; never the engine, ``llama`` or a surface.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import secrets
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import UserError
+from ..errors import FieldError, UserError
 
 # Used when a GGUF carries no template: ChatML, which most instruct models understand.
 CHATML = (
@@ -29,60 +36,72 @@ def _raise(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
-class MessageError(UserError):
+class MessageError(FieldError):
     """A malformed message; ``param`` names the offending field, e.g. ``messages[0].content``."""
 
     def __init__(self, message: str, param: str = "messages"):
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, param)
 
 
-def _valid_text(text: str, where: str) -> str:
+class Messages(list):
+    """Messages ``check_messages`` has checked (or made from checked ones): string contents,
+    known roles.  ``check_messages`` passes them through unchanged."""
+
+
+def utf8_size(text: str, where: str, error: type[FieldError] = FieldError) -> int:
+    """``text``'s size in UTF-8 bytes; ``error`` naming ``where`` when UTF-8 cannot encode it
+    (a lone surrogate such as ``"\\ud800"``, which JSON can carry)."""
     try:
-        text.encode("utf-8")
+        return len(text.encode("utf-8"))
     except UnicodeEncodeError as e:
-        raise MessageError(f"{where} is not valid Unicode (a lone surrogate at character {e.start})", where) from None
-    return text
+        raise error(f"{where} is not valid Unicode (a lone surrogate at character {e.start})", where) from None
 
 
-def check_messages(messages) -> list[dict]:
+def _content(m: dict, where: str) -> str:
+    """A message's content as one string: text parts joined, None as empty."""
+    content = m.get("content", "")
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise MessageError(f"{where}.content[{j}] must be an object", f"{where}.content[{j}]")
+            if part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise MessageError(f"{where}.content[{j}].text must be a string", f"{where}.content[{j}].text")
+                utf8_size(text, f"{where}.content[{j}].text", MessageError)
+                texts.append(text)
+        return "".join(texts)
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise MessageError(f"{where}.content must be a string or a list of parts", f"{where}.content")
+    utf8_size(content, f"{where}.content", MessageError)
+    return content
+
+
+def _check_message(m, where: str) -> dict:
+    if not isinstance(m, dict) or "role" not in m:
+        raise MessageError(f"{where} must be an object with a role", where)
+    if not isinstance(m["role"], str) or m["role"] not in _ROLES:
+        raise MessageError(f"{where}.role must be one of {', '.join(_ROLES)}, got {str(m['role'])[:40]!r}",
+                           f"{where}.role")
+    return {**m, "content": _content(m, where)}
+
+
+def check_messages(messages) -> Messages:
     """Validate OpenAI-style messages; returns them with string content (text parts joined).
+    ``Messages`` (already checked) come back as they are.
 
     Raises ``MessageError`` naming the field for anything else: a missing or unknown role,
     content that is not a string, null or a list of parts, a text part whose ``text`` is not a
     string, or text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``).
     """
+    if isinstance(messages, Messages):
+        return messages
     if not isinstance(messages, list) or not messages:
         raise MessageError("messages must be a non-empty list")
-    out = []
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict) or "role" not in m:
-            raise MessageError(f"{where} must be an object with a role", where)
-        if not isinstance(m["role"], str) or m["role"] not in _ROLES:
-            raise MessageError(f"{where}.role must be one of {', '.join(_ROLES)}, got {str(m['role'])[:40]!r}",
-                               f"{where}.role")
-        content = m.get("content", "")
-        if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            texts = []
-            for j, part in enumerate(content):
-                if not isinstance(part, dict):
-                    raise MessageError(f"{where}.content[{j}] must be an object", f"{where}.content[{j}]")
-                if part.get("type") == "text":
-                    text = part.get("text")
-                    if not isinstance(text, str):
-                        raise MessageError(f"{where}.content[{j}].text must be a string", f"{where}.content[{j}].text")
-                    texts.append(_valid_text(text, f"{where}.content[{j}].text"))
-            content = "".join(texts)
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise MessageError(f"{where}.content must be a string or a list of parts", f"{where}.content")
-        out.append({**m, "content": _valid_text(content, f"{where}.content")})
-    return out
-
-
-# ---------------------------------------------------------------------------------- contents
+    return Messages(_check_message(m, f"messages[{i}]") for i, m in enumerate(messages))
 
 
 def new_nonce() -> str:

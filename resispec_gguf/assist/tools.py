@@ -1,5 +1,6 @@
 """Tool calls: checking OpenAI-style ``tools`` and tool messages, the grammar that constrains a
-call, and reading calls back out of a reply.  All knowledge of tool-call formats lives here.
+call, reading calls back out of a reply and holding back streamed text that may be one.  All
+knowledge of tool-call formats lives here.
 
 Formats (one small class each):
 
@@ -17,8 +18,9 @@ allowed functions and whose ``arguments`` are valid under that function's JSON s
 ``"auto"`` — free text, and once the model opens a call, the call is constrained (a lazily
 triggered grammar); ``"none"`` — no constraint, no tools shown.
 
-Pure Python: no model, no engine.  The grammars are llguidance Lark text (``grammar.py``
-compiles them).
+Pure Python: no model, no engine (``detect_format`` is handed the vocabulary).  The grammars
+are llguidance Lark text (``grammar.py`` compiles them).  May import ``errors`` and its
+``assist`` neighbours; never the engine, ``llama`` or a surface.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import FieldError
+from .chat_format import Messages, MessageError, utf8_size
 from .grammar import JSON_DEFAULTS
 
-__all__ = ["ToolError", "ToolRequest", "ToolCall", "check_tools", "check_tool_choice", "choose_format",
-           "prepare_messages", "HermesFormat", "GenericFormat"]
+__all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", "check_tool_choice",
+           "choose_format", "detect_format", "prepare_messages", "HermesFormat", "GenericFormat"]
 
 MAX_TOOLS = 128
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -64,9 +67,6 @@ class ToolRequest:
     @property
     def active(self) -> bool:
         return self.choice != "none" and bool(self.functions)
-
-
-# ---------------------------------------------------------------------------------- checks
 
 
 def check_tools(tools, functions=None) -> list[dict]:
@@ -190,9 +190,6 @@ def check_tool_messages(messages: list[dict]) -> list[dict]:
                 raise ToolError(f"{where} {str(cid)[:64]!r} names no earlier tool call", where)
         out.append(m)
     return out
-
-
-# ---------------------------------------------------------------------------------- formats
 
 
 def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
@@ -319,34 +316,43 @@ def choose_format(template: str | None, special_open: bool = False, special_clos
     return GenericFormat(special_open, special_close)
 
 
-def prepare_messages(messages: list[dict], req: ToolRequest | None, fmt: HermesFormat) -> tuple[list[dict], list | None]:
-    """``(messages, tools)`` to render: with the hermes format the template gets the tools
-    (OpenAI's shape) and renders calls and results itself; with the generic format the tools
-    and the call format become a system message, and calls and results become text."""
+def _as_text(m: dict, fmt: HermesFormat) -> dict:
+    """A message for a template that knows no tools: calls as blocks, results as user text."""
+    if m.get("tool_calls"):
+        blocks = [f"{fmt.open}\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                                               ensure_ascii=False) + f"\n{fmt.close}"
+                  for c in m["tool_calls"]]
+        return {"role": "assistant", "content": "\n".join(([m["content"]] if m.get("content") else []) + blocks)}
+    if m.get("role") == "tool":
+        return {"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"}
+    return m
+
+
+def prepare_messages(messages: Messages, req: ToolRequest | None, fmt: HermesFormat) -> tuple[Messages, list | None]:
+    """``(messages, tools)`` to render, from checked ``messages`` (``check_messages``): with the
+    hermes format the template gets the tools (OpenAI's shape) and renders calls and results
+    itself; with the generic format the tools and the call format become a system message,
+    and calls and results become text (whose JSON parts are checked here, as
+    ``check_messages`` would check them: the result is ``Messages``)."""
     messages = check_tool_messages(messages)
     shown = req is not None and req.active
-    if isinstance(fmt, GenericFormat):
-        out = []
-        for m in messages:
-            if m.get("tool_calls"):
-                blocks = [f"{fmt.open}\n" + json.dumps({"name": c["function"]["name"],
-                                                         "arguments": c["function"]["arguments"]},
-                                                        ensure_ascii=False) + f"\n{fmt.close}"
-                          for c in m["tool_calls"]]
-                text = "\n".join(([m["content"]] if m.get("content") else []) + blocks)
-                m = {"role": "assistant", "content": text}
-            elif m.get("role") == "tool":
-                m = {"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"}
-            out.append(m)
-        if shown:
-            note = fmt.system_text(req)
-            if out and out[0].get("role") == "system":
-                out[0] = {**out[0], "content": (out[0].get("content") or "") + "\n\n" + note}
-            else:
-                out.insert(0, {"role": "system", "content": note})
-        return out, None
-    tools = [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed] if shown else None
-    return messages, tools
+    if not isinstance(fmt, GenericFormat):
+        if not shown:
+            return Messages(messages), None
+        return Messages(messages), [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed]
+    out = [_as_text(m, fmt) for m in messages]
+    written = [b is not a for a, b in zip(messages, out)]  # rewritten here: check their text
+    if shown:
+        note = fmt.system_text(req)
+        if out and out[0].get("role") == "system":
+            out[0], written[0] = {**out[0], "content": (out[0].get("content") or "") + "\n\n" + note}, True
+        else:
+            out.insert(0, {"role": "system", "content": note})
+            written.insert(0, True)
+    for k, m in enumerate(out):
+        if written[k]:
+            utf8_size(m["content"], f"messages[{k}].content", MessageError)
+    return Messages(out), None
 
 
 def detect_format(template: str | None, vocab, tokenizer) -> HermesFormat:
@@ -360,3 +366,34 @@ def detect_format(template: str | None, vocab, tokenizer) -> HermesFormat:
 
     probe = HermesFormat()
     return choose_format(template, special(probe.open), special(probe.close))
+
+
+class ToolStream:
+    """Streams a reply's text while holding back what may be a tool call: text before a
+    call marker goes out as content; at the end, ``finish`` returns the remaining content
+    and the calls (or the held-back text, when no well-formed call came).  ``fmt`` None:
+    a reply that may not call tools, streamed as it comes; ``allowed``: the functions it may
+    call (``ToolRequest.allowed``)."""
+
+    def __init__(self, fmt: HermesFormat | None = None, allowed: list[str] | None = None):
+        self.fmt = fmt
+        self.allowed = allowed
+        self.text = ""
+        self.sent = 0
+
+    def push(self, piece: str) -> str:
+        """The text that may go out now (possibly empty)."""
+        self.text += piece
+        safe = len(self.text) if self.fmt is None else self.fmt.pending(self.text)
+        if safe <= self.sent:
+            return ""
+        out, self.sent = self.text[self.sent:safe], safe
+        return out
+
+    def finish(self, text: str):
+        """``(content_left, calls)`` for the whole reply ``text``: ``calls`` None when the
+        reply made no call."""
+        parsed = self.fmt.parse(text, self.allowed) if self.fmt is not None else None
+        if parsed is None:
+            return text[self.sent:], None
+        return "", parsed[1]

@@ -1,0 +1,133 @@
+"""Chat planning: a chat request's messages, ``tools``/``tool_choice``/``parallel_tool_calls``
+and ``response_format`` made into what the engine runs (``plan_chat``: the prompt's tokens
+and a constraint), and how to read tool calls back out of the reply (``ChatPlan``).
+
+``check_chat_options`` checks the option fields without a model, so that a server can refuse
+a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
+in as an argument and is used through its public methods only (``chat_tokens``,
+``tool_format``, ``compile_constraint``); what a tool format is, is ``tools``'.
+
+May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
+``llama`` or a surface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import FieldError
+from . import tools as _tools
+from .chat_format import check_messages
+
+__all__ = ["RequestError", "ChatOptions", "ChatPlan", "response_schema", "check_chat_options", "plan_chat"]
+
+
+class RequestError(FieldError):
+    """A chat request's ``response_format`` or tool options that cannot be honoured."""
+
+
+@dataclass
+class ChatOptions:
+    """A chat request's checked tool and format fields: what tools may be called, and the
+    JSON schema the reply must follow (None: text; True: any JSON object)."""
+
+    tools: _tools.ToolRequest
+    schema: object = None
+
+    @property
+    def constraint_param(self) -> str:
+        """The request field a constraint comes from (named by a 400 when it cannot compile)."""
+        return "tools" if self.tools.active else "response_format"
+
+
+@dataclass
+class ChatPlan:
+    """A request made ready for the engine: its prompt, its constraint (None: free text),
+    and, when tools may be called, how to read calls back out of the reply."""
+
+    prompt: list[int]
+    constraint: object = None
+    tools: _tools.ToolRequest | None = None
+    format: _tools.HermesFormat | None = None
+
+    @property
+    def tools_active(self) -> bool:
+        return self.tools is not None and self.tools.active
+
+    def tool_calls(self, text: str):
+        """``(content, calls)`` read from a finished reply, or None when it made no call."""
+        if not self.tools_active:
+            return None
+        return self.format.parse(text, self.tools.allowed)
+
+    def tool_stream(self) -> _tools.ToolStream:
+        """A ``tools.ToolStream`` for the streamed reply (holding back calls, if any)."""
+        if not self.tools_active:
+            return _tools.ToolStream()
+        return _tools.ToolStream(self.format, self.tools.allowed)
+
+
+def response_schema(response_format):
+    """The JSON schema a ``response_format`` asks for: None (text), True (any JSON object,
+    ``json_object``) or the schema of ``json_schema``; ``RequestError`` naming the field."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise RequestError("response_format must be an object", "response_format")
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return True
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict):
+            raise RequestError("response_format.json_schema must be an object with a schema",
+                               "response_format.json_schema")
+        schema = spec.get("schema", True)
+        if not isinstance(schema, (dict, bool)):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema object",
+                               "response_format.json_schema.schema")
+        return True if schema is True or schema == {} else schema
+    raise RequestError(f"response_format.type must be text, json_object or json_schema, got {str(kind)[:40]!r}",
+                       "response_format.type")
+
+
+def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
+                       functions=None, function_call=None) -> ChatOptions:
+    """A chat request's tool and format fields, checked without a model
+    (``RequestError``/``ToolError`` naming the field)."""
+    if tool_choice is None and function_call is not None:  # the legacy spelling
+        tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
+                       else function_call)
+    functions_ = _tools.check_tools(tools, functions)
+    req = _tools.check_tool_choice(tool_choice, functions_, parallel_tool_calls)
+    schema = response_schema(response_format)
+    if schema is not None and req.active:
+        raise RequestError("response_format json_object/json_schema cannot be combined with tools "
+                           "(use tool_choice 'none', or a tool whose parameters are the schema)", "response_format")
+    return ChatOptions(req, schema)
+
+
+def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
+              functions=None, function_call=None, checked: ChatOptions | None = None) -> ChatPlan:
+    """The prompt and constraint for a chat request on ``engine``.  ``checked``:
+    ``check_chat_options``' result when the caller has it already; ``messages`` may come
+    checked (``chat_format.Messages``): they are checked once per request."""
+    options = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
+                                            functions, function_call)
+    req = options.tools
+    msgs = check_messages(messages)
+    fmt = None
+    if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs):
+        fmt = engine.tool_format()  # the format renders tools, earlier calls and their results
+        msgs, shown = _tools.prepare_messages(msgs, req, fmt)
+        prompt = engine.chat_tokens(msgs, tools=shown)
+    else:
+        prompt = engine.chat_tokens(msgs)
+    constraint = None
+    if req.active:
+        constraint = engine.compile_constraint(grammar=fmt.grammar(req))
+    elif options.schema is not None:
+        constraint = engine.compile_constraint(json_schema=options.schema)
+    return ChatPlan(prompt, constraint, req if req.active else None, fmt)

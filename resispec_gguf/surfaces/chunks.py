@@ -1,0 +1,95 @@
+"""One streamed reply as OpenAI chunks, for the server and the in-process API alike.
+
+``pieces`` runs a plan on the engine (text pieces, with their logprobs entries when asked
+for); a ``ChunkStream`` turns them into chunks: the role chunk of a chat, content held back
+while it may be a tool call (``tools.ToolStream``), each chunk's logprobs, and at the end the
+rest of the content, the calls, the finish_reason and the ``usage``/``speculative`` extras.
+
+May import ``assist`` (plans and tool streams) and the shapes and logprobs surfaces; never
+the server, ``llama`` or the engine's models.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..assist.plan import ChatPlan
+from .logprobs import LogprobsFormatter
+from .shapes import chunk_object, finish_reason, stats_dict, tool_call_deltas, usage, with_calls
+
+__all__ = ["ChunkStream", "pieces"]
+
+USAGE_PLACES = ("finish", "chunk", "none")
+
+
+def pieces(engine, plan: ChatPlan, sampling, draft, logprobs: int | None = None) -> Iterator:
+    """The engine's stream for ``plan``: text pieces, or with ``logprobs`` (alternatives per
+    token) ``(text, TokenLogprob entries)`` pairs (``Engine.stream_logprobs``)."""
+    if logprobs is None:
+        return engine.stream(plan.prompt, sampling, draft, constraint=plan.constraint)
+    return engine.stream_logprobs(plan.prompt, sampling, draft, logprobs, constraint=plan.constraint)
+
+
+class ChunkStream:
+    """The chunks of one streamed reply (a chat's, or with ``chat`` False a completion's).
+
+    Feed it ``start()``, a ``push`` per piece (a string, or with ``logprobs`` a
+    ``(text, entries)`` pair) and ``finish(result)``; each returns the chunks to send.
+    ``logprobs``: the request's ``LogprobsFormatter`` (None: no logprobs); each chunk carries
+    its tokens' and the finish chunk those no earlier chunk carried (held back, or a stop
+    string's).  ``usage``: where it goes, "finish" (on the finish chunk, the in-process
+    API's), "chunk" (OpenAI's ``stream_options.include_usage``: every chunk says
+    ``"usage": null`` and one more chunk with no choices carries it) or "none".
+    ``speculative`` rides on the last chunk."""
+
+    def __init__(self, plan: ChatPlan, meta: dict, *, chat: bool = True, logprobs: LogprobsFormatter | None = None,
+                 usage: str = "finish"):
+        if usage not in USAGE_PLACES:
+            raise ValueError(f"usage must be one of {USAGE_PLACES}, got {usage!r}")
+        self.chat, self.meta, self.logprobs, self.usage = chat, meta, logprobs, usage
+        self.held = plan.tool_stream()
+        self._pending: list = []  # logprobs entries of text not sent yet
+        self._sent = 0  # logprobs entries sent
+
+    def _chunk(self, content: str | None, finish: str | None, **kw) -> dict:
+        out = chunk_object(self.chat, self.meta, content, finish, **kw)
+        if self.usage == "chunk":
+            out["usage"] = None
+        return out
+
+    def start(self) -> list[dict]:
+        """A chat's first chunk, which names the role; nothing for a completion."""
+        return [self._chunk("", None, role=True)] if self.chat else []
+
+    def push(self, piece) -> list[dict]:
+        if self.logprobs is not None:
+            piece, entries = piece
+            self._pending += entries
+        out = self.held.push(piece)
+        if not out:
+            return []
+        if self.logprobs is None:
+            return [self._chunk(out, None)]
+        self._sent += len(self._pending)
+        chunk = self._chunk(out, None, logprobs=self.logprobs.format(self._pending))
+        self._pending = []
+        return [chunk]
+
+    def finish(self, result) -> list[dict]:
+        """The chunks that end the stream: held-back content or the tool calls, then the
+        chunk with finish_reason (and the usage chunk)."""
+        rest, calls = self.held.finish(result.text)
+        out = [self._chunk(rest, None)] if rest else []
+        reason = finish_reason(result.finish_reason)
+        if calls is not None:
+            out += [self._chunk(None, None, tool_calls=entries) for entries in tool_call_deltas(calls)]
+            reason = with_calls(reason)
+        left = result.logprobs[self._sent:] if self.logprobs is not None else None
+        last = self._chunk(None, reason, logprobs=self.logprobs.format(left) if left else None)
+        if self.usage == "chunk":
+            out.append(last)
+            last = {**chunk_object(self.chat, self.meta, None, None), "choices": []}
+        if self.usage != "none":
+            last["usage"] = usage(result)
+        last["speculative"] = stats_dict(result)
+        return out + [last]

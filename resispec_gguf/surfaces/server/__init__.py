@@ -1,0 +1,50 @@
+"""An OpenAI-compatible HTTP API for one loaded ``Engine`` (Starlette app, served by uvicorn).
+
+Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /infill``,
+``POST /v1/chat/completions`` and ``POST /v1/completions`` (both streaming as server-sent events
+and non-streaming).  Besides the OpenAI fields (``temperature``, ``top_p``, ``max_tokens``,
+``max_completion_tokens``, ``stop``, ``seed``, ``n`` = 1, ``stream_options.include_usage``) a
+request may set ``top_k`` and ``min_p`` and override the draft parameters with ``method``,
+``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
+``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
+ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
+features that cannot be honoured (``n`` > 1, echo) are refused.  Chat requests may carry
+``tools``/``tool_choice``/``parallel_tool_calls`` and ``response_format`` (``json_object``,
+``json_schema``): ``assist.plan.plan_chat`` turns them into a prompt and a constraint, and
+calls in the reply come back as ``tool_calls`` (streamed as ``delta.tool_calls``).
+
+Input: POST bodies must be ``application/json`` (else 415), at most ``MAX_BODY_BYTES``.  A
+prompt that cannot fit the context whatever its text (more UTF-8 bytes than
+``engine.max_prompt_bytes``) is refused with 400 ``context_length_exceeded`` before it is
+tokenized.  Message contents are tokenized as text: only the chat template's own text can
+become control tokens (``Engine.chat_tokens``).  Cross-origin browser requests are refused
+unless ``cors_origins`` allows the origin.
+
+Code infill: ``/v1/completions`` with a non-empty ``suffix`` and llama.cpp's ``POST /infill``
+(answered in llama.cpp's shape, ``shapes.infill_object``) fill in between a prefix and a
+suffix with the model's FIM tokens (``Engine.infill_tokens``); a model without them gets a 400.
+
+Logprobs: chat's ``logprobs``/``top_logprobs`` and completions' ``logprobs`` (0 to
+``MAX_TOP_LOGPROBS`` alternatives) add the target's log-probabilities at T = 1 before filters,
+shaped by ``logprobs.LogprobsFormatter``; streamed, each chunk carries its tokens' and the
+finish chunk the rest.
+
+Concurrency: one engine thread runs one generation at a time; prompts are tokenized before,
+on a pool of ``TOKENIZER_THREADS`` threads.  At most ``max_queue`` requests wait behind the
+running one; more get 503 with ``Retry-After``.  A client that disconnects cancels its
+request at once (``worker``).
+
+The modules: ``fields`` (request bodies into requests), ``worker`` (jobs, the queue,
+cancellation), ``app`` (routes, SSE, responses) and ``errors`` (what an error becomes on
+the wire).  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
+logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
+``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
+``n_ctx``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,
+``compile_constraint``), never ``llama`` or the models behind the engine.
+"""
+
+from .app import MAX_BODY_BYTES, TOKENIZER_THREADS, create_app, listen, serve
+from .fields import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS
+
+__all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "MAX_STOP_CHARS", "MAX_STOP_STRINGS",
+           "MAX_TOKENS_LIMIT", "MAX_TOP_LOGPROBS", "TOKENIZER_THREADS"]

@@ -1,0 +1,410 @@
+"""The Starlette app: routes, authentication, request bodies, server-sent events and error
+responses, over one ``Engine``; ``create_app``, ``listen`` and ``serve`` (uvicorn).
+
+A request's body is read (at most ``MAX_BODY_BYTES``) and parsed (``fields``), its prompt
+prepared on a tokenizer thread and its job queued on the engine's thread (``worker``); the
+answer is one JSON object or a stream of chunks (``chunks.ChunkStream``; llama.cpp's shape
+for ``/infill``).  Errors never kill the server: bad input gets a 4xx and anything
+unexpected a logged 500 with a generic message (``errors``).
+
+May import the other server modules, the shapes, chunks and logprobs surfaces, ``assist``,
+``config`` and ``errors``; it uses only the engine's public API, never ``llama``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import errno
+import hmac
+import json
+import logging
+import socket
+import time
+from typing import Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ...config import DraftParams, SamplingParams, ServerParams
+from ...errors import UserError
+from ..chunks import ChunkStream
+from ..logprobs import LogprobsFormatter
+from ..shapes import completion_object, infill_chunk, infill_object, nested_fields, new_meta
+from . import fields
+from .errors import ApiError, bad, cancelled, event_error, internal, user_error
+from .worker import Job, Worker, prepare
+
+__all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "TOKENIZER_THREADS"]
+
+log = logging.getLogger("resispec_gguf.surfaces.server")
+
+MAX_BODY_BYTES = 16 << 20
+TOKENIZER_THREADS = 4
+
+
+def _sse(obj) -> bytes:
+    if isinstance(obj, str):
+        return f"data: {obj}\n\n".encode()
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _SSEResponse(StreamingResponse):
+    """A streaming response that cancels its job however the response ends."""
+
+    def __init__(self, content, job: Job):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._job.cancel()
+
+
+async def _wait_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _events_from(job: Job, event):
+    """``event`` and the job's next events, up to its final one (anything but a piece)."""
+    while True:
+        yield event
+        if event[0] != "piece":
+            return
+        event = await job.events.get()
+
+
+class _Server:
+    def __init__(self, engine, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams):
+        self.engine = engine
+        self.model_name = params.model_name or "resispec-gguf"
+        self.draft_params = draft_params
+        self.sampling_defaults = sampling_defaults
+        self.api_key = params.api_key
+        self.max_queue = params.max_queue
+        self.worker = Worker()
+        self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS,
+                                                               thread_name_prefix="resispec-tokenize")
+        self.n_ctx = int(engine.n_ctx)
+        self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
+        self.has_fim = engine.fim_tokens is not None
+        self.created = int(time.time())
+
+    def _check_auth(self, request: Request) -> None:
+        if not self.api_key:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+            raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                           code="invalid_api_key")
+
+    @staticmethod
+    def _check_json(request: Request) -> None:
+        """A browser sends a cross-site POST without asking first only as text/plain, a form or
+        multipart; requiring JSON makes it ask (a CORS preflight), which only allowed origins
+        pass."""
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            raise ApiError(415, f"the Content-Type must be application/json, got {media_type[:60] or 'none'!r}",
+                           code="unsupported_media_type")
+
+    def endpoint(self, fn: Callable, auth: bool = True) -> Callable:
+        async def handler(request: Request) -> Response:
+            try:
+                if auth:
+                    self._check_auth(request)
+                if request.method == "POST":
+                    self._check_json(request)
+                return await fn(request)
+            except ApiError as e:
+                return e.response()
+            except ClientDisconnect:  # gone while sending the body; nobody reads an answer
+                return Response(status_code=499)
+            except Exception:
+                log.exception("unexpected error in %s %s", request.method, request.url.path)
+                return internal().response()
+
+        return handler
+
+    @staticmethod
+    async def _read_body(request: Request) -> dict:
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+            chunks.append(chunk)
+        return fields.parse_json(b"".join(chunks))
+
+    @staticmethod
+    async def _unless_disconnect(awaitable, request: Request):
+        """``(True, result)`` of ``awaitable``, or ``(False, None)`` when the client went away first
+        (the awaitable is then cancelled)."""
+        get = asyncio.ensure_future(awaitable)
+        watch = asyncio.ensure_future(_wait_disconnect(request.receive))
+        try:
+            await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (get, watch):
+                if not task.done():
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watch
+        if get.done() and not get.cancelled():
+            return True, get.result()  # re-raises the awaitable's exception
+        return False, None
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    def _model_card(self) -> dict:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf"}
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        if request.path_params["model"] != self.model_name:
+            raise ApiError(404, f"the model {request.path_params['model']!r} does not exist; this server serves "
+                                f"{self.model_name!r}", param="model", code="model_not_found")
+        return JSONResponse(self._model_card())
+
+    async def chat(self, request: Request) -> Response:
+        return await self._complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "completion")
+
+    async def infill(self, request: Request) -> Response:
+        return await self._complete(request, "infill")
+
+    def _check_fim(self, req: fields.Request) -> None:
+        if isinstance(req.prompt, fields.Infill) and not self.has_fim:
+            raise bad("this model has no fill-in-the-middle tokens (such as <|fim_prefix|>, <|fim_suffix|>, "
+                      "<|fim_middle|>), so it cannot fill in code between a prefix and a suffix",
+                      "suffix" if req.kind == "completion" else None, "unsupported_value")
+
+    async def _complete(self, request: Request, kind: str) -> Response:
+        body = await self._read_body(request)
+        req = fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx)
+        self._check_fim(req)
+        job = Job(self.engine, req, asyncio.get_running_loop())
+        if not self.worker.admit(job, self.max_queue + 1):
+            raise ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
+                           code="queue_full", headers={"Retry-After": "1"})
+        handed_over = False  # to a streaming response, which cancels the job when it ends
+        try:
+            event = await self._first_event(job, request)
+            if event is None:  # the client left; nobody reads this
+                return Response(status_code=499)
+            if event[0] != "piece" and event[0] != "done":
+                raise event_error(*event, req)
+            response = self._answer(job, event)
+            handed_over = isinstance(response, _SSEResponse)
+            return response
+        finally:
+            if not handed_over:
+                self.worker.withdraw(job)  # a waiting request leaves the queue at once
+
+    async def _first_event(self, job: Job, request: Request):
+        """Prepare ``job``'s prompt on a tokenizer thread, queue it and wait for its first
+        event; None when the client leaves first."""
+        try:
+            prepared = asyncio.wrap_future(self.tokenizer.submit(prepare, self.engine, job.req))
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            raise cancelled() from None
+        try:
+            present, job.plan = await self._unless_disconnect(prepared, request)
+        except UserError as e:
+            raise user_error(e, job.req) from None
+        if not present:
+            return None
+        if not self.worker.enqueue(job):
+            raise cancelled()
+        present, event = await self._unless_disconnect(job.events.get(), request)
+        return event if present else None
+
+    def _answer(self, job: Job, event) -> Response:
+        """The response to a job whose first event is a piece or its result."""
+        req = job.req
+        meta = new_meta(self.model_name, chat=req.kind == "chat")
+        if req.stream:
+            events = self._infill_events(job, event) if req.kind == "infill" else self._events(job, meta, event)
+            return _SSEResponse(events, job)
+        if req.kind == "infill":
+            return JSONResponse(self._infill_object(req, event[1]))
+        lp = self._logprobs_formatter(req)
+        return JSONResponse(completion_object(req.kind == "chat", meta, event[1], job.plan,
+                                              logprobs=lp and lp.format(event[1].logprobs)))
+
+    def _infill_object(self, req: fields.Request, result, *, final_chunk: bool = False) -> dict:
+        sp = req.sampling
+        settings = {"n_predict": sp.max_tokens, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+                    "min_p": sp.min_p, "seed": result.seed, "stop": list(sp.stop), "stream": req.stream,
+                    "method": req.draft.method}
+        out = infill_object(result, self.model_name, truncated=req.prompt.truncated, settings=settings)
+        if final_chunk:
+            out["content"] = ""  # the pieces went before
+        elif req.response_fields is not None:
+            out = nested_fields(out, req.response_fields)
+        return out
+
+    async def _infill_events(self, job: Job, event):
+        """llama.cpp's ``/infill`` stream: ``data: {"content", "stop": false, ...}`` per piece, then
+        the final object with ``"stop": true`` (no ``[DONE]``)."""
+        try:
+            async for kind, value in _events_from(job, event):
+                if kind == "piece":
+                    yield _sse(infill_chunk(value))
+                elif kind == "done":
+                    yield _sse(self._infill_object(job.req, value, final_chunk=True))
+                else:
+                    yield _sse(event_error(kind, value, job.req).body())
+        finally:
+            job.cancel()
+
+    def _logprobs_formatter(self, req: fields.Request) -> LogprobsFormatter | None:
+        if req.logprobs is None:
+            return None
+        return LogprobsFormatter(req.kind == "chat", self.engine.token_piece)
+
+    async def _events(self, job: Job, meta: dict, event):
+        """OpenAI's stream: the chunks of ``chunks.ChunkStream``, an error object if the job
+        fails, then ``[DONE]``."""
+        req = job.req
+        chunks = ChunkStream(job.plan, meta, chat=req.kind == "chat", logprobs=self._logprobs_formatter(req),
+                             usage="chunk" if req.include_usage else "none")
+        try:
+            for c in chunks.start():
+                yield _sse(c)
+            async for kind, value in _events_from(job, event):
+                if kind == "piece":
+                    out = chunks.push(value)
+                elif kind == "done":
+                    out = chunks.finish(value)
+                else:
+                    out = [event_error(kind, value, req).body()]
+                for c in out:
+                    yield _sse(c)
+            yield _sse("[DONE]")
+        finally:
+            job.cancel()
+
+
+def _server_params(params: ServerParams | None, settings: dict) -> ServerParams:
+    if params is not None and settings:
+        raise TypeError("give a ServerParams or its fields as arguments, not both")
+    return params if params is not None else ServerParams(**settings)
+
+
+def create_app(
+    engine,
+    params: ServerParams | None = None,
+    *,
+    draft_params: DraftParams | None = None,
+    sampling_defaults: SamplingParams | None = None,
+    **settings,
+) -> Starlette:
+    """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
+    fields as arguments: ``model_name``, ``api_key``, ``max_queue``, ``cors_origins``) say.
+
+    ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
+    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
+    wait behind the running one before the server answers 503; ``cors_origins``: the web origins
+    (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
+    default, so browsers refuse to let other sites read or preflight it).  Serve one engine
+    with one app.  ``app.state.resispec`` is the server object (its ``worker.inflight`` counts
+    admitted requests).  On shutdown the app cancels its requests and waits until the engine
+    is idle.
+    """
+    params = _server_params(params, settings)
+    draft_params = draft_params if draft_params is not None else DraftParams()
+    sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
+    engine.check_draft_params(draft_params)
+    srv = _Server(engine, params, draft_params, sampling_defaults)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            srv.tokenizer.shutdown(wait=False, cancel_futures=True)
+            await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", code=code,
+                        headers=exc.headers).response()
+
+    routes = [
+        Route("/health", srv.endpoint(srv.health, auth=False), methods=["GET"]),
+        Route("/v1/models", srv.endpoint(srv.models), methods=["GET"]),
+        Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
+        Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
+        Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
+        Route("/infill", srv.endpoint(srv.infill), methods=["POST"]),
+    ]
+    middleware = []
+    if params.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(params.cors_origins),
+                                     allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"],
+                                     max_age=600))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: http_error})
+    app.state.resispec = srv
+    return app
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening, or ``UserError`` naming the port (in
+    use, not allowed, unknown host): bind first, then load models and announce the address."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"cannot listen on {host}:{port}: unknown host ({getattr(e, 'strerror', None) or e})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        reason = "the port is already in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+        raise UserError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
+def serve(engine, params: ServerParams | None = None, *, sock: socket.socket | None = None,
+          draft_params: DraftParams | None = None, sampling_defaults: SamplingParams | None = None,
+          **settings) -> None:
+    """Serve ``engine`` with uvicorn until interrupted, on ``params``' host and port (or
+    ``sock``, a socket from ``listen``); the rest as ``create_app``.  When this returns no
+    request uses the engine any more, so the caller may close it."""
+    import uvicorn
+
+    params = _server_params(params, settings)
+    app = create_app(engine, params, draft_params=draft_params, sampling_defaults=sampling_defaults)
+    sock = sock if sock is not None else listen(params.host, params.port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        app.state.resispec.worker.shutdown()

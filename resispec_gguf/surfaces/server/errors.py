@@ -1,0 +1,73 @@
+"""What goes wrong, as the server answers it: ``ApiError`` (an OpenAI-shaped JSON error,
+``{"error": {"message", "type", "param", "code"}}``) and the one mapping from an error
+(``user_error``) or a job's final event (``event_error``) to it.
+
+May import ``errors`` and ``assist`` (the error types it maps); never the engine or
+``llama``, nor the other server modules.
+"""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+from ...assist.grammar import GrammarError
+from ...errors import ContextFullError, FieldError, UserError
+
+__all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error"]
+
+
+class ApiError(Exception):
+    """Becomes an OpenAI-shaped JSON error response."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.headers = headers
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def internal() -> ApiError:
+    """The details go to the log, never to the client."""
+    return ApiError(500, "internal server error (see the server's log)", code="internal_error")
+
+
+def cancelled() -> ApiError:
+    return ApiError(503, "the request was cancelled (the server is shutting down)", code="cancelled",
+                    headers={"Retry-After": "1"})
+
+
+def user_error(exc: UserError, req) -> ApiError:
+    """A 400 for what was wrong with request ``req`` (``fields.Request``): a full context names
+    its prompt field, a constraint that cannot be compiled or started the field it came
+    from, a bad field itself (``FieldError.param``)."""
+    if isinstance(exc, ContextFullError):
+        return bad(str(exc), req.prompt_param, "context_length_exceeded")
+    if isinstance(exc, GrammarError):
+        return bad(str(exc), req.constraint_param, "invalid_value")
+    if isinstance(exc, FieldError):
+        return bad(str(exc), exc.param, "invalid_value")
+    return bad(str(exc))
+
+
+def event_error(kind: str, value, req) -> ApiError:
+    """The answer to a job's final event that is not "done": "user_error", "error" (logged
+    where it happened) or "cancelled"."""
+    if kind == "user_error":
+        return user_error(value, req)
+    if kind == "error":
+        return internal()
+    return cancelled()

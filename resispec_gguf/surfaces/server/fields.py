@@ -1,0 +1,367 @@
+"""Request bodies into requests: every field of a chat, completion or ``/infill`` body is
+type-checked here and turned into a ``Request`` (settings dataclasses, the prompt, the
+options), or refused with a 400 naming the field.
+
+Prompts that cannot fit the context whatever their text (more UTF-8 bytes than the limit)
+are refused here, before anything is tokenized.  Ranges are the settings' own
+(``config``; a ``ConfigError`` names its field).  May import ``config``, ``errors``,
+``assist`` (message and option checks) and ``server.errors``; never the engine, ``llama``,
+the worker or the app.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...assist.chat_format import Messages, check_messages, utf8_size
+from ...assist.plan import ChatOptions, check_chat_options
+from ...config import ConfigError, DraftParams, SamplingParams
+from ...errors import FieldError
+from .errors import ApiError, bad
+
+__all__ = ["Infill", "Request", "parse", "parse_json"]
+
+MAX_TOKENS_LIMIT = 1_000_000
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1000
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on chat's top_logprobs; the same for completions' logprobs
+# JSON integers are unbounded; these keep them within what NumPy and the kernels take.  The
+# settings' own bounds are the dataclasses' (config.py), checked after these.
+_INT32 = 2**31 - 1
+_SEED_LIMIT = 2**64 - 1
+
+
+@dataclass
+class Infill:
+    """A fill-in-the-middle prompt (``Engine.infill_tokens``'s arguments); ``truncated`` is set
+    when it is tokenized."""
+
+    prefix: str
+    suffix: str
+    middle: str = ""
+    extra: tuple = ()  # (filename, text) pairs
+    repo_level: bool = False
+    truncated: bool = False
+
+
+@dataclass
+class Request:
+    kind: str  # "chat" | "completion" | "infill"
+    prompt: Any  # chat: checked messages; completion: a string, a list of token ids or an Infill
+    sampling: SamplingParams
+    draft: DraftParams
+    stream: bool
+    include_usage: bool
+    options: ChatOptions | None = None  # chat: the checked tool and format fields
+    logprobs: int | None = None  # alternatives per token when logprobs are asked for
+    response_fields: tuple | None = None  # /infill: only these (nested "a/b") fields, flattened
+
+    @property
+    def prompt_param(self) -> str:
+        return "messages" if self.kind == "chat" else "prompt"
+
+    @property
+    def constraint_param(self) -> str:
+        """The request field a constraint came from."""
+        return self.options.constraint_param if self.options else "response_format"
+
+
+def parse(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+    """A ``kind`` ("chat", "completion" or "infill") request from its JSON body, or the 400
+    naming its first bad field.  ``sp0``/``dp0``: the server's settings, which fields
+    override; ``limit``: prompts of more UTF-8 bytes cannot fit ``n_ctx`` tokens."""
+    try:
+        if kind == "infill":
+            return _parse_infill(body, sp0, dp0, limit, n_ctx)
+        return _parse_request(body, kind, sp0, dp0, limit, n_ctx)
+    except FieldError as e:  # messages, tools, response_format, text that is not Unicode
+        raise bad(str(e), e.param, "invalid_value") from None
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise bad(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _number(body: dict, name: str) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad(f"{name} must be a number, got {json.dumps(v)[:80]}", name, "invalid_type")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise bad(f"{name} must be a finite number", name, "invalid_value")
+    return f
+
+
+def _integer(body: dict, name: str, limit: int = _INT32) -> int | None:
+    """An integer field of at most ``limit`` in size; its range is the setting's to check."""
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(f"{name} must be an integer, got {json.dumps(v)[:80]}", name, "invalid_type")
+    if abs(v) > limit:
+        raise bad(f"{name} is out of range: at most {limit} in size, got {v}", name, "invalid_value")
+    return v
+
+
+def _typed(body: dict, name: str, kind: type, label: str):
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, kind):
+        raise bad(f"{name} must be {label}, got {json.dumps(v)[:80]}", name, "invalid_type")
+    return v
+
+
+def _boolean(body: dict, name: str) -> bool | None:
+    return _typed(body, name, bool, "a boolean")
+
+
+def _string(body: dict, name: str) -> str | None:
+    return _typed(body, name, str, "a string")
+
+
+def _stop(body: dict) -> tuple[str, ...] | None:
+    v = body.get("stop")
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise bad("stop must be a string or a list of strings", "stop", "invalid_type")
+    if len(v) > MAX_STOP_STRINGS:
+        raise bad(f"stop may hold at most {MAX_STOP_STRINGS} strings", "stop", "invalid_value")
+    for s in v:
+        if len(s) > MAX_STOP_CHARS:  # the stop-string check costs up to its length squared per token
+            raise bad(f"a stop string may have at most {MAX_STOP_CHARS} characters", "stop", "invalid_value")
+        utf8_size(s, "stop")
+    return tuple(v)
+
+
+def _refuse_unsupported(body: dict, chat: bool) -> None:
+    n = _integer(body, "n")
+    if n is not None and n != 1:
+        raise bad("only n=1 is supported", "n", "unsupported_value")
+    if not chat:
+        if body.get("echo"):
+            raise bad("echo is not supported", "echo", "unsupported_value")
+        best_of = body.get("best_of")
+        if best_of is not None and best_of != 1:
+            raise bad("only best_of=1 is supported", "best_of", "unsupported_value")
+
+
+def _logprobs_option(body: dict, chat: bool) -> int | None:
+    """The number of alternatives per token the request wants logprobs with, None for none.
+    Chat: ``logprobs`` (a boolean) and ``top_logprobs`` (0-20, only with ``logprobs``);
+    completions: ``logprobs`` (an integer 0-20; false or null for none)."""
+    if chat:
+        on = bool(_boolean(body, "logprobs"))
+        top = _integer(body, "top_logprobs")
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise bad(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}", "top_logprobs", "invalid_value")
+        if top is not None and not on:
+            raise bad("top_logprobs needs logprobs set to true", "top_logprobs", "invalid_value")
+        return (top or 0) if on else None
+    if body.get("logprobs") is False:
+        return None
+    n = _integer(body, "logprobs")
+    if n is not None and not 0 <= n <= MAX_TOP_LOGPROBS:
+        raise bad(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {n}", "logprobs", "invalid_value")
+    return n
+
+
+def _check_fits(text: str, limit: int, n_ctx: int, param: str) -> None:
+    """Refuse prompt text of more than ``limit`` UTF-8 bytes (the characters first: a lower
+    bound on the bytes, free to get), or that is not valid Unicode."""
+    if len(text) > limit or utf8_size(text, param) > limit:
+        raise bad(f"the prompt ({len(text)} bytes or more) cannot fit the context ({n_ctx} tokens): the limit is "
+                  f"{limit} bytes", param, "context_length_exceeded")
+
+
+def _text_field(body: dict, name: str, limit: int, n_ctx: int, *, required: bool) -> str | None:
+    """A string field holding prompt text: present if ``required``, at most ``limit`` bytes."""
+    if body.get(name) is None:
+        if required:
+            raise bad(f"{name} is required", name, "missing_field")
+        return None
+    text = _string(body, name)
+    _check_fits(text, limit, n_ctx, name)
+    return text
+
+
+def _chat_prompt(body: dict, limit: int, n_ctx: int) -> Messages:
+    if "messages" not in body:
+        raise bad("messages is required", "messages", "missing_field")
+    messages = body["messages"]
+    if isinstance(messages, list) and len(messages) >= n_ctx:  # every turn costs tokens in any template
+        raise bad(f"{len(messages)} messages cannot fit the context ({n_ctx} tokens)", "messages",
+                  "context_length_exceeded")
+    prompt = check_messages(messages)
+    _check_fits("".join(m["content"] for m in prompt), limit, n_ctx, "messages")
+    return prompt
+
+
+def _completion_prompt(body: dict, limit: int, n_ctx: int):
+    """A completion's prompt (a string or token ids), or with a non-empty ``suffix`` the
+    fill-in-the-middle prompt between them."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        if len(prompt) >= n_ctx:
+            raise bad(f"the prompt ({len(prompt)} tokens) does not fit the context ({n_ctx} tokens)",
+                      "prompt", "context_length_exceeded")
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise bad("prompt must be a string, a list with one string, or a list of token ids",
+                      "prompt", "invalid_type")
+    elif prompt is None:
+        raise bad("prompt is required", "prompt", "missing_field")
+    elif not isinstance(prompt, str):
+        raise bad("prompt must be a string, a list with one string, or a list of token ids", "prompt", "invalid_type")
+    else:
+        _check_fits(prompt, limit, n_ctx, "prompt")
+    suffix = _text_field(body, "suffix", limit, n_ctx, required=False)
+    if not suffix:
+        return prompt
+    if not isinstance(prompt, str):
+        raise bad("with a suffix, prompt must be text", "prompt", "invalid_type")
+    return Infill(prompt, suffix)
+
+
+def _extra_chunk(chunk, i: int) -> tuple[str, str]:
+    """One ``input_extra`` item as ``(filename, text)``, its fields named in errors."""
+    where = f"input_extra[{i}]"
+    if not isinstance(chunk, dict):
+        raise bad("input_extra items must be {filename, text} objects", where, "invalid_type")
+    try:
+        text = _typed(chunk, "text", str, "a string") or ""
+        filename = _typed(chunk, "filename", str, "a string") or "tmp"  # llama.cpp's default name
+    except ApiError as e:
+        raise bad(e.message.replace(e.param, f"{where}.{e.param}", 1), f"{where}.{e.param}", e.code) from None
+    return filename, text
+
+
+def _input_extra(body: dict, limit: int, n_ctx: int) -> tuple:
+    """``/infill``'s ``input_extra``: ``[{filename, text}]`` as ``(filename, text)`` pairs; every
+    chunk costs a token or more, and all their text together must fit ``limit`` bytes."""
+    chunks = body.get("input_extra")
+    if chunks is None:
+        return ()
+    if not isinstance(chunks, list):
+        raise bad("input_extra must be a list of {filename, text} objects", "input_extra", "invalid_type")
+    if len(chunks) >= n_ctx:
+        raise bad(f"input_extra has {len(chunks)} chunks; the context holds {n_ctx} tokens", "input_extra",
+                  "context_length_exceeded")
+    out, size = [], 0
+    for i, chunk in enumerate(chunks):
+        filename, text = _extra_chunk(chunk, i)
+        size += len(text) + len(filename)  # characters first: a lower bound on the bytes, free to get
+        if size <= limit:
+            size += (utf8_size(text, f"input_extra[{i}].text") - len(text)
+                     + utf8_size(filename, f"input_extra[{i}].filename") - len(filename))
+        if size > limit:
+            raise bad(f"input_extra is too large: more than {limit} bytes of text cannot fit the context "
+                      f"({n_ctx} tokens)", "input_extra", "context_length_exceeded")
+        out.append((filename, text))
+    return tuple(out)
+
+
+def _sampling_fields(body: dict) -> dict:
+    """The sampling settings a request may set (None: not given), type-checked; their ranges
+    are the settings' own."""
+    return {
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "min_p": _number(body, "min_p"),
+        "top_k": _integer(body, "top_k"),
+        "seed": _integer(body, "seed", _SEED_LIMIT),
+        "stop": _stop(body),
+    }
+
+
+def _draft_fields(body: dict) -> dict:
+    """The speculation settings a request may override (None: not given)."""
+    return {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
+            "budget": _integer(body, "budget")}
+
+
+def _settings(sp0: SamplingParams, dp0: DraftParams, sampling: dict, draft: dict,
+              renamed: dict) -> tuple[SamplingParams, DraftParams]:
+    """The server's settings with the request's (None: not given) in place; ``renamed``: the
+    request field behind a setting, where it is not named as the setting."""
+    try:
+        sp = sp0.replace(**{k: v for k, v in sampling.items() if v is not None})
+        dp = dp0.replace(**{k: v for k, v in draft.items() if v is not None})
+    except ConfigError as e:
+        raise bad(str(e), renamed.get(e.field, e.field), "invalid_value") from None
+    return sp, dp
+
+
+def _stream_fields(body: dict) -> tuple[bool, bool]:
+    """``(stream, stream_options.include_usage)``."""
+    stream = bool(_boolean(body, "stream"))
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise bad("stream_options must be an object", "stream_options", "invalid_type")
+    return stream, bool(_boolean(opts or {}, "include_usage"))
+
+
+def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+    """A chat or completion request: every field, in a fixed order (the first bad one is
+    named)."""
+    chat = kind == "chat"
+    _refuse_unsupported(body, chat)
+    prompt = _chat_prompt(body, limit, n_ctx) if chat else _completion_prompt(body, limit, n_ctx)
+    sampling = {**_sampling_fields(body), "max_tokens": _integer(body, "max_tokens", MAX_TOKENS_LIMIT)}
+    renamed = {}
+    if chat and (mct := _integer(body, "max_completion_tokens", MAX_TOKENS_LIMIT)) is not None:
+        sampling["max_tokens"] = mct
+        renamed["max_tokens"] = "max_completion_tokens"
+    sp, dp = _settings(sp0, dp0, sampling, _draft_fields(body), renamed)
+    stream, include_usage = _stream_fields(body)
+    options = None
+    if chat:
+        options = check_chat_options(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"),
+                                     body.get("response_format"), body.get("functions"), body.get("function_call"))
+    return Request(kind, prompt, sp, dp, stream, include_usage, options, logprobs=_logprobs_option(body, chat))
+
+
+def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+    """llama.cpp's ``/infill`` fields: ``input_prefix``, ``input_suffix`` (required),
+    ``input_extra``, ``prompt`` (text after the prefix), ``n_predict`` (-1: until the context
+    is full), ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``,
+    ``stream``, ``response_fields``, and this server's draft parameters.  Other llama.cpp
+    fields (``n_indent``, ``samplers``, ``cache_prompt``, ``t_max_*_ms``, ...) are ignored."""
+    prefix = _text_field(body, "input_prefix", limit, n_ctx, required=True)
+    suffix = _text_field(body, "input_suffix", limit, n_ctx, required=True)
+    middle = _text_field(body, "prompt", limit, n_ctx, required=False) or ""
+    extra = _input_extra(body, limit, n_ctx)
+    if body.get("seed") == -1:
+        body = {k: v for k, v in body.items() if k != "seed"}
+    n_predict = _integer(body, "n_predict", MAX_TOKENS_LIMIT)
+    fields = body.get("response_fields")
+    if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
+        raise bad("response_fields must be a list of strings", "response_fields", "invalid_type")
+    sampling = {**_sampling_fields(body), "max_tokens": n_ctx if n_predict == -1 else n_predict}
+    sp, dp = _settings(sp0, dp0, sampling, _draft_fields(body), {"max_tokens": "n_predict"})
+    prompt = Infill(prefix, suffix, middle, extra, repo_level=True)
+    return Request("infill", prompt, sp, dp, bool(_boolean(body, "stream")), False,
+                   response_fields=None if fields is None else tuple(fields))

@@ -1,0 +1,182 @@
+"""The engine's one thread: jobs, their queue and their cancellation.
+
+The engine is not thread-safe, so every generation runs on one dedicated worker thread, one
+request at a time, in the order their prompts are ready.  Rendering and tokenizing a prompt
+(``prepare``, which only reads the vocabulary) happen before, on the app's pool of tokenizer
+threads.  A request is *admitted* (counted against the queue's limit) when it arrives,
+*queued* once its prompt is ready, and leaves with ``Worker.withdraw`` as soon as its client
+is gone; a running job stops at the next text piece.
+
+May import ``assist`` (planning), ``errors``, the chunks surface (the engine's stream for a
+plan) and ``server.fields``; never the app, ``llama`` or the engine's models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+
+from ...assist.plan import ChatPlan, plan_chat
+from ...errors import UserError
+from ..chunks import pieces
+from .fields import Infill, Request
+
+__all__ = ["Job", "Worker", "prepare"]
+
+log = logging.getLogger("resispec_gguf.surfaces.server")
+
+
+def prepare(engine, req: Request) -> ChatPlan:
+    """Render and tokenize a request's prompt and compile its constraint (on a tokenizer
+    thread: this only reads the vocabulary, so it may run while the engine thread decodes)."""
+    if isinstance(req.prompt, Infill):
+        p = req.prompt
+        tokens, p.truncated = engine.infill_tokens(p.prefix, p.suffix, middle=p.middle, extra=p.extra,
+                                                   repo_level=p.repo_level,
+                                                   reserve=min(req.sampling.max_tokens, int(engine.n_ctx) // 2))
+        return ChatPlan(tokens)
+    if req.kind == "chat":
+        try:
+            return plan_chat(engine, req.prompt, checked=req.options)
+        except UserError:
+            raise
+        except Exception as exc:  # a template tripping over the request's data is bad input
+            raise UserError(f"the chat template failed on these messages ({type(exc).__name__})") from None
+    if isinstance(req.prompt, str):
+        return ChatPlan(engine.text_tokens(req.prompt))
+    return ChatPlan(list(req.prompt))
+
+
+class Job:
+    """One request's generation, run on the engine thread; events go back to the event loop.
+
+    ``plan`` (``prepare``'s) is set before the job is queued.  Events: ("piece", piece) when
+    streaming, then exactly one of ("done", Result), ("user_error", UserError),
+    ("error", Exception) or ("cancelled", None | Result).
+    """
+
+    def __init__(self, engine, req: Request, loop: asyncio.AbstractEventLoop):
+        self.engine = engine
+        self.req = req
+        self.loop = loop
+        self.plan: ChatPlan | None = None
+        self.events: asyncio.Queue = asyncio.Queue()
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _put(self, kind: str, value) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self._cancel.set()
+
+    def run(self) -> None:
+        if self.cancelled:
+            self._put("cancelled", None)
+            return
+        req = self.req
+        try:
+            stream = pieces(self.engine, self.plan, req.sampling, req.draft, req.logprobs)
+            try:
+                for piece in stream:
+                    if req.stream:
+                        self._put("piece", piece)
+                    if self.cancelled:
+                        break
+            finally:
+                stream.close()
+            self._put("cancelled" if self.cancelled else "done", self.engine.last_result)
+        except UserError as exc:
+            self._put("user_error", exc)
+        except Exception as exc:
+            log.exception("generation failed")
+            self._put("error", exc)
+
+
+class Worker:
+    """The one thread that calls the engine, with a FIFO of queued jobs (see the module
+    docstring)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._admitted: set[Job] = set()  # admitted, prompt not ready yet
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._current: Job | None = None
+        self._running = False  # a worker thread exists and will look at the queue again
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    @property
+    def inflight(self) -> int:
+        """Admitted requests not finished yet (the running one plus the waiting ones)."""
+        with self._cv:
+            return len(self._admitted) + len(self._jobs) + (self._current is not None)
+
+    def admit(self, job: Job, limit: int) -> bool:
+        """Count ``job`` in unless ``limit`` requests are already in flight."""
+        with self._cv:
+            if len(self._admitted) + len(self._jobs) + (self._current is not None) >= limit:
+                return False
+            self._admitted.add(job)
+            return True
+
+    def enqueue(self, job: Job) -> bool:
+        """Queue an admitted job whose prompt is ready; False if it was withdrawn meanwhile."""
+        with self._cv:
+            if job not in self._admitted:
+                return False
+            self._admitted.discard(job)
+            self._closing = False
+            self._jobs.append(job)
+            if not self._running:
+                self._running = True
+                self._thread = threading.Thread(target=self._loop, name="resispec-engine", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+            return True
+
+    def withdraw(self, job: Job) -> None:
+        """Cancel ``job``; if it is not running yet it leaves at once, freeing its place."""
+        with self._cv:
+            job.cancel()
+            self._admitted.discard(job)
+            with contextlib.suppress(ValueError):
+                self._jobs.remove(job)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs and not self._closing:
+                    self._cv.wait()
+                if not self._jobs:
+                    self._running = False
+                    return
+                job = self._current = self._jobs.popleft()
+            try:
+                job.run()
+            except BaseException:  # pragma: no cover - run() catches everything it expects
+                log.exception("engine worker job crashed")
+            finally:
+                with self._cv:
+                    self._current = None
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Cancel every job and wait for the thread to leave the engine (so it can be closed)."""
+        with self._cv:
+            self._closing = True
+            for job in list(self._admitted) + list(self._jobs) + ([self._current] if self._current else []):
+                job.cancel()
+            self._admitted.clear()
+            thread = self._thread
+            self._cv.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

@@ -1,0 +1,144 @@
+"""Helpers of the server tests (test_server.py, test_server_assist.py, test_tools.py): real
+uvicorn servers on loopback ports, engines, a slow fake generator, and checks of error bodies
+and of a server's health after a probe."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from resispec_gguf.engine import Engine, Result, Stats
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+
+
+@contextlib.contextmanager
+def serving(app):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per keep-alive request
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def load(pair) -> Engine:
+    target, draft = pair
+    # one thread: on a busy machine llama.cpp's threads wait for each other for ages (a 4-token
+    # reply took 1.6 s with two threads beside two other busy processes, 2 ms with one)
+    return Engine.load(str(target), str(draft), n_ctx=512, n_threads=1, progress=False)
+
+
+class SlowEngine:
+    """A real engine's tokenizer and chat template around a fake, slow generator (anything
+    not defined here is the real engine's)."""
+
+    def __init__(self, real: Engine, delay: float = 0.01):
+        self.real = real
+        self.delay = delay
+        self.last_result = None
+        self.closed_early = threading.Event()
+        self.active = 0
+        self.max_active = 0
+        self.fail = False
+        self.tokenized = 0  # prompts tokenized (chat or text)
+        self.tokenize_delay = {}  # prompt text -> seconds its tokenization takes
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def chat_tokens(self, messages):
+        self.tokenized += 1
+        return self.real.chat_tokens(messages)
+
+    def text_tokens(self, text):
+        self.tokenized += 1
+        time.sleep(self.tokenize_delay.get(text, 0))
+        return self.real.text_tokens(text)
+
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        n, reason = 0, "stop"
+        try:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("boom")
+            for _ in range(sampling.max_tokens):
+                time.sleep(self.delay)
+                n += 1
+                yield "x"
+            reason = "length"
+        except GeneratorExit:
+            self.closed_early.set()
+            raise
+        finally:
+            self.active -= 1
+            stats = Stats(method=draft.method, prompt_tokens=len(prompt), tokens=n)
+            self.last_result = Result(tokens=[5] * n, text="x" * n, finish_reason=reason, stats=stats, seed=0)
+
+
+def stream_text(stream):
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks
+
+
+def api_error(r, status, param=None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if status < 500:
+        assert err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param, err
+    return err
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def read_until_content(lines):
+    """Consume SSE lines up to the first content chunk; keep ``lines`` referenced to keep the
+    stream open (a garbage-collected line iterator closes httpx's connection)."""
+    for line in lines:
+        if line.startswith("data: ") and '"content":"x"' in line:
+            return line
+    raise AssertionError("the stream ended without content")
+
+
+_REFERENCE = {}
+
+
+def still_healthy(url):
+    """A greedy plain-decoding completion: its text must match the first one this URL gave."""
+    body = {"prompt": "Once upon", "max_tokens": 4, "temperature": 0, "method": "none"}
+    t = time.monotonic()
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=10)
+    assert time.monotonic() - t < 2, "the server is slow to answer after the probe"
+    assert r.status_code == 200, r.text
+    text = r.json()["choices"][0]["text"]
+    assert text == _REFERENCE.setdefault(url, text)
+    return text

@@ -1,0 +1,145 @@
+"""Chat planning (assist/plan.py) on the tiny pair: the prompt and constraint ``plan_chat``
+makes of messages, tools and response formats, the option checks that need no model, and
+messages checked once per request (in-process and through the server's fields and worker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from resispec_gguf.assist import chat_format, tools
+from resispec_gguf.assist.chat_format import MessageError, Messages, check_messages
+from resispec_gguf.assist.plan import ChatOptions, RequestError, check_chat_options, plan_chat, response_schema
+from resispec_gguf.config import DraftParams, SamplingParams
+
+MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+ROUND_TRIP = MSGS + [{"role": "assistant", "content": None, "tool_calls": [CALL]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
+
+
+def test_plain_chat_is_the_chat_prompt_and_no_constraint(engine):
+    plan = plan_chat(engine, MSGS)
+    assert plan.prompt == engine.chat_tokens(MSGS)
+    assert plan.constraint is None and plan.tools is None and plan.format is None
+    assert not plan.tools_active and plan.tool_calls('<tool_call>\n{"name": "add"}\n</tool_call>') is None
+
+
+@pytest.mark.parametrize("response_format,schema", [
+    ({"type": "json_object"}, True),
+    ({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}, {"type": "integer"}),
+    ({"type": "json_schema", "json_schema": {"schema": {}}}, True),
+])
+def test_response_formats_become_a_json_constraint(engine, response_format, schema):
+    assert response_schema(response_format) == schema
+    plan = plan_chat(engine, MSGS, response_format=response_format)
+    assert plan.prompt == engine.chat_tokens(MSGS) and plan.tools is None
+    assert plan.constraint is engine.compile_constraint(json_schema=schema)  # compiled once, cached
+    assert plan_chat(engine, MSGS, response_format={"type": "text"}).constraint is None
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "add"}}])
+def test_tools_give_the_formats_prompt_and_grammar(engine, choice):
+    options = check_chat_options([ADD], choice)
+    plan = plan_chat(engine, MSGS, tools=[ADD], tool_choice=choice)
+    fmt = engine.tool_format()
+    assert isinstance(fmt, tools.GenericFormat)  # the tiny pair's ChatML knows no tools
+    msgs, shown = tools.prepare_messages(check_messages(MSGS), options.tools, fmt)
+    assert shown is None and fmt.system_text(options.tools) in msgs[0]["content"]
+    assert plan.prompt == engine.chat_tokens(msgs, tools=shown)
+    assert plan.constraint is engine.compile_constraint(grammar=fmt.grammar(options.tools))
+    assert plan.tools_active and plan.format is fmt and plan.tools == options.tools
+    # the same plan from options checked beforehand (as the server does)
+    assert plan_chat(engine, MSGS, checked=options).prompt == plan.prompt
+    reply = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    content, calls = plan.tool_calls(reply)
+    assert content == "Sure." and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 2, "b": 3})]
+
+
+def test_tool_messages_are_rendered_without_tools_on_offer(engine):
+    plan = plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="none")
+    assert plan.tools is None and plan.constraint is None and not plan.tools_active
+    assert plan.format is engine.tool_format()  # it renders the earlier call and its result
+    msgs, shown = tools.prepare_messages(check_messages(ROUND_TRIP), None, plan.format)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"] and shown is None
+    assert msgs[3]["content"] == "<tool_response>\n5\n</tool_response>"
+    assert plan.prompt == engine.chat_tokens(msgs)
+
+
+def test_options_are_checked_without_a_model():
+    bad = [
+        (dict(response_format="json"), RequestError, "response_format"),
+        (dict(response_format={"type": "xml"}), RequestError, "response_format.type"),
+        (dict(response_format={"type": "json_schema"}), RequestError, "response_format.json_schema"),
+        (dict(response_format={"type": "json_schema", "json_schema": {"schema": [1]}}), RequestError,
+         "response_format.json_schema.schema"),
+        (dict(tools=[ADD], response_format={"type": "json_object"}), RequestError, "response_format"),
+        (dict(tools=[ADD], tool_choice="sometimes"), tools.ToolError, "tool_choice"),
+        (dict(tool_choice="required"), tools.ToolError, "tool_choice"),
+        (dict(tools=[ADD], parallel_tool_calls="yes"), tools.ToolError, "parallel_tool_calls"),
+    ]
+    for kw, error, param in bad:
+        with pytest.raises(error) as e:
+            check_chat_options(**kw)
+        assert e.value.param == param, kw
+    none = check_chat_options()
+    assert isinstance(none, ChatOptions) and not none.tools.active and none.schema is None
+    assert none.constraint_param == "response_format"
+    assert check_chat_options([ADD]).constraint_param == "tools"
+    # tools=none with a format: the format constrains the reply
+    assert check_chat_options([ADD], "none", response_format={"type": "json_object"}).schema is True
+    # the legacy spelling: functions and function_call
+    legacy = check_chat_options(functions=[ADD["function"]], function_call={"name": "add"})
+    assert (legacy.tools.choice, legacy.tools.allowed) == ("required", ["add"])
+
+
+def test_bad_messages_are_named_after_the_options(engine):
+    with pytest.raises(MessageError) as e:
+        plan_chat(engine, [{"role": "wizard", "content": "x"}])
+    assert e.value.param == "messages[0].role"
+    with pytest.raises(tools.ToolError):  # the options first, as the server checks them
+        plan_chat(engine, [{"role": "wizard"}], tool_choice="required")
+
+
+def _count_checks(monkeypatch) -> list:
+    """The contents of every message ``check_messages`` validates (not those it passes through)."""
+    seen = []
+    real = chat_format._check_message
+
+    def counting(m, where):
+        seen.append(m.get("content") if isinstance(m, dict) else m)
+        return real(m, where)
+
+    monkeypatch.setattr(chat_format, "_check_message", counting)
+    return seen
+
+
+def _request_checks(seen) -> list:
+    """The checks of the request's messages: not of the marked copy ``Prompts.chat_tokens``
+    renders to find the contents (whose contents are private-use marks)."""
+    return [c for c in seen if not (isinstance(c, str) and c.startswith("\ue000"))]
+
+
+@pytest.mark.parametrize("kw", [{}, {"tools": [ADD]}, {"tools": [ADD], "tool_choice": "none"}])
+def test_messages_are_checked_once_per_request_in_process(engine, monkeypatch, kw):
+    from resispec_gguf.surfaces.api import create_chat_completion
+
+    seen = _count_checks(monkeypatch)
+    create_chat_completion(engine, ROUND_TRIP, stream=True, **kw)  # planned at once, generated when read
+    assert _request_checks(seen) == [m["content"] for m in ROUND_TRIP]
+
+
+def test_messages_are_checked_once_per_request_in_the_server(engine, monkeypatch):
+    pytest.importorskip("starlette")
+    from resispec_gguf.surfaces.server import fields, worker
+
+    body = {"messages": ROUND_TRIP, "tools": [ADD], "tool_choice": "auto"}
+    seen = _count_checks(monkeypatch)
+    req = fields.parse(body, "chat", SamplingParams(), DraftParams(), engine.max_prompt_bytes, engine.n_ctx)
+    assert isinstance(req.prompt, Messages) and _request_checks(seen) == [m["content"] for m in ROUND_TRIP]
+    plan = worker.prepare(engine, req)  # rendering, tokenizing and the tool format check nothing again
+    assert _request_checks(seen) == [m["content"] for m in ROUND_TRIP]
+    assert plan.prompt == plan_chat(engine, ROUND_TRIP, tools=[ADD]).prompt
