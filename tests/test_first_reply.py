@@ -23,7 +23,7 @@ import pytest
 
 from fake_models import MarkovModel
 from resispec_gguf.kernels import cache as kernel_cache
-from resispec_gguf.surfaces.api import stats_dict
+from resispec_gguf.surfaces.shapes import stats_dict
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.surfaces.display import stats_line, stats_report
 from resispec_gguf.engine import Engine, Result, Stats

@@ -14,6 +14,7 @@ Pure Python, no model.  May import ``errors`` only; never the engine, ``llama`` 
 from __future__ import annotations
 
 import re
+from typing import Callable
 import secrets
 
 import jinja2
@@ -48,7 +49,7 @@ class Messages(list):
     known roles.  ``check_messages`` passes them through unchanged."""
 
 
-def utf8_size(text: str, where: str, error: type[FieldError] = FieldError) -> int:
+def utf8_size(text: str, where: str, error: Callable[[str, str], Exception] = FieldError) -> int:
     """``text``'s size in UTF-8 bytes; ``error`` naming ``where`` when UTF-8 cannot encode it
     (a lone surrogate such as ``"\\ud800"``, which JSON can carry)."""
     try:

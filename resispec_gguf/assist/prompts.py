@@ -88,10 +88,7 @@ class Prompts:
         limit = self.max_prompt_bytes
         size = len(text)  # characters: a lower bound on the bytes, free to get
         if size <= limit:
-            try:
-                size = len(text.encode("utf-8"))
-            except UnicodeEncodeError as e:
-                raise UserError(f"the text is not valid Unicode (a lone surrogate at character {e.start})") from None
+            size = cf.utf8_size(text, "the text", lambda message, _where: UserError(message))
         if size > limit:
             raise ContextFullError(
                 f"the prompt ({size} bytes or more) cannot fit the context ({self.vocab.n_ctx} tokens of at most "
@@ -127,7 +124,7 @@ class Prompts:
         self.check_prompt_size(rendered)  # other fields a template may print are text too
         specials = self.vocab.special_tokens()
         nonce = cf.new_nonce()
-        marked = self.render_chat([{**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)],
+        marked = self.render_chat(cf.Messages({**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)),
                                   add_generation_prompt, tools)
         segments = cf.content_segments(rendered, marked, nonce, contents)
         if segments is None:

@@ -4,7 +4,7 @@ so that an assistant can switch with little change.
 
 It plans the request with ``assist.plan`` (tools, response formats), runs it on the engine's
 public API, and shapes the answer with ``shapes`` and ``chunks`` (the server's shapes and
-chunk stream too).  ``stats_dict`` (a result's ``speculative`` object) is ``shapes``'.  May
+chunk stream too).  May
 import ``assist``, ``config`` and the shapes, chunks and logprobs surfaces; never the
 server, ``llama`` or the engine's models.
 """
@@ -17,9 +17,9 @@ from ..assist.plan import ChatPlan, plan_chat
 from ..config import DraftParams, SamplingParams
 from .chunks import ChunkStream, pieces
 from .logprobs import LogprobsFormatter
-from .shapes import completion_object, new_meta, stats_dict
+from .shapes import completion_object, new_meta
 
-__all__ = ["create_chat_completion", "stats_dict"]
+__all__ = ["create_chat_completion"]
 
 
 def create_chat_completion(
