@@ -131,7 +131,7 @@ def dead_endpoints() -> list[str]:
     return dead
 
 
-def on_abort(message: bytes | None) -> None:  # pragma: no cover - ggml's abort hook, then the process ends
+def on_abort(message: bytes | None) -> None:
     """ggml is about to abort the process (its RPC client does when a worker fails): say so on
     one line, naming the worker, and exit without ggml's backtrace.  Returns only for a message
     that is not about RPC, after printing it (ggml then aborts)."""
