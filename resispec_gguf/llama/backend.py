@@ -136,8 +136,7 @@ class LlamaModel:
         check_gguf_file(path)
         self.path = path
         self.rpc = rpc
-        self._model = None
-        self._ctx = None
+        self._model = self._ctx = None  # what close() frees, once made
         self._model = self._load_model(n_gpu_layers)
         self._vocab = _ll.llama_model_get_vocab(self._model)
         self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))

@@ -1,17 +1,19 @@
 """The client side of ggml RPC that plain sockets can do: greeting workers, knowing which are in
 use, and what a worker failure means.
 
-ggml's RPC client aborts the process when a worker cannot be reached or fails.  So ``backend``
-greets each worker here first (``hello``: one ``UserError`` naming an unreachable, busy or
-incompatible worker), records it as in use (``adding``), and marks model loading
-(``loading``).  Its abort hook hands ggml's message to ``on_abort``, which ends the process
-with one line on stderr naming the dead worker(s) and exit ``RPC_LOADING_EXIT`` (2, the worker
-failed while a model was loading) or ``RPC_LOST_EXIT`` (3, afterwards): no C backtrace.  A
-worker that vanishes without closing its connection (a cut cable) stalls the client until TCP
-gives up; a worker that dies or is stopped closes it, and the client stops within a second.
+ggml's RPC client aborts the process when a worker cannot be reached or fails.  So
+``devices`` greets each new worker first (``hello``: one ``UserError`` naming an unreachable,
+busy or incompatible worker), records it as in use, and has ``backend`` add it to ggml while
+marked as loading (``loading`` marks a model's load the same way).  ``backend``'s abort hook
+hands ggml's message to ``on_abort``, which ends the process with one line on stderr naming
+the dead worker(s) and exit ``RPC_LOADING_EXIT`` (2, the worker failed while a model was
+loading) or ``RPC_LOST_EXIT`` (3, afterwards): no C backtrace.  A worker that vanishes without
+closing its connection (a cut cable) stalls the client until TCP gives up; a worker that dies
+or is stopped closes it, and the client stops within a second.
 
-No ctypes and no llama_cpp: ggml's handles and the hook itself stay in ``backend``, which
-passes in the installed llama-cpp-python's version for messages.  Imports only ``errors``.
+No ctypes and no llama_cpp: ggml's calls come in as functions and its handles as opaque values
+(``backend``, ``ggml``), with the installed llama-cpp-python's version for messages.  Imports
+only ``config`` and ``errors``.
 """
 
 from __future__ import annotations
