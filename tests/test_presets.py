@@ -35,7 +35,8 @@ def test_malformed_specs_raise(spec):
 def test_malformed_spec_messages_are_one_line_and_name_the_spec():
     with pytest.raises(UserError, match=r"^empty model spec; give a preset name"):
         parse_model_spec("   ")
-    with pytest.raises(UserError, match=r"malformed Hugging Face spec 'hf:owner/repo'; expected hf:OWNER/REPO/FILE\.gguf"):
+    with pytest.raises(UserError, match=r"malformed Hugging Face spec 'hf:owner/repo'; "
+                                        r"expected hf:OWNER/REPO/FILE\.gguf"):
         parse_model_spec("hf:owner/repo")
     with pytest.raises(UserError, match=r"Hugging Face spec 'hf:o/r/f\.bin' must name a \.gguf file"):
         parse_model_spec("hf:o/r/f.bin")

@@ -69,7 +69,8 @@ def fresh(monkeypatch):
 
 def test_rebuild_command_names_the_version_and_the_rpc_flag():
     command = rpc_client.rebuild_command("0.3.36")
-    assert command.startswith("CMAKE_ARGS='-DGGML_RPC=on' pip install ") and command.endswith("llama-cpp-python==0.3.36")
+    assert command.startswith("CMAKE_ARGS='-DGGML_RPC=on' pip install ")
+    assert command.endswith("llama-cpp-python==0.3.36")
 
 
 def test_hello_sends_ggml_greeting_and_reads_the_protocol_version():

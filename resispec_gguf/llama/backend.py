@@ -412,9 +412,10 @@ class LlamaModel:
         Returns lazily copied rows (see ``LogitsRows``).  ``tokens``: ``[n]`` token ids.
         ``parents``: ``[n]`` for each node the index of its parent among this step's nodes
         (earlier calls first, then this call's, in order), or -1 for a node that follows the
-        committed sequence directly.  Parents must come before their children.  ``want_logits``: ``[n]`` bools (default all); rows are indexed
-        by position among the nodes that want logits.  Node indices continue across calls until
-        ``commit`` or ``drop_uncommitted``.
+        committed sequence directly.  Parents must come before their children.
+        ``want_logits``: ``[n]`` bools (default all); rows are indexed by position among the
+        nodes that want logits.  Node indices continue across calls until ``commit`` or
+        ``drop_uncommitted``.
         """
         tokens = np.asarray(tokens, np.int64)
         parents = np.asarray(parents, np.int64)

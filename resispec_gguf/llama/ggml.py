@@ -114,4 +114,5 @@ def local_devices() -> list:
 def device_label(device) -> str:
     """``"NAME (description)"`` of a device."""
     base = _libs()[1]
-    return f"{base.ggml_backend_dev_name(device).decode()} ({base.ggml_backend_dev_description(device).decode().strip()})"
+    name, description = base.ggml_backend_dev_name(device), base.ggml_backend_dev_description(device)
+    return f"{name.decode()} ({description.decode().strip()})"
