@@ -133,3 +133,38 @@ def test_bad_files(tmp_path, not_gguf_file, truncated_gguf):
     empty.write_bytes(b"")
     with pytest.raises(UserError, match="not a GGUF"):
         LlamaModel(empty)
+
+
+def test_a_context_or_batch_too_small_for_the_sequences_is_refused(tiny_pair):
+    with pytest.raises(UserError) as info:
+        LlamaModel(tiny_pair[0], n_ctx=32, n_batch=512, n_seq_max=64, n_threads=1)
+    assert str(info.value) == ("a context of 32 tokens is too small: it must hold at least 64 tokens "
+                               "(one output row per sequence, 64 sequences)")
+    with pytest.raises(UserError, match=r"^a batch of 16 tokens is too small: it must hold at least 64 tokens"):
+        LlamaModel(tiny_pair[0], n_ctx=256, n_batch=16, n_seq_max=64, n_threads=1)
+
+
+def test_decode_refuses_forests_that_do_not_fit(models):
+    m, _ = models  # n_seq_max 16
+    m.sync_prefix(m.tokenize("x y"))
+    with pytest.raises(ValueError, match="nothing to decode"):
+        m.decode([], [])
+    with pytest.raises(ValueError, match=r"^16 uncommitted nodes exceed n_seq_max - 1 = 15$"):
+        m.decode(list(range(10, 26)), [-1] + list(range(15)))
+    assert len(m.decode([5, 6], [-1, 0])) == 2
+    with pytest.raises(ValueError, match="node 2 has parent 5, which is not an earlier node"):
+        m.decode([7], [5])
+    m.drop_uncommitted()
+    rows = m.decode([5, 6], [-1, 0], want_logits=[False, True])
+    assert len(rows) == 1 and rows[0].shape == (m.n_vocab,)
+    m.commit([0, 1])
+    assert m.cached[-2:] == [5, 6]
+
+
+def test_describe_and_cost_key(models, tiny_pair):
+    m, _ = models
+    info = m.describe()
+    assert info["path"] == str(tiny_pair[0]) and info["n_ctx"] == 256 and info["n_threads"] == 1
+    assert info["rpc"] is None and info["flash_attn"] is False and info["llama_cpp_python"]
+    key = m.cost_key()
+    assert str(tiny_pair[0]) in key and key == m.cost_key()

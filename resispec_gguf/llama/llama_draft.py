@@ -124,8 +124,6 @@ class LlamaDraft(backend.LlamaDraftModel):
     def __exit__(self, *exc):
         self.close()
 
-    # ------------------------------------------------------------------ the call
-
     def __call__(self, input_ids, /, **kwargs) -> np.ndarray:
         ids = np.asarray(input_ids).tolist()  # [n] the tokens so far, the last one not evaluated
         if not self._checked:

