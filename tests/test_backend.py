@@ -168,3 +168,25 @@ def test_describe_and_cost_key(models, tiny_pair):
     assert info["rpc"] is None and info["flash_attn"] is False and info["llama_cpp_python"]
     key = m.cost_key()
     assert str(tiny_pair[0]) in key and key == m.cost_key()
+
+
+def test_token_pieces_from_two_threads_match_one_thread(engine):
+    """The server formats logprobs on one thread while the engine detokenises on another:
+    no ctypes out-buffer may be shared between them."""
+    import threading
+
+    model = engine.target
+    tokens = list(range(model.n_vocab)) * 20
+    reference = [model.token_piece(t) for t in tokens]
+    results = {}
+
+    def run(name, order):
+        results[name] = [model.token_piece(t) for t in order]
+
+    threads = [threading.Thread(target=run, args=("a", tokens)),
+               threading.Thread(target=run, args=("b", tokens[::-1]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["a"] == reference and results["b"] == reference[::-1]

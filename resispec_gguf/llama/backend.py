@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -153,7 +154,7 @@ class LlamaModel:
         self._batch = self._new_batch()
         self.cached: list[int] = []  # tokens committed to sequence 0, in order
         self._nodes = Forest()  # this step's uncommitted nodes
-        self._piece_buf = ctypes.create_string_buffer(256)
+        self._local = threading.local()  # per-thread out-buffers: the server detokenises on two threads
         self._generation = 0
         self._specials = None
         self._max_piece = None
@@ -315,12 +316,15 @@ class LlamaModel:
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
         """Bytes this token contributes to the text (possibly part of a UTF-8 character)."""
-        n = _ll.llama_token_to_piece(self._vocab, int(token), self._piece_buf, 256, 0, special)
+        piece = getattr(self._local, "piece", None)
+        if piece is None:
+            piece = self._local.piece = ctypes.create_string_buffer(256)
+        n = _ll.llama_token_to_piece(self._vocab, int(token), piece, 256, 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = _ll.llama_token_to_piece(self._vocab, int(token), buf, -n, 0, special)
             return buf.raw[:n]
-        return self._piece_buf.raw[:n]
+        return piece.raw[:n]
 
     def max_piece_bytes(self) -> int:
         """The most bytes of text any one token stands for (its piece; a control token's text).
