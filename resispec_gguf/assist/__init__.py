@@ -1,8 +1,15 @@
-"""Assistant features on top of text generation: chat prompts, fill-in-the-middle prompts,
-constraints (JSON schemas and grammars through llguidance) and tool calls.
+"""Assistant features on top of text generation.
 
-Everything here works on a model's vocabulary and text; it asks the engine for nothing but
-what it is handed.  May import: ``kernels`` (bit masks), ``spec.protocol``, ``config``,
-``errors``.  Never ``llama`` (the vocabulary comes in through the engine), the engine or a
-surface.
+``prompts`` builds every prompt from text (plain, a chat rendered with the model's template
+by ``chat_format``, a fill-in-the-middle layout by ``fim``), tokenized so that only the
+template's own text can become control tokens.  ``grammar`` is the one adapter to the grammar
+engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` owns
+everything about tool calls: the formats models write them in, their grammars, parsing and
+streaming.  ``plan`` turns a chat request (tools, tool_choice, response_format) into a prompt
+and a constraint; the surfaces then run it on the engine.
+
+Everything here works on a model's vocabulary and text and asks the engine for nothing but
+what it is handed (the flow is surfaces → assist → engine, never back).  May import:
+``kernels`` (bit masks), ``spec.protocol``, ``config``, ``errors``.  Never ``llama`` (the
+vocabulary comes in as an object), the engine or a surface.
 """

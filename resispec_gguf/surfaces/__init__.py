@@ -1,6 +1,10 @@
-"""What users run: the command line (``cli``, its flags from ``config`` in ``flags``), the
-terminal chat, the OpenAI-compatible server, the OpenAI-shaped Python functions (``api``),
-benchmarks (``bench`` with its ``workloads``) and stats rendering (``display``).
+"""What users run: the command line (``cli``, its flags made from ``config`` by ``flags``),
+the terminal ``chat``, the OpenAI-compatible ``server`` (``fields``: request bodies into
+requests; ``worker``: the job queue and cancellation; ``app``: routes and SSE; ``errors``:
+exceptions into responses), the OpenAI-shaped Python function ``api.create_chat_completion``,
+benchmarks (``bench`` with its ``workloads``, whose prompts are data in ``workloads.json``)
+and stats rendering (``display``).  ``shapes`` (response objects), ``chunks`` (one streamed
+chunk sequence for ``api`` and the server) and ``logprobs`` are shared by them.
 
 Surfaces use the ``Engine``'s public API and ``assist``; never the models behind the engine.
 Nothing imports a surface but another surface (and the package's public names, re-exported
