@@ -108,8 +108,9 @@ def test_verbose_lets_llama_cpp_log(tiny_pair, opened):
         assert backend._verbose is verbose
 
 
-def test_importing_the_package_does_not_load_llama_cpp():
-    code = "import sys, resispec_gguf, resispec_gguf.llama.loading; print('llama_cpp' in sys.modules)"
+@pytest.mark.parametrize("module", ["resispec_gguf", "resispec_gguf.llama.loading", "resispec_gguf.llama.models"])
+def test_importing_the_package_does_not_load_llama_cpp(module):
+    code = f"import sys, {module}; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr

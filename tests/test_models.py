@@ -329,13 +329,3 @@ def test_list_presets_uncached():
     rows = list_presets()
     assert rows and all(not r["cached"] and r["path"] is None for r in rows)
     assert {"name", "role", "file", "cached", "path"} <= set(rows[0])
-
-
-def test_module_does_not_import_llama_cpp():
-    import sys
-
-    code = "import sys, resispec_gguf.llama.models; print('llama_cpp' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
