@@ -116,6 +116,82 @@ def _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all):
 
 
 @njit(cache=True)
+def _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand):
+    # A count limit (kc < V): the ids of the kc largest logits, descending, and the normaliser
+    # top-p must measure the nucleus on (-1.0: the kept candidates' own).  k: top-k's limit
+    # (V when it does not limit), kc: min(k, cap); z_row, cand: as _probs_sparse's.
+    V = logits.shape[0]
+    z_all = -1.0
+    if kc < k and top_p < 1.0:
+        # The cap comes after top-p: the nucleus is measured on the uncapped (top-k)
+        # distribution, so top-p needs that distribution's normaliser.
+        if k < V:
+            ids = _top_k_ids(logits, k, cand)
+            z_all = _weight_sum(logits, ids, np.float64(bv), inv_t)
+            ids = ids[:kc]
+        else:
+            ids = _top_k_ids(logits, kc, cand)
+            z_all = z_row if z_row > 0.0 else _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
+    else:
+        ids = _top_k_ids(logits, kc, cand)
+    return ids, z_all
+
+
+@njit(cache=True)
+def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
+    # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
+    # descending (ties: ascending id), and the row's normaliser.
+    # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
+    # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
+    # higher: only the rest needs sorting.
+    V = logits.shape[0]
+    bvf = np.float64(bv)
+    z = 0.0
+    for i in range(V):
+        v = logits[i]
+        if v > -np.inf:
+            z += math.exp((np.float64(v) - bvf) * inv_t)
+    floor_w = 0.0
+    if top_p < 1.0:
+        floor_w = (1.0 - top_p) / V * z
+    if min_p > floor_w:
+        floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
+    cand = np.empty(V, np.int64)
+    cv = np.empty(V, np.float64)
+    n = 0
+    for i in range(V):
+        v = logits[i]
+        if v > -np.inf:
+            wi = math.exp((np.float64(v) - bvf) * inv_t)
+            if wi >= floor_w:
+                cand[n] = i
+                cv[n] = np.float64(v)
+                n += 1
+    cand = cand[:n]
+    cv = cv[:n]
+    if top_p < 1.0 and n > 2048:
+        # The nucleus is usually far smaller than the candidates: find the k largest
+        # (k = 1024, 4096, ...) by partition until they hold the nucleus mass with room
+        # to spare, and sort only those (all ties of the k-th value included).
+        target = top_p * z * (1.0 + 1e-9)
+        k = 1024
+        while k < n:
+            thr = np.partition(cv, n - k)[n - k]
+            mass = 0.0
+            for j in range(n):
+                if cv[j] >= thr:
+                    mass += math.exp((cv[j] - bvf) * inv_t)
+            if mass >= target:
+                sel = cv >= thr
+                cand = cand[sel]
+                cv = cv[sel]
+                break
+            k *= 4
+    order = np.argsort(-cv, kind="mergesort")  # stable: ties keep ascending id
+    return cand[order], z
+
+
+@njit(cache=True)
 def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand):
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
@@ -134,69 +210,10 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
     kc = k
     if cap > 0 and cap < kc:
         kc = cap
-    z_all = -1.0
     if kc < V:
-        if kc < k and top_p < 1.0:
-            # The cap comes after top-p: the nucleus is measured on the uncapped (top-k)
-            # distribution, so top-p needs that distribution's normaliser.
-            if k < V:
-                ids = _top_k_ids(logits, k, cand)
-                z_all = _weight_sum(logits, ids, np.float64(bv), inv_t)
-                ids = ids[:kc]
-            else:
-                ids = _top_k_ids(logits, kc, cand)
-                z_all = z_row if z_row > 0.0 else _weight_sum(logits, ids[:0], np.float64(bv), inv_t)
-        else:
-            ids = _top_k_ids(logits, kc, cand)
+        ids, z_all = _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand)
     else:
-        # No count limit.  Tokens whose probability is below (1 - top_p) / V can never be in
-        # the nucleus (everything at or below them weighs < 1 - top_p), nor above min_p's
-        # floor when it is higher: only the rest needs sorting.
-        bvf = np.float64(bv)
-        z = 0.0
-        for i in range(V):
-            v = logits[i]
-            if v > -np.inf:
-                z += math.exp((np.float64(v) - bvf) * inv_t)
-        floor_w = 0.0
-        if top_p < 1.0:
-            floor_w = (1.0 - top_p) / V * z
-        if min_p > floor_w:
-            floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
-        z_all = z
-        cand = np.empty(V, np.int64)
-        cv = np.empty(V, np.float64)
-        n = 0
-        for i in range(V):
-            v = logits[i]
-            if v > -np.inf:
-                wi = math.exp((np.float64(v) - bvf) * inv_t)
-                if wi >= floor_w:
-                    cand[n] = i
-                    cv[n] = np.float64(v)
-                    n += 1
-        cand = cand[:n]
-        cv = cv[:n]
-        if top_p < 1.0 and n > 2048:
-            # The nucleus is usually far smaller than the candidates: find the k largest
-            # (k = 1024, 4096, ...) by partition until they hold the nucleus mass with room
-            # to spare, and sort only those (all ties of the k-th value included).
-            target = top_p * z * (1.0 + 1e-9)
-            k = 1024
-            while k < n:
-                thr = np.partition(cv, n - k)[n - k]
-                mass = 0.0
-                for j in range(n):
-                    if cv[j] >= thr:
-                        mass += math.exp((cv[j] - bvf) * inv_t)
-                if mass >= target:
-                    sel = cv >= thr
-                    cand = cand[sel]
-                    cv = cv[sel]
-                    break
-                k *= 4
-        order = np.argsort(-cv, kind="mergesort")  # stable: ties keep ascending id
-        ids = cand[order]
+        ids, z_all = _unlimited_ids(logits, bv, inv_t, top_p, min_p)
     return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
 
 
