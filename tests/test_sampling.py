@@ -574,3 +574,14 @@ def test_overlap_of_a_sparse_p_equals_the_intersect1d_sum():
         _, ip, iq = np.intersect1d(pids, qids, assume_unique=True, return_indices=True)
         want = float(np.minimum(pp[ip], qp[iq]).sum())
         assert overlap((pids, pp), qids, qp) == want
+
+
+def test_moved_names_stay_importable_from_sampling():
+    """The draws, the token masks and the overlap figures live in their own modules; callers
+    that import them from ``sampling`` get the same objects."""
+    from resispec_gguf.kernels import acceptance, draws, masks, sampling
+
+    for module, names in ((draws, draws.__all__), (masks, masks.__all__), (acceptance, ("overlap", "values_at"))):
+        for name in names:
+            assert getattr(sampling, name) is getattr(module, name), name
+

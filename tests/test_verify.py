@@ -1003,3 +1003,11 @@ def test_draw_chances_are_what_the_verifier_does():
             counts[idx] += 1
     sigma = np.sqrt(chances * (1.0 - chances) / n)
     assert np.all(np.abs(counts / n - chances) <= 5 * sigma + 1e-9), (counts / n, chances)
+
+
+def test_acceptance_figures_stay_importable_from_verify():
+    """The exact acceptance figures live in ``acceptance``; callers that import them from
+    ``verify`` get the same objects."""
+    for name in ("schedule", "expected_acceptance", "optimal_acceptance", "acceptance_profile", "draw_chances",
+                 "expected_distinct"):
+        assert getattr(verify, name) is getattr(acceptance, name), name

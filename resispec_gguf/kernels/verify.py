@@ -70,7 +70,6 @@ import numpy as np
 from numba import njit
 
 from .acceptance import (  # noqa: F401  (re-exported: callers import them from here)
-    _optimal,
     acceptance_profile,
     draw_chances,
     expected_acceptance,
