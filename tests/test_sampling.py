@@ -585,3 +585,12 @@ def test_moved_names_stay_importable_from_sampling():
         for name in names:
             assert getattr(sampling, name) is getattr(module, name), name
 
+
+def test_probs_sparse_ids_are_read_only_on_every_path():
+    """One Numba type for every q's ids, whichever path built them (the one-call kernel, or
+    top-p before the cap with NumPy's normaliser), so the kernels they are handed to compile
+    once (see kernels.warmup)."""
+    row = np.linspace(-2.0, 2.0, 300).astype(np.float32)
+    for args in ((1.0,), (0.7, 0, 0.9, 0.05, 8), (0.7, 40, 0.9, 0.0, 8), (0.0,), (1.0, 0, 1.0, 0.0, 3)):
+        ids, probs = probs_sparse(row, *args)
+        assert not ids.flags.writeable, args

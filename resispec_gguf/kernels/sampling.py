@@ -287,7 +287,8 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     """Sampling distribution of one logits row as ``(ids, probs)`` (see module docstring).
 
     ``top_k``/``cap`` of 0 mean no limit.  Requires a 1-D logits row with at least one finite
-    entry; returns at least one token.
+    entry; returns at least one token.  ``ids`` is read-only on every path (one Numba type for
+    the kernels it is handed to).
     """
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
     logits = _row(logits)
@@ -297,10 +298,15 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
         # kernel needs the row's normaliser, which NumPy's SIMD exp computes faster
         logits, best, cand = _check_logits(logits, cap)
         z_row = _row_normaliser(logits, temperature)
-        return _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
-    status, ids, probs = _probs_row(logits, temperature, top_k, top_p, min_p, cap)
-    if status:
-        raise ValueError("logits contain NaN or +inf" if status == 1 else "logits have no finite entry")
+        ids, probs = _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
+    else:
+        status, ids, probs = _probs_row(logits, temperature, top_k, top_p, min_p, cap)
+        if status:
+            raise ValueError("logits contain NaN or +inf" if status == 1 else "logits have no finite entry")
+    # One Numba type for every q's ids, whichever path built them, so that the kernels they are
+    # handed to compile once (_probs_row's already are read-only: Numba types its result as its
+    # read-only _NO_CAND branch).
+    ids.flags.writeable = False
     return ids, probs
 
 

@@ -104,6 +104,7 @@ def _top_k_ids(logits, k, cand):
 
 
 _NO_CAND = np.empty(0, np.int64)
+_NO_CAND.flags.writeable = False  # as the kernels see a global array: one Numba type, whoever hands it on
 _BLOCK = 64  # the one-read scan tests a row 64 entries at a time (a vectorised test) ...
 _SUB = 16  # ... then a flagged block 16 at a time
 _SCAN_K_MAX = 4096  # larger k: the scan finds the argmax only, the heap then reads the row

@@ -30,48 +30,36 @@ def warm_ups() -> list:
     wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary of many blocks (topk._scan_top)
     wide.flags.writeable = False
 
-    def qs():
-        # A draft's q as the generation gets it, in both of its Numba types: ids from the
-        # one-call kernel (_probs_row) are read-only, ids of a q cut by top-p before its cap
-        # (probs_sparse's NumPy-normaliser path) writable; each is another signature of every
-        # kernel they reach.
-        return probs_sparse(row, 1.0), probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)
-
     def distributions():
         probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
-        probs_dense(row, 0.7, 0, 0.9, 0.05)  # ... filtered without top-k (no candidates from the scan)
         probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
         probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
         probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
         probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
         token_logprob(row, 1, 2)  # logprobs with their top tokens
-        token_logprob(row, 1, 8)  # ... more of them than the row has (no candidates from the scan)
 
     def draws():
+        ids, probs = probs_sparse(row, 1.0)
         sample_dense(probs_dense(row, 1.0, 3), 0.5)
-        sparse_p = probs_sparse(row, 1.0)
-        sample_sparse(*sparse_p, 0.5)
-        for ids, probs in qs():
-            sample_iid(ids, probs, np.full(2, 0.5))
-            sample_iid_q(ids, probs, np.full(2, 0.5))
-            overlap(sparse_p, ids, probs)  # auto learns a chain's acceptance on a sparse p
-            acceptance_profile(values_at(sparse_p, ids), probs, np.array([1, 2], np.int64))  # ... every arm's
-            acceptance_profile(values_at(probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
-            draw_chances("resispec", values_at(sparse_p, ids), ids, probs, np.array([0, 0], np.int64))
-            sample_without_replacement(ids, probs, np.full(2, 0.5))
+        sample_sparse(ids, probs, 0.5)
+        sample_iid(ids, probs, np.full(2, 0.5))
+        sample_iid_q(ids, probs, np.full(2, 0.5))
+        overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
+        acceptance_profile(values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # ... every arm's
+        acceptance_profile(values_at(probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
+        draw_chances("resispec", values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
+        sample_without_replacement(ids, probs, np.full(2, 0.5))
 
     def verification():
         p = probs_dense(row, 1.0, 3)
+        ids, probs = probs_sparse(row, 1.0)
         sparse_p = probs_sparse(row, 1.0, 3)
-        for ids, probs in qs():
-            for method in ("chain", "specinfer", "rrs", "resispec"):
-                sample = sample_without_replacement if method == "rrs" else sample_iid
-                draws = sample(ids, probs, np.full(1 if method == "chain" else 2, 0.5))
-                for target in (p, sparse_p):
-                    verify(method, target, (ids, probs), draws, np.full(len(draws) + 1, 0.5))
-                    verify(method, target, (ids, probs), draws, np.full(len(draws) + 2, 0.5), 4)
-        for target in (p, sparse_p):
-            for method in ("chain", "specinfer", "rrs", "resispec"):
+        for method in ("chain", "specinfer", "rrs", "resispec"):
+            sample = sample_without_replacement if method == "rrs" else sample_iid
+            draws = sample(ids, probs, np.full(1 if method == "chain" else 2, 0.5))
+            for target in (p, sparse_p):
+                verify(method, target, (ids, probs), draws, np.full(len(draws) + 1, 0.5))
+                verify(method, target, (ids, probs), draws, np.full(len(draws) + 2, 0.5), 4)
                 verify(method, target, None, _NO_DRAWS, np.full(2, 0.5), 4)  # lookup only
 
     return [distributions, draws, verification]
