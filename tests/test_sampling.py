@@ -18,15 +18,9 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from resispec_gguf.kernels.sampling import (
-    _candidates,
-    _top_k_ids,
-    probs_dense,
-    probs_sparse,
-    sample_dense,
-    sample_iid,
-    sample_without_replacement,
-)
+from resispec_gguf.kernels.draws import sample_dense, sample_iid, sample_without_replacement
+from resispec_gguf.kernels.sampling import probs_dense, probs_sparse
+from resispec_gguf.kernels.topk import _candidates, _top_k_ids
 
 RTOL = 1e-12
 ATOL = 1e-300  # subnormal probabilities carry fewer significant bits
@@ -402,7 +396,8 @@ def test_one_read_scan_finds_argmax_and_top_k_with_a_tail():
     """``_scan`` (one read, blocks skipped by a vectorised count): the first maximum and the
     exact top-k set, for V that is not a multiple of the block, maxima tied across blocks and
     in the tail, and bad entries anywhere."""
-    from resispec_gguf.kernels.sampling import _BLOCK, _check_logits
+    from resispec_gguf.kernels.sampling import _check_logits
+    from resispec_gguf.kernels.topk import _BLOCK
 
     rng = np.random.default_rng(5)
     for V in (1, 3, 63, 64, 65, 4096, 5000, 32_000 + 37, 151_936):
@@ -437,7 +432,7 @@ def test_one_read_scan_equals_the_heap_over_the_whole_row():
     """``_scan_top`` skips blocks: the same set as ``_top_k_heap`` fed every id, and the
     first maximum, on rows built to make skipping go wrong (sorted either way, all equal,
     ties at the k-th value across blocks, mostly -inf, fewer finite entries than k)."""
-    from resispec_gguf.kernels.sampling import _BLOCK, _scan_top, _top_k_heap
+    from resispec_gguf.kernels.topk import _BLOCK, _scan_top, _top_k_heap
 
     rng = np.random.default_rng(17)
     for V in (1, 5, _BLOCK - 1, _BLOCK, _BLOCK + 1, 3 * _BLOCK + 5, 2000, 20_011):
@@ -487,7 +482,7 @@ def test_seeded_scan_equals_the_heap_over_the_whole_row():
     maxima of the first blocks): the same set and first maximum as ``_top_k_heap`` fed every
     id on rows where that bound is tight, negative, a signed zero, or missing (the first
     blocks -inf), and NaNs of either sign or +inf are still reported."""
-    from resispec_gguf.kernels.sampling import _BLOCK, _scan_top, _seed_threshold, _top_k_heap
+    from resispec_gguf.kernels.topk import _BLOCK, _scan_top, _seed_threshold, _top_k_heap
 
     rng = np.random.default_rng(23)
     for V in (8 * _BLOCK * 4, 20_011, 151_936):
@@ -539,7 +534,7 @@ def test_seeded_scan_equals_the_heap_over_the_whole_row():
 def test_sample_iid_q_draws_as_sample_iid_and_reads_their_q():
     """``sample_iid_q``: the tokens ``sample_iid`` draws from the same uniforms, each with its
     probability, on random distributions, ties, zero entries and uniforms at the edges."""
-    from resispec_gguf.kernels.sampling import sample_iid, sample_iid_q
+    from resispec_gguf.kernels.draws import sample_iid, sample_iid_q
 
     rng = np.random.default_rng(31)
     for trial in range(300):
@@ -564,7 +559,7 @@ def test_sample_iid_q_draws_as_sample_iid_and_reads_their_q():
 def test_overlap_of_a_sparse_p_equals_the_intersect1d_sum():
     """``overlap`` with a sparse p: bit for bit ``np.minimum`` at ``np.intersect1d``'s
     common ids, summed by NumPy (auto learns from it: its choices must not move)."""
-    from resispec_gguf.kernels.sampling import overlap
+    from resispec_gguf.kernels.acceptance import overlap
 
     rng = np.random.default_rng(41)
     for trial in range(300):
@@ -579,3 +574,23 @@ def test_overlap_of_a_sparse_p_equals_the_intersect1d_sum():
         _, ip, iq = np.intersect1d(pids, qids, assume_unique=True, return_indices=True)
         want = float(np.minimum(pp[ip], qp[iq]).sum())
         assert overlap((pids, pp), qids, qp) == want
+
+
+def test_moved_names_stay_importable_from_sampling():
+    """The draws, the token masks and the overlap figures live in their own modules; callers
+    that import them from ``sampling`` get the same objects."""
+    from resispec_gguf.kernels import acceptance, draws, masks, sampling
+
+    for module, names in ((draws, draws.__all__), (masks, masks.__all__), (acceptance, ("overlap", "values_at"))):
+        for name in names:
+            assert getattr(sampling, name) is getattr(module, name), name
+
+
+def test_probs_sparse_ids_are_read_only_on_every_path():
+    """One Numba type for every q's ids, whichever path built them (the one-call kernel, or
+    top-p before the cap with NumPy's normaliser), so the kernels they are handed to compile
+    once (see kernels.warmup)."""
+    row = np.linspace(-2.0, 2.0, 300).astype(np.float32)
+    for args in ((1.0,), (0.7, 0, 0.9, 0.05, 8), (0.7, 40, 0.9, 0.0, 8), (0.0,), (1.0, 0, 1.0, 0.0, 3)):
+        ids, probs = probs_sparse(row, *args)
+        assert not ids.flags.writeable, args

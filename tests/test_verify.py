@@ -20,14 +20,10 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from resispec_gguf.kernels import verify
-from resispec_gguf.kernels.sampling import sample_iid, sample_without_replacement
-from resispec_gguf.kernels.verify import (
-    expected_acceptance,
-    optimal_acceptance,
-    schedule,
-    verify_checked,
-)
+from resispec_gguf.kernels import acceptance, stages, verify
+from resispec_gguf.kernels.acceptance import expected_acceptance, optimal_acceptance, schedule
+from resispec_gguf.kernels.draws import sample_iid, sample_without_replacement
+from resispec_gguf.kernels.verify import verify_checked
 
 IID = ("chain", "specinfer", "resispec")
 
@@ -352,7 +348,7 @@ def kernel_distribution(method, p, q, k, support=None, run=None):
         qids = np.flatnonzero(q).astype(np.int64)
         support = qids, q[qids]
     if run is None:
-        code = verify._CODE[method]
+        code = stages._CODE[method]
 
         def run(draws, u):
             return verify._verify(code, p, support[0], support[1], draws, u)
@@ -420,21 +416,21 @@ def test_zero_q_entries_keep_every_path_exact(method):
 
 def test_zero_q_entries_leave_schedule_and_optimum_unchanged():
     for name, p, q, k, qids, qp in ZERO_Q_CASES:
-        plain = verify._sorted_support(p, np.flatnonzero(q), q[q > 0])
-        padded = verify._sorted_support(p, qids, qp)
+        plain = stages._sorted_support(p, np.flatnonzero(q), q[q > 0])
+        padded = stages._sorted_support(p, qids, qp)
         assert np.isinf(padded[0][-int((qp == 0).sum()):]).all(), name
-        for code in (verify._SPECINFER, verify._RESISPEC):
-            for a, b in zip(verify._schedule(code, *plain, k), verify._schedule(code, *padded, k)):
+        for code in (stages._SPECINFER, stages._RESISPEC):
+            for a, b in zip(stages._schedule(code, *plain, k), stages._schedule(code, *padded, k)):
                 assert np.allclose(a, b, rtol=0, atol=1e-15), (name, code)
-        assert abs(verify._optimal(*plain, k) - verify._optimal(*padded, k)) <= 1e-15, name
-        assert abs(verify._optimal(*padded, k) - optimal_acceptance(p, q, k)) <= 1e-15, name
+        assert abs(acceptance._optimal(*plain, k) - acceptance._optimal(*padded, k)) <= 1e-15, name
+        assert abs(acceptance._optimal(*padded, k) - optimal_acceptance(p, q, k)) <= 1e-15, name
 
 
 def test_check_dist_renormalises():
     p = np.array([0.1, 0.2, 0.3, 0.4]) * (1 + 5e-7)  # accepted: |sum - 1| <= 1e-6
     q = np.array([0.4, 0.3, 0.2, 0.1]) * (1 - 4e-7)
     p_n, q_n = p / p.sum(), q / q.sum()
-    assert np.abs(verify._check_dist("p", p) - p_n).max() <= 1e-16
+    assert np.abs(stages._check_dist("p", p) - p_n).max() <= 1e-16
     qids = np.arange(4)
     for method in IID + ("rrs",):
         k = 1 if method == "chain" else 2
@@ -781,7 +777,7 @@ def test_optimal_acceptance_is_min_over_all_subsets():
 
 def test_expected_distinct_small():
     q = np.array([0.5, 0.5])
-    assert abs(verify.expected_distinct(q, 2) - 1.5) < 1e-15
+    assert abs(acceptance.expected_distinct(q, 2) - 1.5) < 1e-15
 
 
 # --------------------------------------------------------------------------- 5. greedy, errors
@@ -961,10 +957,10 @@ def test_acceptance_profile_is_each_k_s_exact_acceptance_and_width():
     ks = np.arange(1, 6)
     for name, p, q, _ in CASES[:150]:
         qids = np.flatnonzero(q)
-        acc, distinct = verify.acceptance_profile(p[qids], q[qids], ks)
+        acc, distinct = acceptance.acceptance_profile(p[qids], q[qids], ks)
         for k, a, d in zip(ks, acc, distinct):
             assert abs(a - expected_acceptance("chain" if k == 1 else "resispec", p, q, int(k))) <= 1e-12, (name, k)
-            assert abs(d - verify.expected_distinct(q, int(k))) <= 1e-12, (name, k)
+            assert abs(d - acceptance.expected_distinct(q, int(k))) <= 1e-12, (name, k)
 
 
 @pytest.mark.parametrize("method", ["chain", "resispec"])
@@ -981,7 +977,7 @@ def test_draw_chances_follow_the_reference_rules_and_average_to_the_acceptance(m
         seqs, weights = draw_sequences(method, q, k)
         total = 0.0
         for seq, w in zip(seqs, weights):
-            got = verify.draw_chances(method, p[qids], qids, q[qids], seq)
+            got = acceptance.draw_chances(method, p[qids], qids, q[qids], seq)
             left, want = 1.0, []
             for a, x in zip(rules, seq):
                 want.append(left * a[x])
@@ -999,7 +995,7 @@ def test_draw_chances_are_what_the_verifier_does():
     p, q = rng.dirichlet(np.full(v, 0.5)), rng.dirichlet(np.full(v, 0.5))
     qids = np.flatnonzero(q)
     draws = np.asarray(sample_iid(qids, q[qids], rng.random(k)), np.int64)
-    chances = verify.draw_chances("resispec", p[qids], qids, q[qids], draws)
+    chances = acceptance.draw_chances("resispec", p[qids], qids, q[qids], draws)
     counts = np.zeros(k)
     for _ in range(n):
         _, idx = verify.verify("resispec", p, (qids, q[qids]), draws, rng.random(k + 1))
@@ -1007,3 +1003,11 @@ def test_draw_chances_are_what_the_verifier_does():
             counts[idx] += 1
     sigma = np.sqrt(chances * (1.0 - chances) / n)
     assert np.all(np.abs(counts / n - chances) <= 5 * sigma + 1e-9), (counts / n, chances)
+
+
+def test_acceptance_figures_stay_importable_from_verify():
+    """The exact acceptance figures live in ``acceptance``; callers that import them from
+    ``verify`` get the same objects."""
+    for name in ("schedule", "expected_acceptance", "optimal_acceptance", "acceptance_profile", "draw_chances",
+                 "expected_distinct"):
+        assert getattr(verify, name) is getattr(acceptance, name), name

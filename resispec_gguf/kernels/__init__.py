@@ -1,11 +1,14 @@
 """Kernels: Numba-compiled functions on plain arrays and scalars.
 
-``sampling`` turns logits rows into distributions and draws from them; ``verify`` holds every
-verification rule (chain, specinfer, rrs, resispec, greedy) and the exact acceptance figures
-``auto`` learns from; ``warmup`` compiles (or loads from cache) every entry a generation
-calls; ``cache`` says where Numba keeps them.
+``sampling`` turns logits rows into distributions, on the candidates ``topk`` finds in one
+read of a row; ``draws`` draws from them, ``masks`` applies a constraint's token mask.
+``verify`` holds every verification rule (chain, specinfer, rrs, resispec, greedy) on the
+stage schedule in ``stages``; ``acceptance`` computes the exact acceptance figures ``auto``
+learns from.  ``sampling`` and ``verify`` re-export the names that moved out of them.
+``warmup`` compiles (or loads from cache) every entry a generation calls; ``cache`` says
+where Numba keeps them.
 
-May import: ``config`` (method names), ``errors``, ``paths``.  Never the model side
+May import: ``config`` (method names), ``errors``, ``paths``, ``progress``.  Never the model side
 (``llama``), the decoding loop (``spec``), assistant features (``assist``) or a surface.
 Randomness comes in as uniforms drawn by the caller.
 """

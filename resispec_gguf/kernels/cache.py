@@ -1,4 +1,4 @@
-"""Where Numba keeps the compiled kernels of ``sampling`` and ``verify``.
+"""Where Numba keeps the compiled kernels (every ``@njit(cache=True)`` in this package).
 
 Numba caches a ``cache=True`` kernel in the ``__pycache__`` beside its source.  An install
 the user cannot write to (system site-packages, a shared virtual environment, a container

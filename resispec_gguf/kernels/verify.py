@@ -51,8 +51,15 @@ The kernels never copy p for this: ``p'`` is read as ``p`` scaled by ``1 / (1 - 
 masked out, and x0 joins the support list (with ``q = 0`` when the draft lacks it) so the
 fallback excludes it.
 
-This module is pure NumPy/Numba: no model, no randomness of its own (uniforms come in), no
-llama_cpp.
+The rules' shared schedule (method codes, the support sorted by r, ``M(t)``, ``lo_i``, ``P_i``
+and ``c``) lives in ``stages``; the exact acceptance figures built on it (``schedule``,
+``expected_acceptance``, ``optimal_acceptance``, ``acceptance_profile``, ``draw_chances``,
+``expected_distinct``) in ``acceptance``, re-exported here for the callers that import them
+from this module.
+
+Pure NumPy/Numba, no randomness of its own (uniforms come in): may import ``config``,
+``errors``, ``paths``, ``progress`` and other kernel modules; never a model, the decoding
+loop, an assistant feature or a surface, and never llama_cpp.
 """
 
 from __future__ import annotations
@@ -62,7 +69,28 @@ import operator
 import numpy as np
 from numba import njit
 
-from ..config import SPEC_METHODS
+from .acceptance import (  # noqa: F401  (re-exported: callers import them from here)
+    acceptance_profile,
+    draw_chances,
+    expected_acceptance,
+    expected_distinct,
+    optimal_acceptance,
+    schedule,
+)
+from .stages import (  # noqa: F401  (_RESISPEC, _SPECINFER: read as verify._* by scripts/bench_kernels.py)
+    _CHAIN,
+    _CODE,
+    _RESISPEC,
+    _RRS,
+    _SPECINFER,
+    _check_dist,
+    _index_of,
+    _method_code,
+    _schedule,
+    _sorted_support,
+    _stage_accept,
+    _target_at,
+)
 
 __all__ = [
     "verify",
@@ -74,115 +102,11 @@ __all__ = [
     "expected_distinct",
 ]
 
-_CODE = {m: i for i, m in enumerate(SPEC_METHODS)}
-_CHAIN, _SPECINFER, _RRS, _RESISPEC = (_CODE[m] for m in ("chain", "specinfer", "rrs", "resispec"))
-_BISECTIONS = 64
 _NO_IDS = np.empty(0, np.int64)  # the q of a node without draws
 _NO_PROBS = np.empty(0, np.float64)
 
 
 # --------------------------------------------------------------------------- kernels
-
-
-@njit(cache=True)
-def _target_at(p, x0, s0, x):
-    """p'(x), the target with token x0 removed and the rest scaled by s0 = 1 / (1 - p(x0)).
-
-    x0 < 0 (and s0 = 1) means no removal: p'(x) = p(x) exactly.
-    """
-    if x == x0:
-        return 0.0
-    return p[x] * s0
-
-
-@njit(cache=True)
-def _sorted_support(p, qids, qp, x0=-1, s0=1.0):
-    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p'.
-    n = qids.shape[0]
-    pv = np.empty(n, np.float64)
-    for j in range(n):
-        pv[j] = _target_at(p, x0, s0, qids[j])
-    return _sorted_by_ratio(pv, qp)
-
-
-@njit(cache=True)
-def _sorted_by_ratio(pv, qp):
-    # pv, qp: p and q on supp q, aligned -> r sorted ascending, prefix sums [n+1] of q and p.
-    # An entry with q = 0 gets r = +inf: it sorts last and adds nothing to M(t) (t q = 0).
-    n = qp.shape[0]
-    r = np.empty(n, np.float64)
-    for j in range(n):
-        r[j] = pv[j] / qp[j] if qp[j] > 0.0 else np.inf
-    order = np.argsort(r)
-    rs = r[order]
-    qc = np.zeros(n + 1, np.float64)
-    pc = np.zeros(n + 1, np.float64)
-    for j in range(n):
-        qc[j + 1] = qc[j] + qp[order[j]]
-        pc[j + 1] = pc[j] + pv[order[j]]
-    return rs, qc, pc
-
-
-@njit(cache=True)
-def _mass_min(rs, qc, pc, t):
-    """M(t) = sum over supp q of min(p, t q); two prefix sums and one binary search."""
-    j = np.searchsorted(rs, t, side="right")
-    return pc[j] + t * (qc[-1] - qc[j])
-
-
-@njit(cache=True)
-def _shoot(rs, qc, pc, f1, k, lo, reach):
-    # Run the ResiSpec recursion forward from F_1 = f1; fills lo[i] = F_{i+1}, reach[i] = P_i.
-    f = f1
-    pr = 1.0
-    for i in range(k):
-        fn = f - pr
-        lo[i] = fn
-        reach[i] = pr
-        pr = pr - (_mass_min(rs, qc, pc, f) - _mass_min(rs, qc, pc, fn))
-        if pr < 0.0:
-            pr = 0.0
-        f = fn
-    return f  # F_{K+1}
-
-
-@njit(cache=True)
-def _schedule(method, rs, qc, pc, k):
-    """Stage thresholds lo [K], reach probabilities P [K] and the fallback constant c."""
-    lo = np.zeros(k, np.float64)
-    reach = np.zeros(k, np.float64)
-    if method == _RESISPEC:
-        a = 1.0
-        b = float(k)
-        for _ in range(_BISECTIONS):
-            mid = 0.5 * (a + b)
-            if mid <= a or mid >= b:
-                break
-            if _shoot(rs, qc, pc, mid, k, lo, reach) > 0.0:
-                b = mid
-            else:
-                a = mid
-        _shoot(rs, qc, pc, b, k, lo, reach)
-        return lo, reach, b
-    # specinfer (chain = K 1): slices bottom-up
-    s = 0.0
-    pr = 1.0
-    for i in range(k):
-        lo[i] = s
-        reach[i] = pr
-        s += pr
-        pr = 1.0 - _mass_min(rs, qc, pc, s)
-        if pr < 0.0:
-            pr = 0.0
-    return lo, reach, s
-
-
-@njit(cache=True)
-def _index_of(ids, x):
-    for j in range(ids.shape[0]):
-        if ids[j] == x:
-            return j
-    return -1
 
 
 _BLOCK = 2048
@@ -274,15 +198,6 @@ def _fallback_iid(p, qids, qp, c, u, x0=-1, s0=1.0):
     if tok < 0:  # the residual is empty: reached only through round-off
         tok = _sample_target(p, x0, u)
     return tok
-
-
-@njit(cache=True)
-def _stage_accept(excess, reach):
-    """A stage's chance to accept its draw x: ``clip((r(x) - lo_i) / P_i, 0, 1)`` from
-    ``excess = r(x) - lo_i`` (a stage unreachable in exact arithmetic: 1 where r > lo_i)."""
-    if reach > 0.0:
-        return min(1.0, max(0.0, excess / reach))
-    return 1.0 if excess > 0.0 else 0.0
 
 
 @njit(cache=True)
@@ -417,79 +332,7 @@ def _verify_sparse(method, pids, pp, x0, qids, qp, draws, u):
     return space[tok], idx
 
 
-@njit(cache=True)
-def _acceptance_profile(pv, qp, ks):
-    # for each K in ks: resispec's exact acceptance M(F_1) (K = 1: the chain's M(1)) and the
-    # expected number of distinct tokens among K iid draws from q
-    rs, qc, pc = _sorted_by_ratio(pv, qp)
-    acc = np.empty(ks.shape[0], np.float64)
-    distinct = np.empty(ks.shape[0], np.float64)
-    for i in range(ks.shape[0]):
-        k = ks[i]
-        if k == 1:
-            c = 1.0
-        else:
-            _, _, c = _schedule(_RESISPEC, rs, qc, pc, k)
-        acc[i] = min(1.0, _mass_min(rs, qc, pc, c))
-        d = 0.0
-        for j in range(qp.shape[0]):
-            d += 1.0 - (1.0 - qp[j]) ** k
-        distinct[i] = d
-    return acc, distinct
-
-
-@njit(cache=True)
-def _draw_chances(method, pv, qids, qp, draws):
-    # chance that stage i is reached and accepts draw i, for the draws as drawn
-    rs, qc, pc = _sorted_by_ratio(pv, qp)
-    k = draws.shape[0]
-    lo, reach, _ = _schedule(method, rs, qc, pc, k)
-    out = np.zeros(k, np.float64)
-    left = 1.0
-    for i in range(k):
-        j = _index_of(qids, draws[i])
-        if j < 0 or not qp[j] > 0.0:
-            continue
-        a = _stage_accept(pv[j] / qp[j] - lo[i], reach[i])
-        out[i] = left * a
-        left *= 1.0 - a
-    return out
-
-
-@njit(cache=True)
-def _optimal(rs, qc, pc, k):
-    best = 1.0
-    for j in range(rs.shape[0] + 1):
-        v = pc[j] + 1.0 - qc[j] ** k
-        if v < best:
-            best = v
-    return best
-
-
 # --------------------------------------------------------------------------- wrappers
-
-
-def _method_code(method: str) -> int:
-    try:
-        return _CODE[method]
-    except KeyError:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(SPEC_METHODS)}") from None
-
-
-def _check_dist(name: str, a, size: int | None = None) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=np.float64)
-    if a.ndim != 1 or a.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {a.shape}")
-    if size is not None and a.shape[0] != size:
-        raise ValueError(f"{name} has {a.shape[0]} entries, expected {size}")
-    s = a.sum()  # not finite iff some entry is not
-    if not np.isfinite(s) or a.min() < 0:
-        raise ValueError(f"{name} must be finite and non-negative")
-    if abs(s - 1.0) > 1e-6:
-        raise ValueError(f"{name} must sum to 1 (sums to {s:.9g})")
-    if s != 1.0:  # the kernels are exact for a normalised distribution: make it one
-        a = a / s
-    return a
 
 
 def _check_token(name: str, x, size: int) -> int:
@@ -598,99 +441,3 @@ def verify_greedy(target_argmax: int, draws) -> tuple[int, int]:
     """Temperature 0: accept the candidate equal to the target's argmax, else emit it."""
     hits = np.flatnonzero(np.asarray(draws) == target_argmax)
     return int(target_argmax), int(hits[0]) if hits.size else -1
-
-
-def _support(p, q):
-    p = _check_dist("p", p)
-    q = _check_dist("q", q, p.shape[0])
-    qids = np.flatnonzero(q)
-    return p, qids, q[qids]
-
-
-def schedule(method: str, p, q, k: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """The iid stage schedule ``(lo [K], P [K], c)`` (see the module docstring)."""
-    code = _method_code(method)
-    if code == _RRS:
-        raise ValueError("rrs has no iid schedule")
-    if code == _CHAIN and k != 1:
-        raise ValueError("chain has K = 1")
-    p, qids, qp = _support(p, q)
-    rs, qc, pc = _sorted_support(p, qids, qp)
-    return _schedule(code, rs, qc, pc, int(k))
-
-
-def expected_acceptance(method: str, p, q, k: int) -> float:
-    """Exact probability that some of k candidates is accepted (1 - P(fallback))."""
-    code = _method_code(method)
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    if code == _CHAIN and k != 1:
-        raise ValueError("chain has K = 1")
-    p, qids, qp = _support(p, q)
-    if code == _RRS:
-        return _rrs_acceptance(p, qids, qp, int(k))
-    rs, qc, pc = _sorted_support(p, qids, qp)
-    _, _, c = _schedule(code, rs, qc, pc, int(k))
-    return float(_mass_min(rs, qc, pc, c))
-
-
-def _rrs_acceptance(p, qids, qp, k, max_support=10):
-    """Exact recursion over ordered draws without replacement (small supports only)."""
-    n = qids.shape[0]
-    if n > max_support:
-        raise ValueError(f"exact rrs acceptance enumerates draw orders; supp q has {n} > {max_support} tokens")
-    qs = np.zeros_like(p)
-    qs[qids] = qp
-    return float(_rrs_stage(p, qs, k))
-
-
-def _rrs_stage(ps, qs, k):
-    # Probability that a stage reached with residual ps and draw law qs, or a later one, accepts.
-    if k == 0:
-        return 0.0
-    res = np.maximum(0.0, ps - qs)
-    z = res.sum()
-    acc = 0.0
-    for x in np.flatnonzero(qs > 0):
-        a = min(1.0, ps[x] / qs[x])
-        acc += qs[x] * a
-        rest = qs.copy()
-        rest[x] = 0.0
-        if a < 1.0 and z > 0 and rest.sum() > 0:
-            acc += qs[x] * (1.0 - a) * _rrs_stage(res / z, rest / rest.sum(), k - 1)
-    return acc
-
-
-def acceptance_profile(p_at_q, qprobs, ks) -> tuple[np.ndarray, np.ndarray]:
-    """For each K in ``ks``: the exact chance that a ``resispec`` node with K iid draws from q
-    accepts one (K = 1: a chain's draw, ``sum min(p, q)``), and the expected number of
-    distinct tokens among the K draws (the node's children).  ``p_at_q``: p at q's ids, in
-    q's order; ``qprobs``: q on its support.  Depends on p and q only, not on any draw, so
-    ``auto`` learns every K's acceptance at each drafted node, whatever K the step drew."""
-    return _acceptance_profile(np.asarray(p_at_q, np.float64), np.asarray(qprobs, np.float64),
-                               np.asarray(ks, np.int64))
-
-
-def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:
-    """For the K draws of an iid node as drawn: the chance that the verifier reaches draw i
-    and accepts it (what ``verify_prepared`` does with uniforms not yet drawn).  ``p_at_q``:
-    the target on q's ids (less a lookup candidate, rescaled, when the node has one)."""
-    code = _method_code(method)
-    if code == _RRS:
-        raise ValueError("rrs draws are not iid")
-    return _draw_chances(code, np.asarray(p_at_q, np.float64), np.asarray(qids, np.int64),
-                         np.asarray(qprobs, np.float64), np.asarray(draws, np.int64))
-
-
-def optimal_acceptance(p, q, k: int) -> float:
-    """Set-level optimum ``alpha* = min_H p(H) + 1 - q(H)^k`` for k iid draws (one sort)."""
-    p, qids, qp = _support(p, q)
-    rs, qc, pc = _sorted_support(p, qids, qp)
-    return float(_optimal(rs, qc, pc, int(k)))
-
-
-def expected_distinct(q, k: int) -> float:
-    """Expected number of distinct tokens among k iid draws from q (the child nodes)."""
-    q = np.asarray(q, np.float64)
-    q = q[q > 0]
-    return float(np.sum(1.0 - (1.0 - q) ** k))

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import sampling
-from .verify import acceptance_profile, draw_chances, verify
+from .acceptance import acceptance_profile, draw_chances, overlap, values_at
+from .draws import sample_dense, sample_iid, sample_iid_q, sample_sparse, sample_without_replacement
+from .sampling import probs_dense, probs_sparse, token_logprob
+from .verify import verify
 
 __all__ = ["warm_ups"]
 
@@ -25,34 +27,35 @@ def warm_ups() -> list:
     calls, with the same argument types."""
     row = np.array([2.0, 1.0, 0.0, -np.inf, -1.0], np.float32)
     row.flags.writeable = False  # as backend.LogitsRows gives it
-    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary of many blocks (sampling._scan_top)
+    wide = np.linspace(-3.0, 3.0, 8192).astype(np.float32)  # a vocabulary of many blocks (topk._scan_top)
     wide.flags.writeable = False
 
     def distributions():
-        sampling.probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
-        sampling.probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
-        sampling.probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
-        sampling.probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
-        sampling.probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
+        probs_dense(row, 0.7, 2, 0.9, 0.05)  # the target's p (a plain softmax needs no kernel)
+        probs_sparse(row, 0.7, 2, 0.9, 0.05)  # ... and sparse
+        probs_sparse(wide, 0.7, 2, 0.9, 0.05, 3)
+        probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
+        probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
+        token_logprob(row, 1, 2)  # logprobs with their top tokens
 
     def draws():
-        ids, probs = sampling.probs_sparse(row, 1.0)
-        sampling.sample_dense(sampling.probs_dense(row, 1.0, 3), 0.5)
-        sampling.sample_sparse(ids, probs, 0.5)
-        sampling.sample_iid(ids, probs, np.full(2, 0.5))
-        sampling.sample_iid_q(ids, probs, np.full(2, 0.5))
-        sampling.overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
-        acceptance_profile(sampling.values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # ... every arm's
-        acceptance_profile(sampling.values_at(sampling.probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
-        draw_chances("resispec", sampling.values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
-        sampling.sample_without_replacement(ids, probs, np.full(2, 0.5))
+        ids, probs = probs_sparse(row, 1.0)
+        sample_dense(probs_dense(row, 1.0, 3), 0.5)
+        sample_sparse(ids, probs, 0.5)
+        sample_iid(ids, probs, np.full(2, 0.5))
+        sample_iid_q(ids, probs, np.full(2, 0.5))
+        overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
+        acceptance_profile(values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # ... every arm's
+        acceptance_profile(values_at(probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
+        draw_chances("resispec", values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
+        sample_without_replacement(ids, probs, np.full(2, 0.5))
 
     def verification():
-        p = sampling.probs_dense(row, 1.0, 3)
-        ids, probs = sampling.probs_sparse(row, 1.0)
-        sparse_p = sampling.probs_sparse(row, 1.0, 3)
+        p = probs_dense(row, 1.0, 3)
+        ids, probs = probs_sparse(row, 1.0)
+        sparse_p = probs_sparse(row, 1.0, 3)
         for method in ("chain", "specinfer", "rrs", "resispec"):
-            sample = sampling.sample_without_replacement if method == "rrs" else sampling.sample_iid
+            sample = sample_without_replacement if method == "rrs" else sample_iid
             draws = sample(ids, probs, np.full(1 if method == "chain" else 2, 0.5))
             for target in (p, sparse_p):
                 verify(method, target, (ids, probs), draws, np.full(len(draws) + 1, 0.5))

@@ -1,0 +1,44 @@
+"""Token masks: which tokens a constraint allows next, as a packed bitmask.
+
+A mask is int32 ``[ceil(n / 32)]`` words, token ``i`` allowed iff bit ``i % 32`` of word
+``i // 32`` is set (the layout grammar engines such as llguidance fill).  Tokens past the
+mask's end are not allowed.  ``mask_logits`` applies a mask to a logits row before any
+sampling transform; ``mask_allows`` tests one token; ``bitmask_from_ids`` builds a mask.
+
+Plain NumPy: may import ``config``, ``errors``, ``paths``, ``progress`` and other kernel
+modules (it needs none); never the grammar engine (``assist`` drives it and hands masks
+here), a model, the decoding loop or a surface, and never llama_cpp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["mask_logits", "mask_allows", "bitmask_from_ids"]
+
+
+def mask_logits(logits, bitmask) -> np.ndarray:
+    """A float32 copy of ``logits`` ``[V]`` with every token ``bitmask`` disallows at -inf.
+
+    Masking comes before every transform (temperature, top-k, top-p, min-p): the filters then
+    see only the allowed tokens, which is what plain constrained sampling does."""
+    logits = np.asarray(logits, np.float32)
+    words = np.ascontiguousarray(bitmask, dtype=np.int32)
+    n = min(logits.shape[0], 32 * words.shape[0])
+    bits = np.unpackbits(words.view(np.uint8), count=n, bitorder="little").view(bool)
+    out = np.full(logits.shape[0], -np.inf, np.float32)
+    np.copyto(out[:n], logits[:n], where=bits)
+    return out
+
+
+def mask_allows(bitmask, token: int) -> bool:
+    """Whether ``bitmask`` allows ``token``."""
+    w = token >> 5
+    return 0 <= token and w < len(bitmask) and bool((int(bitmask[w]) >> (token & 31)) & 1)
+
+
+def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
+    """The packed bitmask allowing exactly ``ids`` out of ``n_vocab`` tokens."""
+    bits = np.zeros(32 * ((n_vocab + 31) // 32), np.uint8)
+    bits[np.asarray(list(ids), np.int64)] = 1
+    return np.packbits(bits, bitorder="little").view(np.int32).copy()
