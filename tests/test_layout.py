@@ -146,3 +146,20 @@ def test_docs_stand_alone():
     for path in [ROOT / "README.md", *sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "docs").glob("*.md"))]:
         text = path.read_text(encoding="utf-8")
         assert "shared/" not in text and "the verification issue" not in text, path
+
+
+def test_every_module_has_a_test_file_where_its_package_is():
+    """``resispec_gguf/PKG/MOD.py`` is tested in ``tests/PKG/test_MOD*.py`` (a module of a
+    sub-package such as ``surfaces/server/app.py`` by ``tests/surfaces/test_server*.py``);
+    a top-level module in ``tests/test_MOD*.py``."""
+    tests = ROOT / "tests"
+    missing = []
+    for name, path in sorted(MODULES.items()):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        parts = name.split(".")[1:]
+        folder = tests.joinpath(*parts[:1]) if len(parts) > 1 else tests
+        stem = parts[1] if len(parts) > 2 else parts[-1]
+        if not list(folder.glob(f"test_{stem}*.py")):
+            missing.append(name)
+    assert missing == []

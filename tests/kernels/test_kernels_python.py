@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SELECTION = (
     "(test_sampling and not pair_law) or "
@@ -31,7 +31,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 def test_kernels_as_python():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
-    args = ["-q", "-p", "no:cacheprovider", "tests/test_sampling.py", "tests/test_verify.py", "-k", SELECTION]
+    args = ["-q", "-p", "no:cacheprovider", "tests/kernels/test_sampling.py", "tests/kernels/test_verify.py", "-k", SELECTION]
     r = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

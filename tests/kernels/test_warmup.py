@@ -20,7 +20,7 @@ import pytest
 
 from resispec_gguf.kernels import warmup
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 _CHILD = textwrap.dedent("""
     import importlib, json, pkgutil

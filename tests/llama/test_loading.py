@@ -112,6 +112,6 @@ def test_verbose_lets_llama_cpp_log(tiny_pair, opened):
 def test_importing_the_package_does_not_load_llama_cpp(module):
     code = f"import sys, {module}; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

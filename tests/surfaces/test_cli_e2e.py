@@ -39,7 +39,7 @@ from resispec_gguf.surfaces import cli, flags
 from resispec_gguf import config
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SETTINGS = (ModelParams, SamplingParams, DraftParams, ServerParams, WorkerParams)
 PORT = "{port}"  # replaced by a free port when the case runs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "backend_sampling_probe.py"
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "backend_sampling_probe.py"
 _spec = importlib.util.spec_from_file_location("backend_sampling_probe", _PATH)
 probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(probe)

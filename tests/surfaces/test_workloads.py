@@ -11,7 +11,7 @@ import pytest
 from resispec_gguf.surfaces import bench, workloads
 from resispec_gguf.surfaces.workloads import WORKLOADS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # sha256 of json.dumps(WORKLOADS, sort_keys=True), taken from the module when its prompts were
 # still Python strings: the data file holds exactly those texts

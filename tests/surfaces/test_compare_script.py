@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "compare_llama_cpp.py"
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "compare_llama_cpp.py"
 _spec = importlib.util.spec_from_file_location("compare_llama_cpp", _PATH)
 cmp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cmp)
