@@ -1,133 +1,43 @@
-"""Exactness proofs for the node verifiers.
+"""Exactness proofs for the node verifiers (verify.py).
 
-1. A naive reference of every method, written from the rules in verify's module docstring,
-   whose output distribution is computed by enumerating every draw sequence: it must equal p
-   to 1e-12.
+1. A naive reference of every method (kernel_cases' stage rules, enumerated here), written
+   from the rules in verify's module docstring, whose output distribution is computed by
+   enumerating every draw sequence: it must equal p to 1e-12.
 2. The Numba kernel itself, driven through exhaustive draws with its accept thresholds and
-   fallback CDF recovered by bisection on the uniforms: it must equal p to 1e-12 — on the
-   reference's cases, with zero-probability entries in q, through the validating wrappers,
-   with a deterministic candidate first, and (inverse CDF) at a Qwen-sized vocabulary.
-3. Seeded chi-square tests of ``verify_checked`` / ``verify`` on
-   realistic vocabularies.
-4. Acceptance identities: ResiSpec = sum min(p, F1 q) >= SpecInfer, <= alpha*, = LP optimum;
-   rrs acceptance against brute force over draw orders.
-5. Greedy: one-hot p always yields the argmax.  Input validation of the wrappers.
+   fallback CDF recovered by bisection on the uniforms (``kernel_cases.kernel_law``): it
+   must equal p to 1e-12 — on the reference's cases, with zero-probability entries in q,
+   through the validating wrappers, with a deterministic candidate first, with a sparse
+   target, and (inverse CDF) at a Qwen-sized vocabulary.
+3. Seeded chi-square tests of ``verify_checked`` / ``verify`` on realistic vocabularies.
+4. Greedy: one-hot p always yields the argmax.  Input validation of the wrappers.  The
+   acceptance figures stay importable from verify.
 """
-
-import itertools
 
 import numpy as np
 import pytest
-from scipy import optimize, stats
+from scipy import stats
 
-from resispec_gguf.kernels import acceptance, stages, verify
-from resispec_gguf.kernels.acceptance import expected_acceptance, optimal_acceptance, schedule
+from resispec_gguf.kernels import acceptance, verify
+from resispec_gguf.kernels.acceptance import expected_acceptance, schedule
 from resispec_gguf.kernels.draws import sample_iid, sample_without_replacement
 from resispec_gguf.kernels.verify import verify_checked
 
-IID = ("chain", "specinfer", "resispec")
-
-
-# --------------------------------------------------------------------------- cases
-
-
-def _random_dist(rng, v, kind):
-    if kind == "dirichlet":
-        return rng.dirichlet(np.full(v, rng.choice([0.3, 1.0, 3.0])))
-    if kind == "sparse":
-        x = rng.dirichlet(np.ones(v))
-        x[rng.random(v) < 0.4] = 0.0
-        if x.sum() == 0:
-            x[rng.integers(v)] = 1.0
-        return x / x.sum()
-    if kind == "onehot":
-        x = np.zeros(v)
-        x[rng.integers(v)] = 1.0
-        return x
-    raise AssertionError(kind)
-
-
-def make_cases(n_random, max_v=8, max_k=5, seed=0):
-    """Random small (p, q, K) cases plus the adversarial ones the issue names."""
-    rng = np.random.default_rng(seed)
-    cases = []
-    u3 = np.array([0.2, 0.3, 0.5])
-    cases.append(("p == q", u3, u3.copy(), 3))
-    cases.append(("one-hot p", np.array([0.0, 1.0, 0.0]), u3, 3))
-    cases.append(("one-hot q", u3, np.array([0.0, 0.0, 1.0]), 2))
-    cases.append(("one-hot both equal", np.array([0, 1.0, 0]), np.array([0, 1.0, 0]), 4))
-    cases.append(("disjoint supports", np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.3, 0.7]), 3))
-    cases.append(("q zero where p large", np.array([0.7, 0.1, 0.2]), np.array([0.0, 0.5, 0.5]), 4))
-    cases.append(("draft over-confident", np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.97, 0.01, 0.01, 0.01]), 5))
-    cases.append(("V=2 K=5", np.array([0.9, 0.1]), np.array([0.2, 0.8]), 5))
-    for i in range(n_random):
-        v = int(rng.integers(2, max_v + 1))
-        k = int(rng.integers(1, max_k + 1))
-        while v**k > 6000:
-            k -= 1
-        kinds = ["dirichlet", "dirichlet", "sparse", "onehot"]
-        p = _random_dist(rng, v, kinds[rng.integers(4)] if i % 5 else "dirichlet")
-        q = _random_dist(rng, v, kinds[rng.integers(3)])
-        cases.append((f"random {i} V={v} K={k}", p, q, k))
-    return cases
-
-
-CASES = make_cases(300)
+from kernel_cases import (
+    _ALMOST_ONE,
+    CASES,
+    IID,
+    ZERO_Q_CASES,
+    _norm,
+    _random_dist,
+    candidate_distribution,
+    kernel_distribution,
+    make_cases,
+    ref_resispec_rules,
+    ref_specinfer_rules,
+)
 
 
 # --------------------------------------------------------------------------- 1. reference
-
-
-def _norm(x):
-    s = x.sum()
-    return x / s if s > 0 else x
-
-
-def ref_specinfer_rules(p, q, k):
-    """SpecInfer's greedy stage rules a_i = min(1, R_i / (P_i q)), R_{i+1} = R_i - m_i, and
-    fallback norm(R_{K+1}), with plain dense arrays."""
-    rules, reach, resid = [], 1.0, p.copy()
-    for _ in range(k):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            a = np.where(q > 0, np.minimum(1.0, resid / (reach * q)), 0.0) if reach > 0 else np.zeros_like(p)
-        rules.append(a)
-        m = reach * q * a
-        resid = resid - m
-        reach = reach - m.sum()
-    return rules, _norm(np.maximum(resid, 0.0))
-
-
-def ref_resispec_rules(p, q, k):
-    """ResiSpec's backward filling, a_i = clip((r - F_{i+1}) / P_i, 0, 1) with F_1 found by
-    shooting, with plain dense sums (no sorting, no prefix sums) and its own bisection."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(q > 0, p / q, 0.0)
-
-    def shoot(f1):
-        f, reach, out = f1, 1.0, []
-        for _ in range(k):
-            f_next = f - reach
-            out.append((f_next, reach))
-            reach = reach - np.sum(q * np.clip(r - f_next, 0.0, reach))
-            f = f_next
-        return f, out
-
-    lo, hi = 1.0, float(k)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if shoot(mid)[0] > 0:
-            hi = mid
-        else:
-            lo = mid
-    f1 = hi
-    _, stages = shoot(f1)
-    rules = []
-    for f_next, reach in stages:
-        if reach > 0:
-            rules.append(np.where(q > 0, np.clip((r - f_next) / reach, 0.0, 1.0), 0.0))
-        else:
-            rules.append(np.zeros_like(p))
-    return rules, _norm(np.maximum(0.0, p - f1 * q))
 
 
 def ref_iid_distribution(method, p, q, k):
@@ -192,6 +102,9 @@ def test_reference_enumeration_is_exact(method):
     assert worst <= 1e-12
 
 
+# --------------------------------------------------------------------------- 2. kernel
+
+
 @pytest.mark.parametrize("method", IID + ("rrs",))
 def test_kernel_enumeration_on_reference_cases(method):
     """The package's kernel on every case the reference is proved on."""
@@ -200,161 +113,6 @@ def test_kernel_enumeration_on_reference_cases(method):
             k = 1
         err = np.abs(kernel_distribution(method, p, q, k) - p).max()
         assert err <= 1e-12, (method, name, err)
-
-
-@pytest.mark.parametrize("method", ("specinfer", "resispec"))
-def test_kernel_schedule_matches_reference(method):
-    """The kernel's sorted/prefix-sum schedule gives the reference's stage rules."""
-    ref = ref_specinfer_rules if method == "specinfer" else ref_resispec_rules
-    for name, p, q, k in CASES:
-        if expected_acceptance(method, p, q, k) > 1 - 1e-9:
-            continue  # every candidate is accepted: the schedule is not unique, both are exact
-        lo, reach, c = schedule(method, p, q, k)
-        rules, _ = ref(p, q, k)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(q > 0, p / q, 0.0)
-        for i in range(k):
-            if reach[i] <= 1e-12:
-                continue
-            a = np.where(q > 0, np.clip((r - lo[i]) / reach[i], 0, 1), 0)
-            assert np.abs(a - rules[i]).max() <= 1e-9, (method, name, i)
-
-
-# --------------------------------------------------------------------------- 2. kernel
-
-
-_ALMOST_ONE = np.nextafter(1.0, 0.0)
-
-
-def _as_rows(tuples, k):
-    rows = list(tuples)
-    return np.array(rows, np.int64).reshape(len(rows), k)
-
-
-def draw_sequences(method, q, k):
-    """Every draw sequence of length k the method can see, with its probability.
-
-    iid from q (every ordered k-tuple over supp q), or without replacement for rrs (every
-    ordering of min(k, |supp q|) distinct tokens).  Returns ([S, k] int64, [S] float64).
-    """
-    supp = np.flatnonzero(q)
-    if method == "rrs":
-        k = min(k, len(supp))
-        seqs = _as_rows(itertools.permutations(supp.tolist(), k), k)
-        weights = []
-        for seq in seqs:
-            w, left = 1.0, q.copy()
-            for x in seq:
-                w *= left[x] / left.sum()
-                left[x] = 0.0
-            weights.append(w)
-        return seqs, np.array(weights, np.float64)
-    seqs = _as_rows(itertools.product(supp.tolist(), repeat=k), k)
-    return seqs, q[seqs].prod(axis=1)
-
-
-def _bisect(f, lo, hi, iters=64):
-    """(lo, hi) narrowed around the switch of f, for f(lo) true and f(hi) false."""
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if f(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, hi
-
-
-def kernel_law(run, v, seqs, weights, stage_tokens):
-    """Exact output law of a verifier, by exhaustive draws and bisection on the uniforms.
-
-    ``run(draws, u) -> (token, accepted_index)``; stage s (``accepted_index == s``) emits
-    ``stage_tokens(draws)[s]`` and is decided by ``u[s]``, the fallback (index -1) by ``u[-1]``.
-    Every other stage uniform is held just below 1 (reject), so a stage's acceptance
-    probability is the switch point of ``u[s]`` and the fallback law is read off as the steps
-    of the token as a function of ``u[-1]`` (an inverse CDF: it must increase).
-
-    Thresholds found for a (stage, token) or for a fallback token are tried first in later
-    sequences and kept only if two kernel calls confirm that they still bracket the switch,
-    so a correct kernel costs few calls per sequence and a kernel whose decisions depend on
-    the rest of the sequence is measured afresh.
-    """
-    out = np.zeros(v)
-    n_stage = len(stage_tokens(seqs[0]))
-    stage_hint, fb_hint = {}, {}
-    u = np.empty(n_stage + 1)  # the kernels only read it
-
-    def accepts(draws, s, us):
-        u.fill(_ALMOST_ONE)
-        u[s] = us
-        return run(draws, u)[1] == s
-
-    def fallback(draws, uf):
-        u.fill(_ALMOST_ONE)
-        u[-1] = uf
-        tok, idx = run(draws, u)
-        assert idx == -1, "with every stage uniform near 1 the token must be the fallback"
-        return tok
-
-    for draws, w in zip(seqs, weights):
-        reach = 1.0
-        for s, x in enumerate(stage_tokens(draws)):
-            # (lo, hi): accepted at u = lo, not at u = hi; lo < 0: never; hi > 1: always
-            lo, hi = stage_hint.get((s, x), (None, None))
-            confirmed = lo is not None and (lo < 0 or accepts(draws, s, lo)) and (hi > 1 or not accepts(draws, s, hi))
-            if not confirmed:
-                if not accepts(draws, s, 0.0):
-                    lo, hi = -1.0, 0.0
-                elif accepts(draws, s, _ALMOST_ONE):
-                    lo, hi = _ALMOST_ONE, 2.0
-                else:
-                    lo, hi = _bisect(lambda us: accepts(draws, s, us), 0.0, _ALMOST_ONE)
-                stage_hint[s, x] = lo, hi
-            a = 0.0 if lo < 0 else 1.0 if hi > 1 else 0.5 * (lo + hi)
-            out[x] += w * reach * a
-            reach *= 1.0 - a
-            if reach == 0.0:
-                break
-        if reach == 0.0:
-            continue
-        last = fallback(draws, _ALMOST_ONE)
-        t, pos, cdf_prev = fallback(draws, 0.0), 0.0, 0.0
-        while t != last:
-            # the step from t to the next token lies in (lo, hi]
-            lo, hi = fb_hint.get(t, (None, None))
-            nxt = None
-            if lo is not None and lo >= pos and fallback(draws, lo) <= t:
-                nxt = fallback(draws, hi)
-            if nxt is None or nxt <= t:
-                lo, hi = _bisect(lambda uf: fallback(draws, uf) <= t, pos, _ALMOST_ONE)
-                fb_hint[t] = lo, hi
-                nxt = fallback(draws, hi)
-            assert t < nxt <= last, "the fallback token must increase with its uniform"
-            cdf = 0.5 * (lo + hi)
-            out[t] += w * reach * (cdf - cdf_prev)
-            t, pos, cdf_prev = nxt, hi, cdf
-        out[last] += w * reach * (1.0 - cdf_prev)
-    return out
-
-
-def kernel_distribution(method, p, q, k, support=None, run=None):
-    """Output law of the compiled kernel (or of ``run(draws, u)``) for K draws from q.
-
-    ``support``: the ``(qids, qprobs)`` handed to the kernel; by default supp q.  The draws are
-    always enumerated from q's positive entries.
-    """
-    if support is None:
-        qids = np.flatnonzero(q).astype(np.int64)
-        support = qids, q[qids]
-    if run is None:
-        code = stages._CODE[method]
-
-        def run(draws, u):
-            return verify._verify(code, p, support[0], support[1], draws, u)
-
-    seqs, weights = draw_sequences(method, q, k)
-    return kernel_law(run, len(p), seqs, weights, lambda draws: draws.tolist())
 
 
 KERNEL_CASES = make_cases(40, max_v=5, max_k=3, seed=1)
@@ -368,32 +126,6 @@ def test_kernel_enumeration_is_exact(method):
         dist = kernel_distribution(method, p, q, k)
         err = np.abs(dist - p).max()
         assert err <= 1e-12, (method, name, err)
-
-
-def zero_q_cases(seed=2):
-    """Small (p, q, k, qids, qprobs) cases whose sparse q also lists tokens with q = 0 (an
-    underflowed probability), some of them where p > 0, in no particular order."""
-    rng = np.random.default_rng(seed)
-    cases = [
-        # the low-temperature case: q one-hot, its underflowed neighbours still listed
-        ("one-hot q with zeros", np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.0, 1.0, 0.0, 0.0]), 3, [1, 0, 2, 3]),
-        ("zeros where p is large", np.array([0.6, 0.1, 0.1, 0.2]), np.array([0.0, 0.5, 0.5, 0.0]), 2, [2, 1, 0, 3]),
-        ("q = 0 everywhere p > 0", np.array([0.7, 0.3, 0.0]), np.array([0.0, 0.0, 1.0]), 2, [0, 2, 1]),
-    ]
-    for i in range(14):
-        v = int(rng.integers(3, 6))
-        k = int(rng.integers(1, 4))
-        p = _random_dist(rng, v, ["dirichlet", "sparse", "onehot"][i % 3])
-        q = _random_dist(rng, v, "sparse")
-        while np.count_nonzero(q) == v:
-            q = _random_dist(rng, v, "sparse")
-        listed = rng.permutation(v)[: max(np.count_nonzero(q) + 1, int(rng.integers(2, v + 1)))]
-        listed = np.union1d(listed, np.flatnonzero(q))
-        cases.append((f"random {i} V={v} K={k}", p, q, k, rng.permutation(listed).tolist()))
-    return [(name, p, q, k, np.array(ids, np.int64), q[ids]) for name, p, q, k, ids in cases]
-
-
-ZERO_Q_CASES = zero_q_cases()
 
 
 @pytest.mark.parametrize("method", IID + ("rrs",))
@@ -412,41 +144,6 @@ def test_zero_q_entries_keep_every_path_exact(method):
         for x0 in qids[qp == 0][:1].tolist() + qids[qp > 0][:1].tolist():
             err = np.abs(candidate_distribution(method, p, x0, q, k, (qids, qp)) - p).max()
             assert err <= 1e-12, (method, "with candidate", x0, name, err)
-
-
-def test_zero_q_entries_leave_schedule_and_optimum_unchanged():
-    for name, p, q, k, qids, qp in ZERO_Q_CASES:
-        plain = stages._sorted_support(p, np.flatnonzero(q), q[q > 0])
-        padded = stages._sorted_support(p, qids, qp)
-        assert np.isinf(padded[0][-int((qp == 0).sum()):]).all(), name
-        for code in (stages._SPECINFER, stages._RESISPEC):
-            for a, b in zip(stages._schedule(code, *plain, k), stages._schedule(code, *padded, k)):
-                assert np.allclose(a, b, rtol=0, atol=1e-15), (name, code)
-        assert abs(acceptance._optimal(*plain, k) - acceptance._optimal(*padded, k)) <= 1e-15, name
-        assert abs(acceptance._optimal(*padded, k) - optimal_acceptance(p, q, k)) <= 1e-15, name
-
-
-def test_check_dist_renormalises():
-    p = np.array([0.1, 0.2, 0.3, 0.4]) * (1 + 5e-7)  # accepted: |sum - 1| <= 1e-6
-    q = np.array([0.4, 0.3, 0.2, 0.1]) * (1 - 4e-7)
-    p_n, q_n = p / p.sum(), q / q.sum()
-    assert np.abs(stages._check_dist("p", p) - p_n).max() <= 1e-16
-    qids = np.arange(4)
-    for method in IID + ("rrs",):
-        k = 1 if method == "chain" else 2
-        runs = {
-            "verify_checked dense q": lambda d, u: verify_checked(method, p, q, d, u),
-            "verify_checked sparse q": lambda d, u: verify.verify_checked(method, p, (qids, q), d, u),
-        }
-        for path, run in runs.items():
-            err = np.abs(kernel_distribution(method, p_n, q_n, k, run=run) - p_n).max()
-            assert err <= 1e-12, (method, path, err)
-
-        def run(d, u):
-            return verify.verify_checked(method, p, (qids, q), d, u, x0=2)
-
-        err = np.abs(candidate_distribution(method, p_n, 2, q_n, k, run=run) - p_n).max()
-        assert err <= 1e-12, (method, "verify_checked with x0", err)
 
 
 def _inverse_cdf_checks(res):
@@ -529,21 +226,6 @@ def test_fallback_law_across_blocks_at_qwen_vocabulary():
 # --------------------------------------------------------------------------- 2b. candidate
 
 
-def candidate_distribution(method, p, x0, q, k, support=None, run=None):
-    """Output law of ``verify`` (or of ``run(draws, u)``): x0 first,
-    then K draws from q; ``support`` as in ``kernel_distribution``."""
-    if support is None:
-        qids = np.flatnonzero(q).astype(np.int64)
-        support = qids, q[qids]
-    if run is None:
-
-        def run(draws, u):
-            return verify.verify(method, p, (support[0], support[1]), draws, u, x0)
-
-    seqs, weights = draw_sequences(method, q, k)
-    return kernel_law(run, len(p), seqs, weights, lambda draws: [x0] + draws.tolist())
-
-
 def candidate_cases(seed=3, per_k=25):
     """(name, p, q, k, x0) for K = 0..3 and the candidate positions that matter."""
     rng = np.random.default_rng(seed)
@@ -605,6 +287,99 @@ def test_candidate_accepted_index():
     # a draw equal to the rejected candidate is never accepted: p'(x0) = 0
     for method in IID + ("rrs",):
         assert vw(method, p, 0, [0, 1], q, [0], [almost, 0.0, 0.1]) == (2, -1), method
+
+
+# --------------------------------------------------------------------------- 2c. a sparse target
+
+
+def _spread(v, stride=3):
+    """Token i of a small case becomes ``stride * i + 1`` of a vocabulary with tokens of
+    p = q = 0 around and between them."""
+    return stride * np.arange(v) + 1, stride * v + 2
+
+
+def _sparse_target(p_big):
+    """``(pids, pprobs)`` as ``sampling.probs_sparse`` gives them: the support of p, by
+    probability descending."""
+    ids = np.flatnonzero(p_big)
+    order = np.lexsort((ids, -p_big[ids]))
+    return ids[order].astype(np.int64), p_big[ids[order]]
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_sparse_target_enumeration_is_exact(method):
+    """``verify`` (the node's own small vocabulary) has the law p on the
+    kernel cases, the cases with q = 0 entries, and with a candidate first (K = 0..3,
+    candidates outside supp p and supp q), in a vocabulary with unused tokens around."""
+    for name, p, q, k in KERNEL_CASES:
+        k = 1 if method == "chain" else k
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        qids = np.flatnonzero(qb)
+
+        def run(d, u):
+            return verify.verify(method, (pids, pp), (qids, qb[qids]), d, u, -1)
+
+        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, name, err)
+    for name, p, q, k, qids, qp in ZERO_Q_CASES:
+        k = 1 if method == "chain" else k
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        bq = where[qids]
+
+        def run(d, u):
+            return verify.verify(method, (pids, pp), (bq, qp), d, u, -1)
+
+        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, "zero q", name, err)
+    for i, (name, p, q, k, x0) in enumerate(CANDIDATE_CASES):
+        if method == "chain" and k > 1:
+            continue
+        where, V = _spread(len(p))
+        pb, qb = np.zeros(V), np.zeros(V)
+        pb[where], qb[where] = p, q
+        pids, pp = _sparse_target(pb)
+        qids = np.flatnonzero(qb)
+        support = (None, None) if k == 0 and i % 2 else (qids, qb[qids])
+        bx0 = int(where[x0]) if i % 7 else V - 1  # some candidates have p = q = 0
+
+        def run(d, u):
+            return verify.verify(method, (pids, pp), (support[0], support[1]), d, u, bx0)
+
+        err = np.abs(candidate_distribution(method, pb, bx0, qb, k, run=run) - pb).max()
+        assert err <= 1e-12, (method, "candidate", name, err)
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_sparse_target_gives_the_dense_result(method):
+    """Same uniforms, same (token, index) as the dense kernels at a Qwen-sized vocabulary."""
+    from resispec_gguf.kernels import sampling
+    from resispec_gguf.kernels.draws import sample_dense, sample_sparse
+
+    rng = np.random.default_rng(9)
+    V, k = 151_936, 1 if method == "chain" else 4
+    for trial in range(60):
+        x = (rng.normal(0, 2.5, V) + 8 * (rng.random(V) < 1e-4)).astype(np.float32)
+        d = (x + rng.normal(0, 1.0, V)).astype(np.float32)
+        pids, pp = sampling.probs_sparse(x, 0.8, 40, 0.95, 0.05)
+        p = sampling.probs_dense(x, 0.8, 40, 0.95, 0.05)
+        qids, qp = sampling.probs_sparse(d, 0.8, 40, 0.95, 0.05, 64)
+        sample = sample_without_replacement if method == "rrs" else sample_iid
+        draws = sample(qids, qp, rng.random(k))
+        x0 = int(rng.choice(pids)) if trial % 3 == 0 else (int(rng.integers(V)) if trial % 3 == 1 else -1)
+        u = rng.random(len(draws) + (2 if x0 >= 0 else 1))
+        if x0 >= 0:
+            dense = verify.verify(method, p, (qids, qp), draws, u, x0)
+        else:
+            dense = verify.verify(method, p, (qids, qp), draws, u)
+        assert verify.verify(method, (pids, pp), (qids, qp), draws, u, x0) == dense, trial
+        assert sample_sparse(pids, pp, u[-1]) == sample_dense(p, u[-1])
+
 
 # --------------------------------------------------------------------------- 3. statistics
 
@@ -678,109 +453,7 @@ def test_candidate_statistical_exactness(method, k):
     assert idxs.min() >= -1 and idxs.max() <= k
 
 
-# --------------------------------------------------------------------------- 4. acceptance
-
-
-def lp_optimum(p, q, k):
-    """max sum m_i(x) s.t. m_i(x) <= P_i q(x), sum_i m_i(x) <= p(x), P_{i+1} = P_i - sum_x m_i(x)."""
-    v = len(p)
-    nm = k * v
-    nvar = nm + k + 1  # m, then P_1..P_{K+1}
-    c = np.zeros(nvar)
-    c[:nm] = -1.0
-    a_ub, b_ub = [], []
-    for i in range(k):
-        for x in range(v):
-            row = np.zeros(nvar)
-            row[i * v + x] = 1.0
-            row[nm + i] = -q[x]
-            a_ub.append(row)
-            b_ub.append(0.0)
-    for x in range(v):
-        row = np.zeros(nvar)
-        row[[i * v + x for i in range(k)]] = 1.0
-        a_ub.append(row)
-        b_ub.append(p[x])
-    a_eq, b_eq = [], []
-    row = np.zeros(nvar)
-    row[nm] = 1.0
-    a_eq.append(row)
-    b_eq.append(1.0)
-    for i in range(k):
-        row = np.zeros(nvar)
-        row[nm + i + 1] = 1.0
-        row[nm + i] = -1.0
-        row[i * v : (i + 1) * v] = 1.0
-        a_eq.append(row)
-        b_eq.append(0.0)
-    res = optimize.linprog(c, A_ub=np.array(a_ub), b_ub=b_ub, A_eq=np.array(a_eq), b_eq=b_eq, bounds=(0, None), method="highs")
-    assert res.status == 0
-    return -res.fun
-
-
-def test_resispec_acceptance_identities():
-    for name, p, q, k in CASES:
-        res = expected_acceptance("resispec", p, q, k)
-        _, _, f1 = schedule("resispec", p, q, k)
-        assert abs(res - np.minimum(p, f1 * q).sum()) <= 1e-12, name
-        assert res >= expected_acceptance("specinfer", p, q, k) - 1e-12, name
-        assert res <= optimal_acceptance(p, q, k) + 1e-12, name
-        if k == 1:
-            assert abs(res - expected_acceptance("chain", p, q, 1)) <= 1e-12
-
-
-def test_resispec_is_the_lp_optimum():
-    for name, p, q, k in CASES[:120]:
-        assert abs(expected_acceptance("resispec", p, q, k) - lp_optimum(p, q, k)) <= 1e-7, name
-
-
-def test_expected_acceptance_matches_reference_enumeration():
-    for name, p, q, k in CASES[:100]:
-        for method in IID:
-            kk = 1 if method == "chain" else k
-            rules, _ = (ref_specinfer_rules if method != "resispec" else ref_resispec_rules)(p, q, kk)
-            reach, acc = 1.0, 0.0
-            for a in rules:
-                s = np.sum(q * a)
-                acc += reach * s
-                reach *= 1.0 - s
-            assert abs(expected_acceptance(method, p, q, kk) - acc) <= 1e-12, (method, name)
-        assert abs(expected_acceptance("rrs", p, q, k) - ref_rrs_acceptance(p, q, k)) <= 1e-12, ("rrs", name)
-
-
-def ref_rrs_acceptance(p, q, k):
-    """P(some stage accepts) for rrs: brute force over every ordered draw without replacement,
-    each stage's acceptance from the reference rule along that order."""
-    acc = 0.0
-    seqs, weights = draw_sequences("rrs", q, k)
-    for seq, w in zip(seqs, weights):
-        ps, qs, all_reject = p.copy(), q.copy(), 1.0
-        for x in seq:
-            all_reject *= 1.0 - min(1.0, ps[x] / qs[x])
-            ps = _norm(np.maximum(0.0, ps - qs))
-            qs[x] = 0.0
-            qs = _norm(qs)
-        acc += w * (1.0 - all_reject)
-    return acc
-
-
-def test_optimal_acceptance_is_min_over_all_subsets():
-    for name, p, q, k in CASES[:150]:
-        v = len(p)
-        best = min(
-            p[list(h)].sum() + 1.0 - q[list(h)].sum() ** k
-            for n in range(v + 1)
-            for h in itertools.combinations(range(v), n)
-        )
-        assert abs(optimal_acceptance(p, q, k) - best) <= 1e-12, name
-
-
-def test_expected_distinct_small():
-    q = np.array([0.5, 0.5])
-    assert abs(acceptance.expected_distinct(q, 2) - 1.5) < 1e-15
-
-
-# --------------------------------------------------------------------------- 5. greedy, errors
+# --------------------------------------------------------------------------- 4. greedy, errors, names
 
 
 def test_greedy_one_hot_p_always_gives_argmax():
@@ -855,154 +528,6 @@ def test_verify_with_candidate_accepts_lookup_only_nodes():
     for qids, qprobs in ((None, None), ([], []), ([0, 1], [0.5, 0.5])):
         assert verify.verify_checked("rrs", p, (qids, qprobs), [], [0.9, 0.99], x0=2) == (1, -1)
     assert verify.verify_checked("chain", p, (None, None), np.array([], np.int64), [0.1, 0.0], x0=np.int64(2)) == (2, 0)
-
-
-# --------------------------------------------------------------------------- a sparse target
-
-
-def _spread(v, stride=3):
-    """Token i of a small case becomes ``stride * i + 1`` of a vocabulary with tokens of
-    p = q = 0 around and between them."""
-    return stride * np.arange(v) + 1, stride * v + 2
-
-
-def _sparse_target(p_big):
-    """``(pids, pprobs)`` as ``sampling.probs_sparse`` gives them: the support of p, by
-    probability descending."""
-    ids = np.flatnonzero(p_big)
-    order = np.lexsort((ids, -p_big[ids]))
-    return ids[order].astype(np.int64), p_big[ids[order]]
-
-
-@pytest.mark.parametrize("method", IID + ("rrs",))
-def test_sparse_target_enumeration_is_exact(method):
-    """``verify`` (the node's own small vocabulary) has the law p on the
-    kernel cases, the cases with q = 0 entries, and with a candidate first (K = 0..3,
-    candidates outside supp p and supp q), in a vocabulary with unused tokens around."""
-    for name, p, q, k in KERNEL_CASES:
-        k = 1 if method == "chain" else k
-        where, V = _spread(len(p))
-        pb, qb = np.zeros(V), np.zeros(V)
-        pb[where], qb[where] = p, q
-        pids, pp = _sparse_target(pb)
-        qids = np.flatnonzero(qb)
-
-        def run(d, u):
-            return verify.verify(method, (pids, pp), (qids, qb[qids]), d, u, -1)
-
-        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
-        assert err <= 1e-12, (method, name, err)
-    for name, p, q, k, qids, qp in ZERO_Q_CASES:
-        k = 1 if method == "chain" else k
-        where, V = _spread(len(p))
-        pb, qb = np.zeros(V), np.zeros(V)
-        pb[where], qb[where] = p, q
-        pids, pp = _sparse_target(pb)
-        bq = where[qids]
-
-        def run(d, u):
-            return verify.verify(method, (pids, pp), (bq, qp), d, u, -1)
-
-        err = np.abs(kernel_distribution(method, pb, qb, k, run=run) - pb).max()
-        assert err <= 1e-12, (method, "zero q", name, err)
-    for i, (name, p, q, k, x0) in enumerate(CANDIDATE_CASES):
-        if method == "chain" and k > 1:
-            continue
-        where, V = _spread(len(p))
-        pb, qb = np.zeros(V), np.zeros(V)
-        pb[where], qb[where] = p, q
-        pids, pp = _sparse_target(pb)
-        qids = np.flatnonzero(qb)
-        support = (None, None) if k == 0 and i % 2 else (qids, qb[qids])
-        bx0 = int(where[x0]) if i % 7 else V - 1  # some candidates have p = q = 0
-
-        def run(d, u):
-            return verify.verify(method, (pids, pp), (support[0], support[1]), d, u, bx0)
-
-        err = np.abs(candidate_distribution(method, pb, bx0, qb, k, run=run) - pb).max()
-        assert err <= 1e-12, (method, "candidate", name, err)
-
-
-@pytest.mark.parametrize("method", IID + ("rrs",))
-def test_sparse_target_gives_the_dense_result(method):
-    """Same uniforms, same (token, index) as the dense kernels at a Qwen-sized vocabulary."""
-    from resispec_gguf.kernels import sampling
-
-    rng = np.random.default_rng(9)
-    V, k = 151_936, 1 if method == "chain" else 4
-    for trial in range(60):
-        x = (rng.normal(0, 2.5, V) + 8 * (rng.random(V) < 1e-4)).astype(np.float32)
-        d = (x + rng.normal(0, 1.0, V)).astype(np.float32)
-        pids, pp = sampling.probs_sparse(x, 0.8, 40, 0.95, 0.05)
-        p = sampling.probs_dense(x, 0.8, 40, 0.95, 0.05)
-        qids, qp = sampling.probs_sparse(d, 0.8, 40, 0.95, 0.05, 64)
-        sample = sample_without_replacement if method == "rrs" else sample_iid
-        draws = sample(qids, qp, rng.random(k))
-        x0 = int(rng.choice(pids)) if trial % 3 == 0 else (int(rng.integers(V)) if trial % 3 == 1 else -1)
-        u = rng.random(len(draws) + (2 if x0 >= 0 else 1))
-        if x0 >= 0:
-            dense = verify.verify(method, p, (qids, qp), draws, u, x0)
-        else:
-            dense = verify.verify(method, p, (qids, qp), draws, u)
-        assert verify.verify(method, (pids, pp), (qids, qp), draws, u, x0) == dense, trial
-        assert sampling.sample_sparse(pids, pp, u[-1]) == sampling.sample_dense(p, u[-1])
-
-
-# --------------------------------------------------------------------------- 6. what auto learns
-
-
-def test_acceptance_profile_is_each_k_s_exact_acceptance_and_width():
-    """auto's per-node figures for every K at once equal ``expected_acceptance`` (chain at K
-    = 1, resispec above) and ``expected_distinct``."""
-    ks = np.arange(1, 6)
-    for name, p, q, _ in CASES[:150]:
-        qids = np.flatnonzero(q)
-        acc, distinct = acceptance.acceptance_profile(p[qids], q[qids], ks)
-        for k, a, d in zip(ks, acc, distinct):
-            assert abs(a - expected_acceptance("chain" if k == 1 else "resispec", p, q, int(k))) <= 1e-12, (name, k)
-            assert abs(d - acceptance.expected_distinct(q, int(k))) <= 1e-12, (name, k)
-
-
-@pytest.mark.parametrize("method", ["chain", "resispec"])
-def test_draw_chances_follow_the_reference_rules_and_average_to_the_acceptance(method):
-    """For every draw sequence: the chance that stage i is reached and accepts, as the
-    reference rules give it (1e-9, their bisection's; skipped where every candidate is
-    accepted: the schedule is not unique there); averaged over the sequences' probabilities,
-    their sum is the exact acceptance (1e-12)."""
-    for name, p, q, k in CASES[:120]:
-        k = 1 if method == "chain" else k
-        rules, _ = (ref_specinfer_rules if method == "chain" else ref_resispec_rules)(p, q, k)
-        unique = expected_acceptance(method, p, q, k) <= 1 - 1e-9
-        qids = np.flatnonzero(q)
-        seqs, weights = draw_sequences(method, q, k)
-        total = 0.0
-        for seq, w in zip(seqs, weights):
-            got = acceptance.draw_chances(method, p[qids], qids, q[qids], seq)
-            left, want = 1.0, []
-            for a, x in zip(rules, seq):
-                want.append(left * a[x])
-                left *= 1.0 - a[x]
-            assert not unique or np.max(np.abs(got - want)) <= 1e-9, (name, seq)
-            total += w * got.sum()
-        assert abs(total - expected_acceptance(method, p, q, k)) <= 1e-12, name
-
-
-def test_draw_chances_are_what_the_verifier_does():
-    """Seeded: the kernel verifier, run on fixed draws with fresh uniforms, accepts draw i
-    as often as ``draw_chances`` says (5 sigma)."""
-    rng = np.random.default_rng(3)
-    v, k, n = 40, 4, 20000
-    p, q = rng.dirichlet(np.full(v, 0.5)), rng.dirichlet(np.full(v, 0.5))
-    qids = np.flatnonzero(q)
-    draws = np.asarray(sample_iid(qids, q[qids], rng.random(k)), np.int64)
-    chances = acceptance.draw_chances("resispec", p[qids], qids, q[qids], draws)
-    counts = np.zeros(k)
-    for _ in range(n):
-        _, idx = verify.verify("resispec", p, (qids, q[qids]), draws, rng.random(k + 1))
-        if idx >= 0:
-            counts[idx] += 1
-    sigma = np.sqrt(chances * (1.0 - chances) / n)
-    assert np.all(np.abs(counts / n - chances) <= 5 * sigma + 1e-9), (counts / n, chances)
 
 
 def test_acceptance_figures_stay_importable_from_verify():

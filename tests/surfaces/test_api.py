@@ -1,13 +1,12 @@
-"""The in-process API (api.py): ``create_chat_completion`` on the tiny pair, its stream chunk
-by chunk (and, on a scripted engine, streamed tool calls), and the finish-reason
-vocabulary."""
+"""The in-process API (api.py): ``create_chat_completion`` on the tiny pair and its stream chunk
+by chunk (and, on a scripted engine, streamed tool calls).  The objects' shapes alone are
+test_shapes.py's."""
 
 import pytest
 
 from resispec_gguf.assist import tools
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams
 from resispec_gguf.engine import Result, Stats
-from resispec_gguf.surfaces import shapes
 from resispec_gguf.surfaces.api import create_chat_completion
 
 
@@ -32,11 +31,6 @@ def test_unset_sampling_arguments_take_the_settings_defaults(engine):
     with pytest.raises(ConfigError) as e:
         create_chat_completion(engine, msgs, top_p=0.0)
     assert e.value.field == "top_p"
-
-
-def test_finish_reasons_in_openai_terms():
-    assert [shapes.finish_reason(r) for r in ("eos", "stop", "length")] == ["stop", "stop", "length"]
-    assert shapes.finish_reason("interrupted") == "interrupted"  # OpenAI has no word for it
 
 
 # ---------------------------------------------------------------------------------- streaming
