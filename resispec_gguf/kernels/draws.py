@@ -22,8 +22,8 @@ __all__ = ["sample_iid", "sample_iid_q", "sample_without_replacement", "sample_d
 
 
 @njit(cache=True)
-def _sample_cdf(ids, probs, u):
-    # Inverse CDF of a sparse distribution; u in [0, 1).
+def _cdf_index(probs, u):
+    # Inverse CDF of a sparse distribution, as an index into probs; u in [0, 1).
     t = u * probs.sum()
     c = 0.0
     last = -1
@@ -32,8 +32,13 @@ def _sample_cdf(ids, probs, u):
             c += probs[j]
             last = j
             if c > t:
-                return ids[j]
-    return ids[last]
+                return j
+    return last  # round-off: the last entry with mass
+
+
+@njit(cache=True)
+def _sample_cdf(ids, probs, u):
+    return ids[_cdf_index(probs, u)]
 
 
 @njit(cache=True)
@@ -51,19 +56,7 @@ def _sample_iid_q(ids, probs, u):
     out = np.empty(u.shape[0], np.int64)
     q = np.empty(u.shape[0], np.float64)
     for k in range(u.shape[0]):
-        t = u[k] * probs.sum()
-        c = 0.0
-        last = -1
-        pick = -2
-        for j in range(probs.shape[0]):
-            if probs[j] > 0.0:
-                c += probs[j]
-                last = j
-                if c > t:
-                    pick = j
-                    break
-        if pick == -2:  # as _sample_cdf: the last entry with mass
-            pick = last
+        pick = _cdf_index(probs, u[k])
         out[k] = ids[pick]
         q[k] = probs[pick]
     return out, q
