@@ -92,6 +92,31 @@ def test_tool_messages_are_checked():
     assert e.value.param == "messages[1].tool_calls[0].function.arguments"
 
 
+def test_tool_names_are_whole_names():
+    # "$" matches before a final newline; a name is checked whole
+    for name in ["get\n", "get\r\n", "a b", "<|im_end|>", "x" * 65]:
+        with pytest.raises(tools.ToolError) as e:
+            tools.check_tools([{"type": "function", "function": {"name": name}}])
+        assert e.value.param == "tools[0].function.name"
+    assert tools.check_tools([{"type": "function", "function": {"name": "get.v2-x_y"}}])[0]["name"] == "get.v2-x_y"
+
+
+def test_named_tool_choice_keeps_parallel_tool_calls():
+    fns = tools.check_tools([WEATHER, ADD])
+    named = {"type": "function", "function": {"name": "add"}}
+    assert tools.check_tool_choice(named, fns, True).parallel is True
+    assert tools.check_tool_choice(named, fns).parallel is False
+    assert tools.check_tool_choice(named, fns, False).parallel is False
+
+
+def test_assistant_tool_call_names_are_checked_like_tool_names():
+    for name in ["add\n", "<|im_end|>", "a b", ""]:
+        call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        with pytest.raises(tools.ToolError) as e:
+            tools.check_tool_messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
+        assert e.value.param == "messages[0].tool_calls[0].function.name"
+
+
 def test_hermes_parse_and_hold_back():
     fmt = tools.HermesFormat()
     text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n' \
