@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..errors import FieldError
 from . import tools as _tools
 from .chat_format import check_messages
+from .grammar import GrammarError
 
 __all__ = ["RequestError", "ChatOptions", "ChatPlan", "response_schema", "check_chat_options", "plan_chat"]
 
@@ -37,7 +38,9 @@ class ChatOptions:
     @property
     def constraint_param(self) -> str:
         """The request field a constraint comes from (named by a 400 when it cannot compile)."""
-        return "tools" if self.tools.active else "response_format"
+        if self.tools.active:
+            return "tools"
+        return "response_format.json_schema.schema" if isinstance(self.schema, dict) else "response_format"
 
 
 @dataclass
@@ -127,7 +130,26 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
         prompt = engine.chat_tokens(msgs)
     constraint = None
     if req.active:
-        constraint = engine.compile_constraint(grammar=fmt.grammar(req))
+        try:
+            constraint = engine.compile_constraint(grammar=fmt.grammar(req))
+        except GrammarError as e:
+            raise e.naming(_culprit(engine, req)) from None
     elif options.schema is not None:
-        constraint = engine.compile_constraint(json_schema=options.schema)
+        try:
+            constraint = engine.compile_constraint(json_schema=options.schema)
+        except GrammarError as e:
+            raise e.naming(options.constraint_param) from None
     return ChatPlan(prompt, constraint, req if req.active else None, fmt)
+
+
+def _culprit(engine, req: _tools.ToolRequest) -> str:
+    """The field behind a tool grammar that failed: the first allowed function whose
+    parameters fail on their own (``tools[i].function.parameters``), else ``tools``."""
+    for i, f in enumerate(req.functions):
+        if f["name"] not in req.allowed:
+            continue
+        try:
+            engine.compile_constraint(json_schema=f["parameters"])
+        except GrammarError:
+            return f"tools[{i}].function.parameters"
+    return "tools"

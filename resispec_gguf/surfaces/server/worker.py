@@ -20,7 +20,7 @@ import logging
 import threading
 
 from ...assist.plan import ChatPlan, plan_chat
-from ...errors import UserError
+from ...errors import ConstraintError, UserError
 from ..chunks import pieces
 from .fields import Infill, Request
 
@@ -84,17 +84,23 @@ class Job:
             self._put("cancelled", None)
             return
         req = self.req
+        sent = False
         try:
             stream = pieces(self.engine, self.plan, req.sampling, req.draft, req.logprobs)
             try:
                 for piece in stream:
                     if req.stream:
                         self._put("piece", piece)
+                        sent = True
                     if self.cancelled:
                         break
             finally:
                 stream.close()
-            self._put("cancelled" if self.cancelled else "done", self.engine.last_result)
+            result = self.engine.last_result
+            if result is not None and result.finish_reason == "error" and not sent:
+                self._put("user_error", ConstraintError(result.error))  # nothing went out: a 400
+                return
+            self._put("cancelled" if self.cancelled else "done", result)
         except UserError as exc:
             self._put("user_error", exc)
         except Exception as exc:
