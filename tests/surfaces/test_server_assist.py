@@ -267,3 +267,12 @@ def test_infill_needs_the_key(fim_engine):
         assert api_error(httpx.post(f"{url}/infill", json=body), 401)["code"] == "invalid_api_key"
         ok = httpx.post(f"{url}/infill", json=body, headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200 and ok.json()["tokens_predicted"] <= 2
+
+
+def test_completion_with_suffix_refuses_a_prompt_too_long_as_without_one(fim_server):
+    long = "x = 1\n" * 400  # fits the byte limit, not the 512-token context
+    r = httpx.post(f"{fim_server}/v1/completions", json={"prompt": long, "max_tokens": 4}, timeout=30)
+    assert api_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+    r = httpx.post(f"{fim_server}/v1/completions", json={"prompt": long, "suffix": "y = 2\n", "max_tokens": 4},
+                   timeout=30)
+    assert api_error(r, 400, "prompt")["code"] == "context_length_exceeded"
