@@ -162,11 +162,15 @@ class Grammar:
         self._probe()
 
     def _probe(self) -> None:
-        """Walk ``PROBE_DEPTH`` tokens into the grammar (each time the lowest allowed token
-        that is not an end token), computing each mask under the time limit of one mask."""
+        """Walk into the grammar: through the text it forces (a tool call's opening marker),
+        then ``PROBE_DEPTH`` tokens (each time the lowest allowed token that is not an end
+        token), computing each mask under the time limit of one mask."""
         try:
             state = self.start()
             for _ in range(PROBE_DEPTH):
+                forced = state.m.compute_ff_tokens()[:256]
+                if forced:
+                    state.advance(forced)
                 mask = state.mask(())
                 bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.n_vocab]
                 allowed = [int(t) for t in np.flatnonzero(bits)[:64] if int(t) not in state._end]
@@ -256,6 +260,7 @@ class Grammars:
         self.vocab = vocab
         self._tokenizer = None
         self._compiled: dict[str, Grammar] = {}  # most recent last
+        self._checked: dict[str, None] = {}  # schemas ``check`` passed, most recent last
 
     def tokenizer(self):
         """The vocabulary as llguidance reads it (built once, then cached)."""
@@ -277,3 +282,18 @@ class Grammars:
         while len(self._compiled) > 32:
             self._compiled.pop(next(iter(self._compiled)))
         return compiled
+
+    def check(self, json_schema) -> None:
+        """Compile ``json_schema`` (as ``compile``) only to see that it works, without keeping
+        it among the compiled ones (a tool's parameters, checked on their own: a lazily
+        started call's limits are not met when its whole grammar is compiled).  The 1024
+        most recent schemas that passed are remembered and not compiled again."""
+        text = json_schema_grammar(json_schema)
+        if text in self._checked:
+            self._checked[text] = self._checked.pop(text)
+            return
+        if text not in self._compiled:
+            Grammar(self.tokenizer(), text, self.vocab.n_vocab)
+        self._checked[text] = None
+        while len(self._checked) > 1024:
+            self._checked.pop(next(iter(self._checked)))

@@ -4,7 +4,7 @@ and a constraint), and how to read tool calls back out of the reply (``ChatPlan`
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
-in as an argument and is used through its public methods only (``chat_tokens``,
+in as an argument and is used through its public methods only (``chat_tokens``, ``check_constraint``,
 ``tool_format``, ``compile_constraint``); what a tool format is, is ``tools``'.
 
 May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
@@ -121,35 +121,33 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
                                             functions, function_call)
     req = options.tools
     msgs = check_messages(messages)
-    fmt = None
-    if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs):
-        fmt = engine.tool_format()  # the format renders tools, earlier calls and their results
+    fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+    constraint = _constraint(engine, options, fmt)  # first: a constraint that cannot work names its field
+    if fmt is not None:  # the format renders tools, earlier calls and their results
         msgs, shown = _tools.prepare_messages(msgs, req, fmt)
         prompt = engine.chat_tokens(msgs, tools=shown)
     else:
         prompt = engine.chat_tokens(msgs)
-    constraint = None
-    if req.active:
-        try:
-            constraint = engine.compile_constraint(grammar=fmt.grammar(req))
-        except GrammarError as e:
-            raise e.naming(_culprit(engine, req)) from None
-    elif options.schema is not None:
-        try:
-            constraint = engine.compile_constraint(json_schema=options.schema)
-        except GrammarError as e:
-            raise e.naming(options.constraint_param) from None
     return ChatPlan(prompt, constraint, req if req.active else None, fmt)
 
 
-def _culprit(engine, req: _tools.ToolRequest) -> str:
-    """The field behind a tool grammar that failed: the first allowed function whose
-    parameters fail on their own (``tools[i].function.parameters``), else ``tools``."""
-    for i, f in enumerate(req.functions):
-        if f["name"] not in req.allowed:
-            continue
+def _constraint(engine, options: ChatOptions, fmt):
+    """The request's compiled constraint (None: free text); a ``GrammarError`` names the field."""
+    req = options.tools
+    if req.active:
+        for i, f in enumerate(req.functions):  # each on its own: a call starts later in the reply
+            if f["name"] in req.allowed:
+                try:
+                    engine.check_constraint(f["parameters"])
+                except GrammarError as e:
+                    raise e.naming(f"tools[{i}].function.parameters") from None
         try:
-            engine.compile_constraint(json_schema=f["parameters"])
-        except GrammarError:
-            return f"tools[{i}].function.parameters"
-    return "tools"
+            return engine.compile_constraint(grammar=fmt.grammar(req))
+        except GrammarError as e:
+            raise e.naming("tools") from None
+    if options.schema is not None:
+        try:
+            return engine.compile_constraint(json_schema=options.schema)
+        except GrammarError as e:
+            raise e.naming(options.constraint_param) from None
+    return None

@@ -352,12 +352,28 @@ BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}},
      "response_format.json_schema.schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
-     "response_format"),
+     "response_format.json_schema.schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 3,
-                                                                            "maximum": 1}}}}, "response_format"),
+                                                                            "maximum": 1}}}},
+     "response_format.json_schema.schema"),
     ({"messages": MSGS + [{"role": "tool", "tool_call_id": "ghost", "content": "1"}]}, "messages[1].tool_call_id"),
     ({"tools": [ADD], "response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}},
+     "response_format.json_schema.schema"),
+    # llguidance's limits met only at the first tokens are found when compiling
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"anyOf": [
+        {"type": "object", "properties": {f"k{i}": {"const": i}}, "required": [f"k{i}"]} for i in range(2100)]}}}},
+     "response_format.json_schema.schema"),
+    ({"tools": [ADD, {"type": "function", "function": {"name": "many", "parameters": {
+        "type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(600)}}}}]},
+     "tools[1].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "minimum": 5,
+                                                                              "maximum": 1}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "get\n"}}]}, "tools[0].function.name"),
+    ({"messages": MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "<|im_end|>", "arguments": "{}"}}]}]},
+     "messages[1].tool_calls[0].function.name"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}}, "response_format"),
 ]
 
@@ -371,4 +387,8 @@ def test_bad_tool_and_format_fields_are_400(tool_server, stream):
         r = httpx.post(f"{url}/v1/chat/completions", json={"messages": MSGS, "stream": stream, **body}, timeout=30)
         assert r.status_code == 400, (body, r.text)
         assert r.json()["error"]["param"] == param, (body, r.json())
+        message = r.json()["error"]["message"]
+        assert "\n" not in message and "start:" not in message and "x-guidance" not in message, message
+        if param.endswith((".schema", ".parameters")):
+            assert message.startswith(param), message
     assert httpx.get(f"{url}/health").status_code == 200
