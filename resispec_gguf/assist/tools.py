@@ -226,7 +226,7 @@ class HermesFormat:
 
     def grammar(self, req: ToolRequest) -> str:
         """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json)."""
-        schema = json.dumps(_call_schema(req.functions, req.allowed))
+        schema = json.dumps(_call_schema(req.functions, req.allowed), ensure_ascii=False)  # its size as sent
         op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
         calls = 'call ("\\n" call)*' if req.parallel else "call"
         if req.choice == "required":

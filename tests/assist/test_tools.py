@@ -392,3 +392,13 @@ def test_bad_tool_and_format_fields_are_400(tool_server, stream):
         if param.endswith((".schema", ".parameters")):
             assert message.startswith(param), message
     assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_a_tool_schema_is_measured_as_utf8_as_sent(engine):
+    # 150 KB of CJK text as UTF-8; 300 KB once written as \\u escapes
+    big = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "description": "説明" * 25_000, "properties": {"x": {"type": "integer"}}}}}
+    fns = tools.check_tools([big])
+    req = tools.check_tool_choice("required", fns)
+    constraint = engine.compile_constraint(grammar=tools.HermesFormat().grammar(req))
+    assert constraint.start() is not None
