@@ -105,6 +105,15 @@ def test_a_worker_down_at_start_up_is_one_line_naming_it(tiny_pair, capsys):
     assert rc == 2 and f"cannot reach RPC worker {endpoint}" in _one_line(capsys)
 
 
+@needs_rpc
+def test_two_names_of_one_worker_are_one_line_not_a_hang(tiny_pair, two_workers, capsys):
+    port = rpc_workers.endpoints(two_workers).split(",")[0].rpartition(":")[2]
+    rpc_arg = f"127.0.0.1:{port},localhost:{port}"
+    rc = cli.main(["generate", "--target", str(tiny_pair[0]), "--draft", "", "--rpc", rpc_arg, "-ngl", "99", "hi"])
+    line = _one_line(capsys)
+    assert rc == 2 and f"127.0.0.1:{port} and localhost:{port} are the same worker" in line
+
+
 def test_without_an_rpc_build_rpc_is_one_line_naming_the_rebuild(tiny_pair, monkeypatch, capsys):
     monkeypatch.setattr(backend, "rpc_supported", lambda: False)
     rc = cli.main(["generate", "--target", str(tiny_pair[0]), "--rpc", "127.0.0.1:50052", "hi"])
