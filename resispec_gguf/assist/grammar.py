@@ -31,10 +31,14 @@ __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "AN
 MAX_GRAMMAR_BYTES = 256 * 1024
 
 # The time a constraint may take computing token masks: one mask at most MASK_SECONDS, a
-# request's masks MASK_BUDGET_SECONDS in all.  Past either the reply ends with an error; a
-# constraint whose first masks (computed when it is compiled) are slower is refused then.
+# request's masks MASK_BUDGET_SECONDS in all plus MASK_SECONDS_PER_TOKEN for each token the
+# reply has (a long reply under a normal constraint, a fraction of a millisecond per mask and
+# a few masks per token with speculation, stays far inside it).  Past either the reply ends
+# with an error; a constraint whose first masks (computed when it is compiled) are slower
+# than one mask may be is refused then.
 MASK_SECONDS = 0.2
 MASK_BUDGET_SECONDS = 2.0
+MASK_SECONDS_PER_TOKEN = 0.01
 # How many tokens deep a new constraint is tried when it is compiled (llguidance meets some of
 # its limits, such as the items in a parser row, only once a token is consumed).
 PROBE_DEPTH = 3
@@ -197,14 +201,16 @@ class Grammar:
 
 class GrammarState:
     """One request's position in a ``Grammar`` (``protocol.ConstraintState``).  Its masks
-    together may take ``MASK_BUDGET_SECONDS``, one mask ``MASK_SECONDS``; past either, and
-    when the grammar engine meets one of its limits, ``ConstraintError``."""
+    together may take ``MASK_BUDGET_SECONDS`` plus ``MASK_SECONDS_PER_TOKEN`` per token of the
+    reply, one mask ``MASK_SECONDS``; past either, and when the grammar engine meets one of
+    its limits, ``ConstraintError``."""
 
     def __init__(self, grammar: Grammar, matcher):
         self.g = grammar
         self.m = matcher
         self._end = frozenset(grammar.end_tokens)
         self.spent = 0.0  # seconds spent computing masks
+        self.tokens = 0  # tokens the reply has (advanced past)
 
     def _failed(self, what: str) -> ConstraintError:
         return ConstraintError(f"the constraint is too complex for the grammar engine ({what}): "
@@ -218,9 +224,10 @@ class GrammarState:
         if took > MASK_SECONDS:
             raise ConstraintError(f"the constraint is too slow: one token mask took {took:.2f} s; the limit is "
                                   f"{MASK_SECONDS} s per mask")
-        if self.spent > MASK_BUDGET_SECONDS:
-            raise ConstraintError(f"the constraint is too slow: its token masks took {self.spent:.2f} s; the "
-                                  f"limit is {MASK_BUDGET_SECONDS} s per request")
+        if self.spent > MASK_BUDGET_SECONDS + MASK_SECONDS_PER_TOKEN * self.tokens:
+            raise ConstraintError(f"the constraint is too slow: its token masks took {self.spent:.2f} s for "
+                                  f"{self.tokens} tokens; the limit is {MASK_BUDGET_SECONDS} s per request plus "
+                                  f"{MASK_SECONDS_PER_TOKEN} s per token")
 
     def mask(self, path: Sequence[int]) -> np.ndarray:
         path = [int(t) for t in path]
@@ -245,6 +252,7 @@ class GrammarState:
         tokens = [int(t) for t in tokens if int(t) not in self._end]
         if tokens and not self.m.consume_tokens(tokens):
             raise self._failed("at a generated token")
+        self.tokens += len(tokens)
 
     def is_stopped(self) -> bool:
         return bool(self.m.is_stopped())

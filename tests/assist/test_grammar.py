@@ -207,3 +207,20 @@ def test_a_request_past_its_mask_budget_ends_with_finish_reason_error(engine):
         assert 0 < len(res.tokens) < 400
         ok = engine.generate("q", SamplingParams(max_tokens=4, seed=3), DraftParams(method=method))
         assert ok.finish_reason in ("eos", "length", "stop")  # the engine moved on
+
+
+def test_the_budget_grows_with_the_reply(engine):
+    tok = engine.grammar_tokenizer()
+    text = json_schema_grammar({"type": "string"})
+    step = grammar_mod.MASK_SECONDS_PER_TOKEN / 2  # a mask per token, half the allowance per token
+    g = grammar_mod.Grammar(tok, text, engine.grammars.vocab.n_vocab, clock=_Clock(step))
+    n = int(grammar_mod.MASK_BUDGET_SECONDS / step) + 10  # more than the fixed part alone allows
+    long_reply = g.start()
+    long_reply.advance(_bytes('"'))
+    for _ in range(n):
+        long_reply.mask(())
+        long_reply.advance(_bytes("a"))  # a long string: one token a mask, never past the budget
+    idle = g.start()
+    with pytest.raises(ConstraintError, match="per token"):
+        for _ in range(n):
+            idle.mask(())
