@@ -107,7 +107,9 @@ def rpc_endpoints(text: str) -> tuple[tuple[str, int], ...]:
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
             raise ValueError(f"an RPC worker is HOST:PORT with a port in [1, 65535], got {part.strip()!r}")
-        if ":" in host or "[" in host or any(c.isspace() for c in host):
+        if any(c.isspace() for c in host):
+            raise ValueError(f"an RPC worker's host is a name or an IPv4 address, without spaces, got {host!r}")
+        if ":" in host or "[" in host:
             raise ValueError(f"an RPC worker's host is a name or an IPv4 address (ggml cannot reach IPv6 literals), got {host!r}")
         out.append((host, int(port)))
     return tuple(out)
@@ -121,7 +123,9 @@ def _rpc_list(name: str, value: str) -> None:
 
 
 def _rpc_host(name: str, host: str) -> None:
-    if not host or ":" in host or any(c.isspace() for c in host):
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(name, f"{name} must be a host name or an IPv4 address, without spaces, got {host!r}")
+    if ":" in host:
         raise ConfigError(name, f"{name} must be a host name or an IPv4 address (ggml's RPC server cannot "
                                 f"bind IPv6 literals), got {host!r}")
 

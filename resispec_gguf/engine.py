@@ -215,6 +215,10 @@ class Engine:
         against the target's vocabulary (cached: compile once, use for many requests)."""
         return self.grammars.compile(json_schema=json_schema, grammar=grammar)
 
+    def check_constraint(self, json_schema) -> None:
+        """``Grammars.check``: ``GrammarError`` unless ``json_schema`` compiles and starts."""
+        self.grammars.check(json_schema)
+
     def tool_format(self):
         """How this model writes tool calls (``tools.detect_format``; found once)."""
         if self._tool_format is None:

@@ -21,3 +21,9 @@ class FieldError(UserError):
     def __init__(self, message: str, param: str):
         super().__init__(message)
         self.param = param
+
+
+class ConstraintError(UserError):
+    """A constraint (a grammar or JSON schema) that failed while a reply was being generated:
+    a limit of the grammar engine met only at a later token, or the request's time budget for
+    token masks spent.  The reply ends there with finish_reason "error"."""

@@ -155,3 +155,17 @@ def test_a_bad_flag_value_is_an_argparse_error_naming_the_setting():
     assert p.parse_args(["-k", "1, 4,16"]).k == [1, 4, 16]
     with pytest.raises(argparse.ArgumentError, match="draws must be in"):
         p.parse_args(["-k", "1,0"])
+
+
+def test_a_host_with_spaces_is_not_called_ipv6():
+    for text in ["my host:50052", "a\tb:1"]:
+        with pytest.raises(ValueError) as e:
+            config.rpc_endpoints(text)
+        assert "without spaces" in str(e.value) and "IPv6" not in str(e.value)
+    with pytest.raises(ValueError, match="IPv6"):
+        config.rpc_endpoints("[::1]:50052")
+    with pytest.raises(ConfigError) as e:
+        config.WorkerParams(host="my host")
+    assert "without spaces" in str(e.value) and "IPv6" not in str(e.value)
+    with pytest.raises(ConfigError, match="IPv6"):
+        config.WorkerParams(host="::1")

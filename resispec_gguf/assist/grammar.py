@@ -16,17 +16,32 @@ allowed, and the reply ends there.
 from __future__ import annotations
 
 import json
+import re
+import time
 from typing import Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import ConstraintError, UserError
 from ..kernels.sampling import bitmask_from_ids
 
 __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "ANY_JSON_OBJECT"]
 
 # A schema or grammar larger than this is refused before compiling (the server's limit too).
 MAX_GRAMMAR_BYTES = 256 * 1024
+
+# The time a constraint may take computing token masks: one mask at most MASK_SECONDS, a
+# request's masks MASK_BUDGET_SECONDS in all plus MASK_SECONDS_PER_TOKEN for each token the
+# reply has (a long reply under a normal constraint, a fraction of a millisecond per mask and
+# a few masks per token with speculation, stays far inside it).  Past either the reply ends
+# with an error; a constraint whose first masks (computed when it is compiled) are slower
+# than one mask may be is refused then.
+MASK_SECONDS = 0.2
+MASK_BUDGET_SECONDS = 2.0
+MASK_SECONDS_PER_TOKEN = 0.01
+# How many tokens deep a new constraint is tried when it is compiled (llguidance meets some of
+# its limits, such as the items in a parser row, only once a token is consumed).
+PROBE_DEPTH = 3
 
 ANY_JSON_OBJECT = {"type": "object"}
 
@@ -43,7 +58,16 @@ JSON_DEFAULTS = {
 
 
 class GrammarError(UserError):
-    """A schema or grammar that cannot be compiled, or that allows no first token."""
+    """A schema or grammar that cannot be compiled, or that allows no first token; ``param``,
+    when known, names the request field it came from."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+    def naming(self, field: str) -> "GrammarError":
+        """The same error, its message and ``param`` naming ``field``."""
+        return GrammarError(f"{field}: {self}", field)
 
 
 def _llg():
@@ -76,8 +100,8 @@ def json_schema_grammar(schema) -> str:
         raise GrammarError("the JSON schema false allows no value")
     if schema is True:
         schema = {}
+    _check_size(json.dumps(schema, ensure_ascii=False), "JSON schema")  # its UTF-8 size, as sent
     text = json.dumps(schema)
-    _check_size(text, "JSON schema")
     try:
         return _llg().LLMatcher.grammar_from_json_schema(text, defaults=JSON_DEFAULTS)
     except ValueError as e:
@@ -100,8 +124,18 @@ def lark_grammar(text: str) -> str:
     return llg.LLMatcher.grammar_from_lark(lark)
 
 
-def _first_line(message: str) -> str:
-    return " ".join(message.strip().split())[:500]
+_LOCATION = re.compile(r"^(at )?\d+\(\d+\):\s*")
+
+
+def _reason(message: str) -> str:
+    """The first line of llguidance's message, without where in our grammar text it was met,
+    the grammar text itself or the parser's state dump (what the user sent is theirs; our
+    grammar text is never echoed)."""
+    line = (message or "").strip().split("\n", 1)[0].split("<state>", 1)[0]
+    line = _LOCATION.sub("", line.strip())
+    line = re.sub(r"^(Parser|Lexer) Error:\s*", "", line)
+    line = line.replace("; consider making your grammar left-recursive if it's right-recursive", "")
+    return " ".join(line.split())[:200] or "unknown error"
 
 
 class Grammar:
@@ -109,14 +143,17 @@ class Grammar:
 
     ``tokenizer``: the vocabulary as llguidance reads it (``Engine.grammar_tokenizer``);
     ``grammar``: llguidance's grammar text (``json_schema_grammar``, ``lark_grammar``);
-    ``n_vocab``: the model's vocabulary size (the logits row length).
+    ``n_vocab``: the model's vocabulary size (the logits row length).  Compiling tries the
+    grammar a few tokens deep (``PROBE_DEPTH``) and times those masks, so that a limit of the
+    grammar engine or a constraint too slow for the budget is a ``GrammarError`` now rather
+    than a failure in the middle of a reply.  ``clock``: the mask timer (a test's fake).
     """
 
-    def __init__(self, tokenizer, grammar: str, n_vocab: int):
+    def __init__(self, tokenizer, grammar: str, n_vocab: int, clock=time.perf_counter):
         llg = _llg()
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
         if is_error:
-            raise GrammarError(f"invalid grammar: {_first_line(messages[0]) if messages else 'unknown error'}")
+            raise GrammarError(f"invalid grammar: {_reason(messages[0]) if messages else 'unknown error'}")
         # compiled once; each request starts from a copy (compiling a large schema takes ms)
         self._matcher = llg.LLMatcher(tokenizer, grammar, log_level=0)
         self.tokenizer = tokenizer
@@ -125,26 +162,72 @@ class Grammar:
         self.words = (max(self.n_vocab, tokenizer.vocab_size) + 31) // 32
         self.end_tokens = [int(t) for t in tokenizer.eos_tokens if 0 <= t < self.n_vocab]
         self._end_mask = bitmask_from_ids(self.end_tokens, 32 * self.words)
+        self.clock = clock
+        self._probe()
+
+    def _probe(self) -> None:
+        """Walk into the grammar: through the text it forces (a tool call's opening marker),
+        then ``PROBE_DEPTH`` tokens (each time the lowest allowed token that is not an end
+        token), computing each mask under the time limit of one mask."""
+        try:
+            state = self.start()
+            for _ in range(PROBE_DEPTH):
+                forced = state.m.compute_ff_tokens()[:256]
+                if forced:
+                    state.advance(forced)
+                mask = state.mask(())
+                bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.n_vocab]
+                allowed = [int(t) for t in np.flatnonzero(bits)[:64] if int(t) not in state._end]
+                if not allowed or state.is_stopped():
+                    return
+                state.advance(allowed[:1])
+        except ConstraintError as e:
+            raise GrammarError(str(e)) from None
 
     def start(self) -> "GrammarState":
         """A fresh state at the start of a reply; ``GrammarError`` when nothing may come first."""
         matcher = self._matcher.deep_copy()
         if matcher.is_error():
-            raise GrammarError(f"invalid grammar: {_first_line(matcher.get_error())}")
+            raise GrammarError(f"invalid grammar: {_reason(matcher.get_error())}")
         state = GrammarState(self, matcher)
-        first = state.mask(())
+        try:
+            first = state.mask(())
+        except ConstraintError as e:
+            raise GrammarError(str(e)) from None
         if not first.any() or (np.array_equal(first, self._end_mask) and not matcher.is_accepting()):
             raise GrammarError("the constraint allows no token at the first position")
         return state
 
 
 class GrammarState:
-    """One request's position in a ``Grammar`` (``protocol.ConstraintState``)."""
+    """One request's position in a ``Grammar`` (``protocol.ConstraintState``).  Its masks
+    together may take ``MASK_BUDGET_SECONDS`` plus ``MASK_SECONDS_PER_TOKEN`` per token of the
+    reply, one mask ``MASK_SECONDS``; past either, and when the grammar engine meets one of
+    its limits, ``ConstraintError``."""
 
     def __init__(self, grammar: Grammar, matcher):
         self.g = grammar
         self.m = matcher
         self._end = frozenset(grammar.end_tokens)
+        self.spent = 0.0  # seconds spent computing masks
+        self.tokens = 0  # tokens the reply has (advanced past)
+
+    def _failed(self, what: str) -> ConstraintError:
+        return ConstraintError(f"the constraint is too complex for the grammar engine ({what}): "
+                               f"{_reason(self.m.get_error())}")
+
+    def _timed_mask(self, out: np.ndarray) -> None:
+        t = self.g.clock()
+        self.m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+        took = self.g.clock() - t
+        self.spent += took
+        if took > MASK_SECONDS:
+            raise ConstraintError(f"the constraint is too slow: one token mask took {took:.2f} s; the limit is "
+                                  f"{MASK_SECONDS} s per mask")
+        if self.spent > MASK_BUDGET_SECONDS + MASK_SECONDS_PER_TOKEN * self.tokens:
+            raise ConstraintError(f"the constraint is too slow: its token masks took {self.spent:.2f} s for "
+                                  f"{self.tokens} tokens; the limit is {MASK_BUDGET_SECONDS} s per request plus "
+                                  f"{MASK_SECONDS_PER_TOKEN} s per token")
 
     def mask(self, path: Sequence[int]) -> np.ndarray:
         path = [int(t) for t in path]
@@ -152,11 +235,12 @@ class GrammarState:
             return self.g._end_mask.copy()
         out = np.zeros(self.g.words, np.int32)
         if path and not self.m.consume_tokens(path):
-            err = self.m.get_error()
-            raise RuntimeError(f"the grammar refused a path its own masks allowed: {err}")
+            raise self._failed("at a drafted token")
         try:
             if not self.m.is_stopped():
-                self.m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+                self._timed_mask(out)
+                if self.m.is_error():
+                    raise self._failed("computing a token mask")
         finally:
             if path:
                 self.m.rollback(len(path))
@@ -167,7 +251,8 @@ class GrammarState:
     def advance(self, tokens: Sequence[int]) -> None:
         tokens = [int(t) for t in tokens if int(t) not in self._end]
         if tokens and not self.m.consume_tokens(tokens):
-            raise RuntimeError(f"the grammar refused tokens its own masks allowed: {self.m.get_error()}")
+            raise self._failed("at a generated token")
+        self.tokens += len(tokens)
 
     def is_stopped(self) -> bool:
         return bool(self.m.is_stopped())
@@ -183,6 +268,7 @@ class Grammars:
         self.vocab = vocab
         self._tokenizer = None
         self._compiled: dict[str, Grammar] = {}  # most recent last
+        self._checked: dict[str, None] = {}  # schemas ``check`` passed, most recent last
 
     def tokenizer(self):
         """The vocabulary as llguidance reads it (built once, then cached)."""
@@ -204,3 +290,18 @@ class Grammars:
         while len(self._compiled) > 32:
             self._compiled.pop(next(iter(self._compiled)))
         return compiled
+
+    def check(self, json_schema) -> None:
+        """Compile ``json_schema`` (as ``compile``) only to see that it works, without keeping
+        it among the compiled ones (a tool's parameters, checked on their own: a lazily
+        started call's limits are not met when its whole grammar is compiled).  The 1024
+        most recent schemas that passed are remembered and not compiled again."""
+        text = json_schema_grammar(json_schema)
+        if text in self._checked:
+            self._checked[text] = self._checked.pop(text)
+            return
+        if text not in self._compiled:
+            Grammar(self.tokenizer(), text, self.vocab.n_vocab)
+        self._checked[text] = None
+        while len(self._checked) > 1024:
+            self._checked.pop(next(iter(self._checked)))

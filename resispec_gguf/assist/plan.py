@@ -4,7 +4,7 @@ and a constraint), and how to read tool calls back out of the reply (``ChatPlan`
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
-in as an argument and is used through its public methods only (``chat_tokens``,
+in as an argument and is used through its public methods only (``chat_tokens``, ``check_constraint``,
 ``tool_format``, ``compile_constraint``); what a tool format is, is ``tools``'.
 
 May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..errors import FieldError
 from . import tools as _tools
 from .chat_format import check_messages
+from .grammar import GrammarError
 
 __all__ = ["RequestError", "ChatOptions", "ChatPlan", "response_schema", "check_chat_options", "plan_chat"]
 
@@ -37,7 +38,9 @@ class ChatOptions:
     @property
     def constraint_param(self) -> str:
         """The request field a constraint comes from (named by a 400 when it cannot compile)."""
-        return "tools" if self.tools.active else "response_format"
+        if self.tools.active:
+            return "tools"
+        return "response_format.json_schema.schema" if isinstance(self.schema, dict) else "response_format"
 
 
 @dataclass
@@ -118,16 +121,33 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
                                             functions, function_call)
     req = options.tools
     msgs = check_messages(messages)
-    fmt = None
-    if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs):
-        fmt = engine.tool_format()  # the format renders tools, earlier calls and their results
+    fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+    constraint = _constraint(engine, options, fmt)  # first: a constraint that cannot work names its field
+    if fmt is not None:  # the format renders tools, earlier calls and their results
         msgs, shown = _tools.prepare_messages(msgs, req, fmt)
         prompt = engine.chat_tokens(msgs, tools=shown)
     else:
         prompt = engine.chat_tokens(msgs)
-    constraint = None
-    if req.active:
-        constraint = engine.compile_constraint(grammar=fmt.grammar(req))
-    elif options.schema is not None:
-        constraint = engine.compile_constraint(json_schema=options.schema)
     return ChatPlan(prompt, constraint, req if req.active else None, fmt)
+
+
+def _constraint(engine, options: ChatOptions, fmt):
+    """The request's compiled constraint (None: free text); a ``GrammarError`` names the field."""
+    req = options.tools
+    if req.active:
+        for i, f in enumerate(req.functions):  # each on its own: a call starts later in the reply
+            if f["name"] in req.allowed:
+                try:
+                    engine.check_constraint(f["parameters"])
+                except GrammarError as e:
+                    raise e.naming(f"tools[{i}].function.parameters") from None
+        try:
+            return engine.compile_constraint(grammar=fmt.grammar(req))
+        except GrammarError as e:
+            raise e.naming("tools") from None
+    if options.schema is not None:
+        try:
+            return engine.compile_constraint(json_schema=options.schema)
+        except GrammarError as e:
+            raise e.naming(options.constraint_param) from None
+    return None

@@ -38,7 +38,7 @@ __all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", 
            "choose_format", "detect_format", "prepare_messages", "HermesFormat", "GenericFormat"]
 
 MAX_TOOLS = 128
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # whole names only: fullmatch
 
 
 class ToolError(FieldError):
@@ -92,7 +92,7 @@ def check_tools(tools, functions=None) -> list[dict]:
         if not isinstance(f, dict):
             raise ToolError(f"{where}.function must be an object", f"{where}.function")
         name = f.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ToolError(f"{where}.function.name must be 1-64 letters, digits, '_', '.' or '-'",
                             f"{where}.function.name")
         if name in seen:
@@ -136,7 +136,7 @@ def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolReque
                             "{\"name\": ...}}", "tool_choice")
         if name not in names:
             raise ToolError(f"tool_choice names {name[:64]!r}, which is not in tools", "tool_choice.function.name")
-        return ToolRequest(functions, "required", [name], False)
+        return ToolRequest(functions, "required", [name], par)
     raise ToolError("tool_choice must be a string or an object", "tool_choice")
 
 
@@ -173,8 +173,9 @@ def check_tool_messages(messages: list[dict]) -> list[dict]:
                 if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
                     raise ToolError(f"{w} must be an object with a function", w)
                 name = c["function"].get("name")
-                if not isinstance(name, str) or not name:
-                    raise ToolError(f"{w}.function.name must be a string", f"{w}.function.name")
+                if not isinstance(name, str) or not _NAME.fullmatch(name):
+                    raise ToolError(f"{w}.function.name must be 1-64 letters, digits, '_', '.' or '-'",
+                                    f"{w}.function.name")
                 cid = c.get("id")
                 if cid is not None and not isinstance(cid, str):
                     raise ToolError(f"{w}.id must be a string", f"{w}.id")
@@ -225,7 +226,7 @@ class HermesFormat:
 
     def grammar(self, req: ToolRequest) -> str:
         """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json)."""
-        schema = json.dumps(_call_schema(req.functions, req.allowed))
+        schema = json.dumps(_call_schema(req.functions, req.allowed), ensure_ascii=False)  # its size as sent
         op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
         calls = 'call ("\\n" call)*' if req.parallel else "call"
         if req.choice == "required":

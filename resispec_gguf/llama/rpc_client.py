@@ -29,12 +29,14 @@ import types
 from ..config import rpc_endpoints
 from ..errors import UserError
 
-__all__ = ["HELLO_TIMEOUT", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "dead_endpoints", "devices", "hello", "loading",
+__all__ = ["CONNECT_TIMEOUT", "HELLO_TIMEOUT", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "dead_endpoints", "devices", "hello", "loading",
            "on_abort", "rebuild_command"]
 
 RPC_LOADING_EXIT = 2  # a worker failed while a model was loading: as a user error
 RPC_LOST_EXIT = 3  # a worker was lost afterwards (mid-generation)
 HELLO_TIMEOUT = 5.0
+# how long ggml's own connection to a greeted worker (its device list and memory) may take
+CONNECT_TIMEOUT = 60.0
 _RPC_HELLO = 14  # ggml-rpc.h: RPC_CMD_HELLO, fixed across protocol versions
 _RPC_CAPS = 24  # ggml-rpc's hello request: connection capabilities, none asked for here
 
@@ -96,6 +98,50 @@ def loading(rpc):
             _state.loading -= 1
 
 
+def _address(host: str, port: int) -> tuple[str, int]:
+    """Where ``host:port`` leads (IPv4, as ggml's client resolves it); the name itself when it
+    does not resolve (greeting it then says so)."""
+    try:
+        return socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][:2]
+    except (OSError, UnicodeError):
+        return host, port
+
+
+def _distinct(endpoints) -> None:
+    """``UserError`` when two endpoints of one ``--rpc`` list reach the same worker: ggml would
+    list its devices twice and wait for it forever."""
+    seen: dict[tuple, str] = {}
+    for host, port in endpoints:
+        endpoint, addr = f"{host}:{port}", _address(host, port)
+        first = seen.setdefault(addr, endpoint)
+        if first != endpoint:
+            raise UserError(f"--rpc: {first} and {endpoint} are the same worker ({addr[0]}:{addr[1]}); list each "
+                            f"worker once")
+
+
+def _stalled(endpoint: str) -> None:
+    """ggml's connection to a greeted worker never finished: one line, exit 2 (it cannot be
+    interrupted from Python)."""
+    line = (f"RPC worker {endpoint} answered the greeting but not ggml's connection within {CONNECT_TIMEOUT:g} s "
+            f"(is it another program, or stuck?)")
+    try:
+        os.write(2, f"\nresispec-gguf: error: {line}\n".encode())
+    finally:
+        os._exit(RPC_LOADING_EXIT)
+
+
+@contextlib.contextmanager
+def _watchdog(endpoint: str):
+    """While ggml connects to ``endpoint``: past ``CONNECT_TIMEOUT``, ``_stalled``."""
+    timer = threading.Timer(CONNECT_TIMEOUT, lambda: _stalled(endpoint))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def devices(rpc: str, add, members, *, version: str) -> list:
     """The device handles of every worker in ``rpc`` (``config.rpc_endpoints`` spelling), in
     order; each worker's are found once.  A worker seen for the first time is greeted
@@ -103,13 +149,19 @@ def devices(rpc: str, add, members, *, version: str) -> list:
     handle, falsy if none; a failure meanwhile is a load error); ``members(registry)`` lists its
     devices.  Handles are opaque to this module."""
     found = []
+    endpoints = rpc_endpoints(rpc)
+    named = [f"{h}:{p}" for h, p in endpoints]
+    for endpoint in named:
+        if named.count(endpoint) > 1:
+            raise UserError(f"--rpc lists {endpoint} twice; list each worker once")
+    _distinct(endpoints)
     with _lock:
-        for host, port in rpc_endpoints(rpc):
+        for host, port in endpoints:
             endpoint = f"{host}:{port}"
             if endpoint not in _devices:
                 hello(host, port, version=version)
                 _state.endpoints.append(endpoint)
-                with loading(True):
+                with loading(True), _watchdog(endpoint):
                     reg = add(endpoint)
                 if not reg:
                     raise UserError(f"RPC worker {endpoint} offers no device")

@@ -130,6 +130,7 @@ class Generation:
         self.out: list[int] = []
         self.text = TextAssembler(sp.stop)
         self.finish_reason: str | None = None
+        self.error: str | None = None  # why the constraint failed (finish_reason "error")
         self.uses_draft = dp.method != "none" and dp.use_draft and has_draft
         self.has_draft = has_draft
         self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
@@ -149,7 +150,12 @@ class Generation:
 
     def result(self) -> Result:
         return Result(tokens=list(self.out), text=self.text.text, finish_reason=self.finish_reason or "interrupted",
-                      stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs))
+                      stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs),
+                      error=self.error)
+
+    def failed(self, error: Exception) -> None:
+        """The constraint failed (``errors.ConstraintError``): the reply ends here."""
+        self.finish_reason, self.error = "error", str(error)
 
     # ------------------------------------------------------------------ start and steps
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+from ..errors import ConstraintError
 from .generation import Decode, DraftSync, Generation, Room
 from .protocol import ModelBackend
 
@@ -26,25 +27,32 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> It
     gen.started(reused, time.perf_counter() - t0)
     t_start = time.perf_counter()
     try:
-        while gen.finish_reason is None:
-            t_step = time.perf_counter()
-            call = _draft_calls(gen.plan(_room(target, draft)), draft, gen.stats)
-            if call is None:
-                break
-            t = time.perf_counter()
-            rows = target.decode(call.tokens, call.parents)
-            gen.stats.target_time += time.perf_counter() - t
-            commit = gen.absorb(rows)
-            target.commit(commit.target)
-            if commit.draft is not None:
-                draft.commit(commit.draft)
-            gen.step_done(time.perf_counter() - t_step)
-            yield from gen.emit()
+        try:
+            yield from _steps(gen, target, draft)
+        except ConstraintError as e:  # a grammar limit met late, or the mask budget spent
+            gen.failed(e)  # the models' uncommitted nodes go at the next sync_prefix
         tail = gen.flush()
         if tail:
             yield tail
     finally:
         gen.closed(time.perf_counter() - t_start)
+
+
+def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> Iterator[str]:
+    while gen.finish_reason is None:
+        t_step = time.perf_counter()
+        call = _draft_calls(gen.plan(_room(target, draft)), draft, gen.stats)
+        if call is None:
+            break
+        t = time.perf_counter()
+        rows = target.decode(call.tokens, call.parents)
+        gen.stats.target_time += time.perf_counter() - t
+        commit = gen.absorb(rows)
+        target.commit(commit.target)
+        if commit.draft is not None:
+            draft.commit(commit.draft)
+        gen.step_done(time.perf_counter() - t_step)
+        yield from gen.emit()
 
 
 def _room(target: ModelBackend, draft: ModelBackend | None) -> Room:

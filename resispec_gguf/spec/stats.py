@@ -145,9 +145,11 @@ class Result:
     tokens: list[int]
     text: str
     # "stop" (a stop string), "eos" (an end-of-generation token), "length" (max_tokens or the
-    # context), "interrupted" (the stream was closed or raised before the end)
+    # context), "error" (the constraint failed: ``error`` says why), "interrupted" (the
+    # stream was closed or raised before the end)
     finish_reason: str
     stats: Stats
     seed: int
     # one entry per token of ``tokens`` when the request asked for logprobs, else None
     logprobs: list[TokenLogprob] | None = None
+    error: str | None = None  # with finish_reason "error": the constraint's one-line message

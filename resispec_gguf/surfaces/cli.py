@@ -82,6 +82,22 @@ def _read_text(path: str, flag: str) -> str:
         raise UserError(f"{flag}: cannot read {path!r} ({getattr(e, 'strerror', None) or e})") from None
 
 
+def _compile(engine, constraint_args: dict):
+    """The constraint of ``--json-schema``/``--grammar`` (None without), its errors naming the flag."""
+    from ..assist.grammar import GrammarError
+
+    if not constraint_args:
+        return None
+    try:
+        return engine.compile_constraint(**constraint_args)
+    except GrammarError as e:
+        raise e.naming(_constraint_flag(constraint_args)) from None
+
+
+def _constraint_flag(constraint_args: dict) -> str:
+    return "--json-schema" if "json_schema" in constraint_args else "--grammar"
+
+
 def _cmd_generate(args) -> int:
     from .display import stats_line
 
@@ -89,7 +105,7 @@ def _cmd_generate(args) -> int:
     constraint_args = _constraint_args(args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     with _load(model) as engine:
-        constraint = engine.compile_constraint(**constraint_args) if constraint_args else None
+        constraint = _compile(engine, constraint_args)
         if args.chat:  # the text stays text: see Engine.chat_tokens
             prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
         else:  # refuses a prompt that cannot fit before tokenizing it
@@ -106,6 +122,8 @@ def _cmd_generate(args) -> int:
             print(stats_line(res.stats), file=sys.stderr)
             if model.verbose and res.stats.auto:
                 print(res.stats.auto, file=sys.stderr)
+            if res.finish_reason == "error":  # the constraint failed after the first token
+                raise UserError(f"{_constraint_flag(constraint_args)}: {res.error}")
     return 0
 
 

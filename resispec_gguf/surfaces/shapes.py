@@ -24,7 +24,9 @@ def finish_reason(engine_reason: str) -> str:
 
     An "interrupted" result (its stream was closed or failed before the end) keeps that
     name, which OpenAI's vocabulary lacks; the server never sends one, since a request is
-    interrupted only when its client has gone or the server is stopping (503)."""
+    interrupted only when its client has gone or the server is stopping (503).  An "error"
+    result (its constraint failed after the first token, ``Result.error``) keeps that name
+    too: the server sends it only in a stream, followed by the error object."""
     return {"eos": "stop", "stop": "stop"}.get(engine_reason, engine_reason)
 
 

@@ -126,3 +126,101 @@ def test_masks_allow_what_may_continue_json_valid_under_the_schema(grammars):
 def test_where_the_grammar_allows_nothing_more_the_end_tokens_are_allowed(grammars):
     assert _allowed(grammars.compile(grammar='start: "ok"').start().mask(_bytes("ok"))) == {EOS_ID, IM_END_ID}
     assert _allowed(grammars.compile(grammar='start: ""').start().mask(())) == {EOS_ID, IM_END_ID}
+
+
+# ------------------------------------------------------------------ limits and the time budget
+
+from resispec_gguf.assist import grammar as grammar_mod  # noqa: E402
+from resispec_gguf.errors import ConstraintError  # noqa: E402
+
+LIMIT_CASES = [
+    ("anyOf", dict(json_schema={"anyOf": [{"type": "object", "properties": {f"k{i}": {"const": i}},
+                                           "required": [f"k{i}"]} for i in range(2100)]})),
+    ("optional properties", dict(json_schema={"type": "object",
+                                              "properties": {f"p{i}": {"type": "string"} for i in range(600)}})),
+    ("alternation", dict(grammar="start: " + " | ".join(f'"w{i}x"' for i in range(21800)) + "\n")),
+]
+
+
+@pytest.mark.parametrize("kw", [c[1] for c in LIMIT_CASES], ids=[c[0] for c in LIMIT_CASES])
+def test_limits_met_at_the_first_tokens_are_refused_when_compiling(grammars, kw):
+    # llguidance meets its row limit only once a token is consumed: compiling tries a few
+    with pytest.raises(GrammarError) as e:
+        grammars.compile(**kw)
+    msg = str(e.value)
+    assert "\n" not in msg and "max is 2000" in msg and "<state>" not in msg and len(msg) < 300
+
+
+def test_a_bad_tool_grammar_never_echoes_our_grammar_text(grammars):
+    from resispec_gguf.assist import tools
+
+    fns = tools.check_tools([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "integer", "minimum": 5, "maximum": 1}}}])
+    text = tools.HermesFormat().grammar(tools.check_tool_choice("required", fns))
+    with pytest.raises(GrammarError) as e:
+        grammars.compile(grammar=text)
+    msg = str(e.value)
+    for ours in ("start:", "call_body", "<tool_call>", "x-guidance", "whitespace_pattern", "%json"):
+        assert ours not in msg
+    assert "unsatisfiable" in msg.lower()
+
+
+def test_the_schema_limit_is_the_utf8_size_as_sent():
+    cjk = {"type": "string", "description": "説明" * 30_000}  # 180 KB as UTF-8, 360 KB as \\u escapes
+    assert json_schema_grammar(cjk)
+    with pytest.raises(GrammarError, match="256 KiB"):
+        json_schema_grammar({"type": "string", "description": "説明" * 45_000})  # 270 KB
+
+
+class _Clock:
+    """A fake mask timer: each reading is ``step`` seconds after the previous one."""
+
+    def __init__(self, step: float):
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def test_a_constraint_slower_than_one_mask_may_be_is_refused_when_compiling(engine):
+    tok = engine.grammar_tokenizer()
+    text = json_schema_grammar({"type": "string"})
+    with pytest.raises(GrammarError, match=r"too slow: one token mask took .* per mask"):
+        grammar_mod.Grammar(tok, text, engine.grammars.vocab.n_vocab, clock=_Clock(grammar_mod.MASK_SECONDS * 2))
+
+
+def test_a_request_past_its_mask_budget_ends_with_finish_reason_error(engine):
+    from resispec_gguf.config import DraftParams, SamplingParams
+
+    tok = engine.grammar_tokenizer()
+    text = json_schema_grammar({"type": "string", "minLength": 150})  # more masks than the budget allows
+    g = grammar_mod.Grammar(tok, text, engine.grammars.vocab.n_vocab, clock=_Clock(grammar_mod.MASK_SECONDS / 4))
+    state = g.start()
+    with pytest.raises(ConstraintError, match="per request"):
+        for _ in range(int(grammar_mod.MASK_BUDGET_SECONDS / (grammar_mod.MASK_SECONDS / 4)) + 2):
+            state.mask(())
+    for method in ("none", "resispec"):
+        res = engine.generate("q", SamplingParams(max_tokens=400, temperature=1.0, seed=3),
+                              DraftParams(method=method), constraint=g)
+        assert res.finish_reason == "error" and "per request" in res.error and "\n" not in res.error
+        assert 0 < len(res.tokens) < 400
+        ok = engine.generate("q", SamplingParams(max_tokens=4, seed=3), DraftParams(method=method))
+        assert ok.finish_reason in ("eos", "length", "stop")  # the engine moved on
+
+
+def test_the_budget_grows_with_the_reply(engine):
+    tok = engine.grammar_tokenizer()
+    text = json_schema_grammar({"type": "string"})
+    step = grammar_mod.MASK_SECONDS_PER_TOKEN / 2  # a mask per token, half the allowance per token
+    g = grammar_mod.Grammar(tok, text, engine.grammars.vocab.n_vocab, clock=_Clock(step))
+    n = int(grammar_mod.MASK_BUDGET_SECONDS / step) + 10  # more than the fixed part alone allows
+    long_reply = g.start()
+    long_reply.advance(_bytes('"'))
+    for _ in range(n):
+        long_reply.mask(())
+        long_reply.advance(_bytes("a"))  # a long string: one token a mask, never past the budget
+    idle = g.start()
+    with pytest.raises(ConstraintError, match="per token"):
+        for _ in range(n):
+            idle.mask(())

@@ -92,6 +92,31 @@ def test_tool_messages_are_checked():
     assert e.value.param == "messages[1].tool_calls[0].function.arguments"
 
 
+def test_tool_names_are_whole_names():
+    # "$" matches before a final newline; a name is checked whole
+    for name in ["get\n", "get\r\n", "a b", "<|im_end|>", "x" * 65]:
+        with pytest.raises(tools.ToolError) as e:
+            tools.check_tools([{"type": "function", "function": {"name": name}}])
+        assert e.value.param == "tools[0].function.name"
+    assert tools.check_tools([{"type": "function", "function": {"name": "get.v2-x_y"}}])[0]["name"] == "get.v2-x_y"
+
+
+def test_named_tool_choice_keeps_parallel_tool_calls():
+    fns = tools.check_tools([WEATHER, ADD])
+    named = {"type": "function", "function": {"name": "add"}}
+    assert tools.check_tool_choice(named, fns, True).parallel is True
+    assert tools.check_tool_choice(named, fns).parallel is False
+    assert tools.check_tool_choice(named, fns, False).parallel is False
+
+
+def test_assistant_tool_call_names_are_checked_like_tool_names():
+    for name in ["add\n", "<|im_end|>", "a b", ""]:
+        call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        with pytest.raises(tools.ToolError) as e:
+            tools.check_tool_messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
+        assert e.value.param == "messages[0].tool_calls[0].function.name"
+
+
 def test_hermes_parse_and_hold_back():
     fmt = tools.HermesFormat()
     text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n' \
@@ -327,12 +352,28 @@ BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}},
      "response_format.json_schema.schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
-     "response_format"),
+     "response_format.json_schema.schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 3,
-                                                                            "maximum": 1}}}}, "response_format"),
+                                                                            "maximum": 1}}}},
+     "response_format.json_schema.schema"),
     ({"messages": MSGS + [{"role": "tool", "tool_call_id": "ghost", "content": "1"}]}, "messages[1].tool_call_id"),
     ({"tools": [ADD], "response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}},
+     "response_format.json_schema.schema"),
+    # llguidance's limits met only at the first tokens are found when compiling
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"anyOf": [
+        {"type": "object", "properties": {f"k{i}": {"const": i}}, "required": [f"k{i}"]} for i in range(2100)]}}}},
+     "response_format.json_schema.schema"),
+    ({"tools": [ADD, {"type": "function", "function": {"name": "many", "parameters": {
+        "type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(600)}}}}]},
+     "tools[1].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "minimum": 5,
+                                                                              "maximum": 1}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "get\n"}}]}, "tools[0].function.name"),
+    ({"messages": MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "<|im_end|>", "arguments": "{}"}}]}]},
+     "messages[1].tool_calls[0].function.name"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}}, "response_format"),
 ]
 
@@ -346,4 +387,18 @@ def test_bad_tool_and_format_fields_are_400(tool_server, stream):
         r = httpx.post(f"{url}/v1/chat/completions", json={"messages": MSGS, "stream": stream, **body}, timeout=30)
         assert r.status_code == 400, (body, r.text)
         assert r.json()["error"]["param"] == param, (body, r.json())
+        message = r.json()["error"]["message"]
+        assert "\n" not in message and "start:" not in message and "x-guidance" not in message, message
+        if param.endswith((".schema", ".parameters")):
+            assert message.startswith(param), message
     assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_a_tool_schema_is_measured_as_utf8_as_sent(engine):
+    # 150 KB of CJK text as UTF-8; 300 KB once written as \\u escapes
+    big = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "description": "説明" * 25_000, "properties": {"x": {"type": "integer"}}}}}
+    fns = tools.check_tools([big])
+    req = tools.check_tool_choice("required", fns)
+    constraint = engine.compile_constraint(grammar=tools.HermesFormat().grammar(req))
+    assert constraint.start() is not None

@@ -10,10 +10,12 @@ build without RPC) run on every build; the rest are skipped without an RPC build
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,6 +105,49 @@ def test_a_worker_down_at_start_up_is_one_line_naming_it(tiny_pair, capsys):
     endpoint = f"127.0.0.1:{rpc_workers.free_port()}"
     rc = cli.main(["generate", "--target", str(tiny_pair[0]), "--draft", "", "--rpc", endpoint, "-ngl", "99", "hi"])
     assert rc == 2 and f"cannot reach RPC worker {endpoint}" in _one_line(capsys)
+
+
+@needs_rpc
+def test_two_names_of_one_worker_are_one_line_not_a_hang(tiny_pair, two_workers, capsys):
+    port = rpc_workers.endpoints(two_workers).split(",")[0].rpartition(":")[2]
+    rpc_arg = f"127.0.0.1:{port},localhost:{port}"
+    rc = cli.main(["generate", "--target", str(tiny_pair[0]), "--draft", "", "--rpc", rpc_arg, "-ngl", "99", "hi"])
+    line = _one_line(capsys)
+    assert rc == 2 and f"127.0.0.1:{port} and localhost:{port} are the same worker" in line
+
+
+@needs_rpc
+def test_a_worker_answering_the_greeting_but_not_ggml_is_one_line_not_a_hang(tiny_pair):
+    # a fake worker: it answers the first connection's hello, then holds ggml's connection
+    import struct
+    import threading
+
+    held = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def serve():
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                held.append(conn)
+                conn.recv(33)
+                conn.sendall(struct.pack("<Q", 3) + bytes([3, 0, 0]))
+                while True:
+                    held.append(server.accept()[0])
+
+        threading.Thread(target=serve, daemon=True).start()
+        code = ("import sys; from resispec_gguf.llama import rpc_client; rpc_client.CONNECT_TIMEOUT = 2; "
+                "from resispec_gguf.surfaces import cli; sys.exit(cli.main(sys.argv[1:]))")
+        r = subprocess.run([sys.executable, "-c", code, "generate", "--target", str(tiny_pair[0]), "--draft", "",
+                            "--rpc", f"127.0.0.1:{port}", "-ngl", "99", "hi"], capture_output=True, text=True,
+                           timeout=120, cwd=Path(__file__).resolve().parents[2])
+        for conn in held:
+            conn.close()
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"RPC worker 127.0.0.1:{port} answered the greeting but not ggml's connection" in lines[0]
 
 
 def test_without_an_rpc_build_rpc_is_one_line_naming_the_rebuild(tiny_pair, monkeypatch, capsys):

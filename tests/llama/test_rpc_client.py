@@ -209,3 +209,47 @@ def test_a_worker_failing_while_loading_is_exit_2_naming_all_when_none_is_seen_d
     assert len(polls) == 10  # it waits a moment for a killed worker's port to close
     assert process == [(2, b"\nresispec-gguf: error: RPC workers h:1, h:2 failed while the model loaded (failed to "
                            b"connect to h:2)\n")]
+
+
+def test_two_names_of_one_worker_are_refused_before_greeting_it(fresh, monkeypatch):
+    greeted = []
+    monkeypatch.setattr(rpc_client, "hello", lambda host, port, version: greeted.append(host))
+    port = _closed_port()
+    for spec, needle in [(f"127.0.0.1:{port},localhost:{port}", f"127.0.0.1:{port} and localhost:{port} are the "
+                                                                f"same worker (127.0.0.1:{port})"),
+                         (f"localhost:{port}, 127.0.0.1:{port}", "are the same worker"),
+                         (f"127.0.0.1:{port},127.0.0.1:{port}", f"lists 127.0.0.1:{port} twice")]:
+        with pytest.raises(UserError) as e:
+            rpc_client.devices(spec, lambda endpoint: 1, lambda reg: [1], version="9.9")
+        assert needle in str(e.value) and "\n" not in str(e.value)
+    assert greeted == [] and fresh.endpoints == []
+    # other ports of one host are other workers
+    assert rpc_client.devices(f"127.0.0.1:{port},localhost:{port + 1 if port < 65535 else port - 1}",
+                              lambda endpoint: 1, lambda reg: [reg], version="9.9") == [1, 1]
+
+
+def test_a_worker_that_never_answers_ggmls_connection_is_refused_naming_it(fresh, monkeypatch):
+    monkeypatch.setattr(rpc_client, "hello", lambda host, port, version: None)
+    monkeypatch.setattr(rpc_client, "CONNECT_TIMEOUT", 0.01)
+    stalled, released = [], threading.Event()
+
+    def stall(endpoint):  # the real one writes one line and exits 2
+        stalled.append(endpoint)
+        released.set()
+
+    monkeypatch.setattr(rpc_client, "_stalled", stall)
+
+    def add(endpoint):  # ggml's connection, hanging until the watchdog fires
+        assert released.wait(30)
+        return 7
+
+    assert rpc_client.devices("h:9", add, lambda reg: [reg], version="9.9") == [7]
+    assert stalled == ["h:9"]
+
+
+def test_the_stall_is_one_line_and_exit_2(fresh, process):
+    with pytest.raises(_Exit) as info:
+        rpc_client._stalled("h:9")
+    assert info.value.args == (2,)
+    (fd, data), = process
+    assert fd == 2 and data.strip().decode().count("\n") == 0 and "RPC worker h:9" in data.decode()

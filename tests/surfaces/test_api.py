@@ -94,6 +94,9 @@ class ScriptedEngine:
     def chat_tokens(self, messages, tools=None):
         return [1, 2, 3]
 
+    def check_constraint(self, json_schema):
+        return None
+
     def compile_constraint(self, **kw):
         return ("compiled", kw)
 

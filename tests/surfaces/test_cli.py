@@ -237,3 +237,13 @@ def _one_line_after_note(r):
     lines = [line for line in r.stderr.strip().splitlines() if line and "note:" not in line]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     return lines[0]
+
+
+def test_a_grammar_past_the_engines_limits_is_one_line(tiny_pair, tmp_path):
+    # a limit llguidance meets only at the first token: found when compiling, never a traceback
+    big = tmp_path / "big.lark"
+    big.write_text("start: " + " | ".join(f'"w{i}x"' for i in range(21800)) + "\n")
+    target, draft = tiny_pair
+    r = run("generate", "--target", target, "--draft", draft, "-n", 3, "--grammar", big, "hi")
+    line = _one_line(r, "--grammar")
+    assert "max is 2000" in line and "w21799x" not in r.stderr and len(r.stderr) < 400

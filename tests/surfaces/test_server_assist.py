@@ -267,3 +267,56 @@ def test_infill_needs_the_key(fim_engine):
         assert api_error(httpx.post(f"{url}/infill", json=body), 401)["code"] == "invalid_api_key"
         ok = httpx.post(f"{url}/infill", json=body, headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200 and ok.json()["tokens_predicted"] <= 2
+
+
+def test_completion_with_suffix_refuses_a_prompt_too_long_as_without_one(fim_server):
+    long = "x = 1\n" * 400  # fits the byte limit, not the 512-token context
+    r = httpx.post(f"{fim_server}/v1/completions", json={"prompt": long, "max_tokens": 4}, timeout=30)
+    assert api_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+    r = httpx.post(f"{fim_server}/v1/completions", json={"prompt": long, "suffix": "y = 2\n", "max_tokens": 4},
+                   timeout=30)
+    assert api_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+
+
+# ---------------------------------------------------------------------------------- constraints
+
+
+class _SlowMasks:
+    """A fake mask timer for one compiled grammar: each mask "takes" a quarter of the limit of
+    one mask, so the request's budget is spent after a few dozen masks."""
+
+    def __init__(self):
+        from resispec_gguf.assist import grammar as grammar_mod
+
+        self.t, self.step = 0.0, grammar_mod.MASK_SECONDS / 4
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def test_a_constraint_failing_after_the_first_token_ends_the_reply_with_an_error(plain_server, plain_engine):
+    schema = {"type": "string", "minLength": 170}  # more masks than the budget allows
+    grammar = plain_engine.compile_constraint(json_schema=schema)
+    grammar.clock = _SlowMasks()
+    body = {"messages": MESSAGES, "max_tokens": 300, "temperature": 1.0, "seed": 5,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+    param = "response_format.json_schema.schema"
+    try:
+        # nothing sent yet: a 400 naming the field and the budget
+        err = api_error(httpx.post(f"{plain_server}/v1/chat/completions", json=body, timeout=60), 400, param)
+        assert err["code"] == "constraint_failed" and "per request" in err["message"] and "\n" not in err["message"]
+        # streamed: the pieces so far, the finish chunk with finish_reason "error", the error, [DONE]
+        with httpx.stream("POST", f"{plain_server}/v1/chat/completions", json={**body, "stream": True},
+                          timeout=60) as s:
+            lines = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "[DONE]"
+        events = [json.loads(x) for x in lines[:-1]]
+        assert events[-1]["error"]["param"] == param and "per request" in events[-1]["error"]["message"]
+        reasons = [c["choices"][0]["finish_reason"] for c in events[:-1] if c.get("choices")]
+        assert reasons[-1] == "error" and set(reasons[:-1]) == {None}
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in events[:-1] if c.get("choices"))
+    finally:
+        grammar.clock = type(grammar).__init__.__defaults__[0]
+    r = httpx.post(f"{plain_server}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4}, timeout=60)
+    assert r.status_code == 200, r.text  # the engine moved on

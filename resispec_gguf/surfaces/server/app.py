@@ -38,7 +38,7 @@ from ..chunks import ChunkStream
 from ..logprobs import LogprobsFormatter
 from ..shapes import completion_object, infill_chunk, infill_object, nested_fields, new_meta
 from . import fields
-from .errors import ApiError, bad, cancelled, event_error, internal, user_error
+from .errors import ApiError, bad, cancelled, event_error, failure_body, internal, user_error
 from .worker import Job, Worker, prepare
 
 __all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "TOKENIZER_THREADS"]
@@ -274,6 +274,8 @@ class _Server:
                     yield _sse(infill_chunk(value))
                 elif kind == "done":
                     yield _sse(self._infill_object(job.req, value, final_chunk=True))
+                    if (failure := failure_body(value, job.req)) is not None:
+                        yield _sse(failure)
                 else:
                     yield _sse(event_error(kind, value, job.req).body())
         finally:
@@ -298,6 +300,8 @@ class _Server:
                     out = chunks.push(value)
                 elif kind == "done":
                     out = chunks.finish(value)
+                    if (failure := failure_body(value, req)) is not None:
+                        out.append(failure)
                 else:
                     out = [event_error(kind, value, req).body()]
                 for c in out:

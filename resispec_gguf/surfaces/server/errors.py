@@ -11,9 +11,9 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 from ...assist.grammar import GrammarError
-from ...errors import ContextFullError, FieldError, UserError
+from ...errors import ConstraintError, ContextFullError, FieldError, UserError
 
-__all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error"]
+__all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error", "failure_body"]
 
 
 class ApiError(Exception):
@@ -56,8 +56,10 @@ def user_error(exc: UserError, req) -> ApiError:
     from, a bad field itself (``FieldError.param``)."""
     if isinstance(exc, ContextFullError):
         return bad(str(exc), req.prompt_param, "context_length_exceeded")
+    if isinstance(exc, ConstraintError):  # failed while generating: name the field it came from
+        return bad(f"{req.constraint_param}: {exc}", req.constraint_param, "constraint_failed")
     if isinstance(exc, GrammarError):
-        return bad(str(exc), req.constraint_param, "invalid_value")
+        return bad(str(exc), exc.param or req.constraint_param, "invalid_value")
     if isinstance(exc, FieldError):
         return bad(str(exc), exc.param, "invalid_value")
     return bad(str(exc))
@@ -71,3 +73,11 @@ def event_error(kind: str, value, req) -> ApiError:
     if kind == "error":
         return internal()
     return cancelled()
+
+
+def failure_body(result, req) -> dict | None:
+    """The error object that follows a streamed reply whose constraint failed after its first
+    piece (its finish_reason is "error"); None for any other reply."""
+    if getattr(result, "finish_reason", None) != "error":
+        return None
+    return user_error(ConstraintError(result.error or "the constraint failed"), req).body()

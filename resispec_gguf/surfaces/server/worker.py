@@ -20,7 +20,7 @@ import logging
 import threading
 
 from ...assist.plan import ChatPlan, plan_chat
-from ...errors import UserError
+from ...errors import ConstraintError, ContextFullError, UserError
 from ..chunks import pieces
 from .fields import Infill, Request
 
@@ -34,9 +34,14 @@ def prepare(engine, req: Request) -> ChatPlan:
     thread: this only reads the vocabulary, so it may run while the engine thread decodes)."""
     if isinstance(req.prompt, Infill):
         p = req.prompt
+        # /infill cuts a long file to fit (llama.cpp's way); a completion's prompt and suffix
+        # are the user's text, refused as a prompt without a suffix would be
+        completion = req.kind == "completion"
+        reserve = 1 if completion else min(req.sampling.max_tokens, int(engine.n_ctx) // 2)
         tokens, p.truncated = engine.infill_tokens(p.prefix, p.suffix, middle=p.middle, extra=p.extra,
-                                                   repo_level=p.repo_level,
-                                                   reserve=min(req.sampling.max_tokens, int(engine.n_ctx) // 2))
+                                                   repo_level=p.repo_level, reserve=reserve)
+        if completion and p.truncated:
+            raise ContextFullError(f"the prompt and suffix do not fit the context ({int(engine.n_ctx)} tokens)")
         return ChatPlan(tokens)
     if req.kind == "chat":
         try:
@@ -84,17 +89,23 @@ class Job:
             self._put("cancelled", None)
             return
         req = self.req
+        sent = False
         try:
             stream = pieces(self.engine, self.plan, req.sampling, req.draft, req.logprobs)
             try:
                 for piece in stream:
                     if req.stream:
                         self._put("piece", piece)
+                        sent = True
                     if self.cancelled:
                         break
             finally:
                 stream.close()
-            self._put("cancelled" if self.cancelled else "done", self.engine.last_result)
+            result = self.engine.last_result
+            if result is not None and result.finish_reason == "error" and not sent:
+                self._put("user_error", ConstraintError(result.error))  # nothing went out: a 400
+                return
+            self._put("cancelled" if self.cancelled else "done", result)
         except UserError as exc:
             self._put("user_error", exc)
         except Exception as exc:
