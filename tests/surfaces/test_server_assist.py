@@ -320,3 +320,20 @@ def test_a_constraint_failing_after_the_first_token_ends_the_reply_with_an_error
         grammar.clock = type(grammar).__init__.__defaults__[0]
     r = httpx.post(f"{plain_server}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4}, timeout=60)
     assert r.status_code == 200, r.text  # the engine moved on
+
+
+def test_streamed_and_unstreamed_logprobs_agree_over_50_seeds(client):
+    """The server formats logprobs on the event loop while the engine detokenises on its own
+    thread: a shared ctypes out-buffer once gave a streamed alternative another token's text."""
+    def unique(d):  # alternatives whose logprob no other alternative shares (ties may swap)
+        values = [round(v, 3) for v in d.values()]
+        return {k: round(v, 3) for k, v in d.items() if values.count(round(v, 3)) == 1}
+
+    for seed in range(50):
+        kw = dict(model="tiny", prompt="Once upon a time", temperature=1.0, seed=seed, max_tokens=8, logprobs=20)
+        lp = client.completions.create(**kw).choices[0].logprobs
+        chunks = list(client.completions.create(**kw, stream=True))
+        tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+        tops = [d for c in chunks if c.choices and c.choices[0].logprobs for d in c.choices[0].logprobs.top_logprobs]
+        assert tokens == lp.tokens, seed
+        assert [unique(d) for d in tops] == [unique(d) for d in lp.top_logprobs], seed
