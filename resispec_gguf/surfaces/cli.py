@@ -145,12 +145,14 @@ def _cmd_serve(args) -> int:
         params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
     sock = server.listen(params.host, params.port)  # a taken port: one line, before anything else
     try:
-        with _load(model, announce=True) as engine:
+        with _load(model) as engine:
+            from ..llama.devices import summary
+
             host = f"[{params.host}]" if ":" in params.host else params.host
             auth = "auth on" if params.api_key else "auth off, no --api-key"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors})",
-                  file=sys.stderr)
+            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors}; "
+                  f"{summary(engine.info())})", file=sys.stderr)
             server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp)
     finally:
         sock.close()

@@ -59,15 +59,17 @@ def _probe_nvidia() -> bool:
     return os.path.exists("/dev/nvidia0")
 
 
-def _probe_numba() -> tuple[str | None, str]:
-    """``(version or None, where the kernels' cache is)``."""
+def _probe_numba() -> tuple[str | None, str, bool]:
+    """``(version or None, where the kernels' cache is, whether it can be written)``."""
     from ..kernels import cache
 
     try:
         import numba
     except ImportError:
-        return None, ""
-    return numba.__version__, str(cache.location())
+        return None, "", False
+    where = cache.location()
+    folder = where if where.is_dir() else where.parent
+    return numba.__version__, str(where), os.access(folder, os.W_OK)
 
 
 def _probe_models() -> list[dict]:
@@ -156,11 +158,10 @@ def devices_line(v: buildcheck.Verdict, nvidia: bool) -> Line:
     return Line("devices", text)
 
 
-def numba_line(version: str | None, where: str) -> Line:
+def numba_line(version: str | None, where: str, writable: bool) -> Line:
     if version is None:
         return Line("numba", "not installed", "the kernels need Numba", "pip install 'numba>=0.59'")
-    folder = where if os.path.isdir(where) else os.path.dirname(where)
-    if folder and not os.access(folder, os.W_OK):
+    if not writable:
         return Line("numba", f"{version}; cache {where}", "the kernels' cache cannot be written: every start compiles",
                     f"export NUMBA_CACHE_DIR={os.path.expanduser('~/.cache/resispec-gguf/numba')}")
     return Line("numba", f"{version}; cache {where}")
