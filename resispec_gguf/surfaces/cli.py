@@ -221,6 +221,16 @@ def _count(least: int):
     return parse
 
 
+def _context(text: str) -> int:
+    """An argparse type: a context size ``--ctx`` would take."""
+    value = flags.field_type(ModelParams, "n_ctx")(text)
+    try:
+        ModelParams(n_ctx=value)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _output_file(text: str) -> str:
     """An argparse type: a file path that can be written (checked before a long run, which
     would otherwise fail only at its end)."""
@@ -363,7 +373,7 @@ def _add_doctor(sub) -> None:
     doc = sub.add_parser("doctor", help="one screen for a bug report: the llama.cpp build, CPU, devices, Numba, "
                                         "cached models, memory; exit 1 when something is wrong")
     doc.set_defaults(func=_cmd_doctor)
-    doc.add_argument("--ctx", type=flags.field_type(ModelParams, "n_ctx"), default=ModelParams().n_ctx,
+    doc.add_argument("--ctx", type=_context, default=ModelParams().n_ctx,
                      help=f"context the memory estimate is for (default: {ModelParams().n_ctx})")
 
 
