@@ -43,10 +43,13 @@ def summary(info: dict) -> str:
 
 def cpu_only_warning(model: dict, info: dict, version: str) -> str | None:
     """One warning line when ``-ngl``/``-ngld`` asked for offloaded layers (``model``: the
-    ``ModelParams`` fields ``n_gpu_layers``, ``draft_gpu_layers``) but llama.cpp put every
-    layer of that model on the CPU (``info``: ``Engine.info()``), else None."""
-    asked = {"target": model["n_gpu_layers"],
-             "draft": model["n_gpu_layers"] if model["draft_gpu_layers"] is None else model["draft_gpu_layers"]}
+    ``ModelParams`` fields ``n_gpu_layers``, ``draft_gpu_layers``, ``rpc``) but llama.cpp put
+    every layer of that model on the CPU (``info``: ``Engine.info()``), else None.  With
+    ``--rpc`` and no ``-ngld`` the draft's layers are not asked for: it stays local by design."""
+    draft = model["n_gpu_layers"] if model["draft_gpu_layers"] is None else model["draft_gpu_layers"]
+    if model.get("rpc") and model["draft_gpu_layers"] is None:
+        draft = 0
+    asked = {"target": model["n_gpu_layers"], "draft": draft}
     flags = {"target": "-ngl", "draft": "-ngld"}
     cpu_only = [role for role, m in info.items() if m is not None and asked[role] > 0
                 and (m.get("devices") or ["CPU"]) == ["CPU"]]

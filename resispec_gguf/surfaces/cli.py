@@ -41,7 +41,7 @@ def _load(model: ModelParams, *, announce: bool = False):
         _note("note: no draft model (only a preset target brings one; give --draft); "
               "auto and --lookup draft from the context alone")
     info = engine.info()
-    layers = {"n_gpu_layers": model.n_gpu_layers, "draft_gpu_layers": model.draft_gpu_layers}
+    layers = {"n_gpu_layers": model.n_gpu_layers, "draft_gpu_layers": model.draft_gpu_layers, "rpc": model.rpc}
     warning = devices.cpu_only_warning(layers, info, buildcheck.llama_cpp_version())
     if warning:
         _note(warning)

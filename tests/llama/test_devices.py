@@ -43,3 +43,10 @@ def test_the_cpu_only_warning_only_when_layers_were_asked_for_and_none_left_the_
     assert devices.cpu_only_warning(asked, gpu, "0.3.36") is None
     assert devices.cpu_only_warning(asked, {"target": {"devices": ["CPU"]}, "draft": None}, "0.3.36").startswith(
         "warning: -ngl 99,")
+
+
+def test_with_rpc_the_draft_stays_local_unless_ngld_asks():
+    info = {"target": {"devices": ["RPC0"]}, "draft": {"devices": ["CPU"]}}
+    assert devices.cpu_only_warning({"n_gpu_layers": 99, "draft_gpu_layers": None, "rpc": "h:1"}, info, "v") is None
+    line = devices.cpu_only_warning({"n_gpu_layers": 99, "draft_gpu_layers": 9, "rpc": "h:1"}, info, "v")
+    assert line.startswith("warning: -ngld 9,")
