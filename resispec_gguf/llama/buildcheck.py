@@ -43,7 +43,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..paths import cache_dir
 
-__all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_message", "library_files", "rebuild_command",
+__all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_cause", "crash_message", "library_files", "rebuild_command",
            "require_working_build"]
 
 PROBE_VERSION = 1  # bump when the probe changes: cached verdicts then no longer count
@@ -171,6 +171,9 @@ def _verdict_of(proc: subprocess.CompletedProcess, seconds: float) -> Verdict:
 def run_child(timeout: float = TIMEOUT_S, env: dict | None = None) -> Verdict:
     """Run the probe in a child process (see the module docstring) and read its verdict."""
     start = time.monotonic()
+    env = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[2])  # where this package is importable from, first
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     with tempfile.TemporaryDirectory(prefix="resispec-buildcheck-") as tmp:
         try:
             proc = subprocess.run([sys.executable, "-m", "resispec_gguf.llama.buildcheck", tmp],
@@ -218,9 +221,8 @@ def amx_suspected(verdict: Verdict, flags: set[str]) -> bool:
     return "amx_tile" in flags and (info is None or "AMX" in info)
 
 
-def crash_message(verdict: Verdict, flags: set[str] | None = None, version: str | None = None) -> str:
-    """The one line for a crashing build: what killed the probe, the likely cause and the
-    command that fixes it."""
+def crash_cause(verdict: Verdict, flags: set[str] | None = None, version: str | None = None) -> tuple[str, str]:
+    """``(what happened and its likely cause, the command that fixes it)`` for a crashing build."""
     flags = cpu_info()[1] if flags is None else flags
     version = version or verdict.facts.get("llama_cpp_python") or llama_cpp_version()
     rpc = bool(verdict.facts.get("rpc"))
@@ -228,9 +230,15 @@ def crash_message(verdict: Verdict, flags: set[str] | None = None, version: str 
             "on this machine")
     if amx_suspected(verdict, flags):
         return (f"{head}: the CPU advertises AMX (amx_tile) and the build uses it, which faults on some virtual "
-                f"machines; rebuild it without AMX: {rebuild_command(version, no_amx=True, rpc=rpc)}")
-    return (f"{head}; rebuild it from source for this machine: {rebuild_command(version, no_amx=False, rpc=rpc)} "
-            f"({SKIP_ENV}=1 skips this check)")
+                "machines; rebuild it without AMX", rebuild_command(version, no_amx=True, rpc=rpc))
+    return f"{head}; rebuild it from source for this machine", rebuild_command(version, no_amx=False, rpc=rpc)
+
+
+def crash_message(verdict: Verdict, flags: set[str] | None = None, version: str | None = None) -> str:
+    """The one line for a crashing build: what killed the probe, the likely cause and the
+    command that fixes it (``crash_cause``)."""
+    cause, command = crash_cause(verdict, flags, version)
+    return f"{cause}: {command} ({SKIP_ENV}=1 skips this check)"
 
 
 def require_working_build(note=None) -> Verdict | None:

@@ -140,9 +140,7 @@ def check_line(v: buildcheck.Verdict, flags: set[str]) -> Line:
     if v.status == "ok":
         return Line("crash check", f"ok: loads and decodes a Q4_K_M model ({v.seconds:.1f} s in a child process)")
     if v.status == "crashes":
-        message = buildcheck.crash_message(v, flags)
-        cause, _, command = message.rpartition(": ")
-        command = command.split(" (")[0]
+        cause, command = buildcheck.crash_cause(v, flags)
         return Line("crash check", f"crashes ({v.signal})", cause, command)
     return Line("crash check", f"{v.status}: {v.detail}", "the check could not load the probe model",
                 f"pip install --no-cache-dir --force-reinstall llama-cpp-python=={PIN}")

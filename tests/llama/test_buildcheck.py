@@ -91,7 +91,9 @@ def test_the_crash_line_names_amx_when_cpu_and_build_have_it():
     v = Verdict("crashes", signal="SIGSEGV", facts={"llama_cpp_python": "0.3.36", "system_info": "CPU : AMX_INT8 = 1 |"})
     line = buildcheck.crash_message(v, {"amx_tile"})
     assert "\n" not in line and "SIGSEGV" in line and "AMX" in line
-    assert line.endswith(buildcheck.AMX_REBUILD) and "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in line
+    assert buildcheck.AMX_REBUILD in line and "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in line
+    assert line.endswith("(RESISPEC_SKIP_BUILD_CHECK=1 skips this check)")
+    assert buildcheck.crash_cause(v, {"amx_tile"})[1] == buildcheck.AMX_REBUILD
 
 
 def test_the_crash_line_without_amx_names_the_signal_and_a_rebuild():
