@@ -12,7 +12,8 @@ decodes a batch and a single token, and prints ``{"ok": true}``.  A child killed
 is the verdict ``crashes``; any other failure is ``fails`` (the check could not tell), an
 overrun ``timeout``.
 
-Verdicts ``ok`` and ``crashes`` are cached in ``buildcheck.json`` in ``paths.cache_dir()``,
+Verdicts ``ok`` and ``crashes`` are cached in ``$RESISPEC_BUILDCHECK``, else
+``buildcheck.json`` in ``paths.cache_dir()``,
 keyed by llama_cpp's shared libraries (path, size, mtime), the CPU (model name and flags) and
 the Python executable, so only the first start after an install pays.  ``crash_message`` is
 the one line a user gets: the cause as far as known (AMX in ``/proc/cpuinfo`` and in the
@@ -50,6 +51,7 @@ PROBE_VERSION = 1  # bump when the probe changes: cached verdicts then no longer
 TIMEOUT_S = 120.0
 SKIP_ENV = "RESISPEC_SKIP_BUILD_CHECK"
 FAULT_ENV = "RESISPEC_BUILD_CHECK_FAULT"
+CACHE_ENV = "RESISPEC_BUILDCHECK"  # the verdict file, when not the model cache's
 _CACHE_FILE = "buildcheck.json"
 _KEEP = 8  # verdicts kept in the cache file (one per build and machine)
 _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -119,7 +121,7 @@ def _cache_key() -> str:
 
 
 def _cache_path() -> Path:
-    return cache_dir() / _CACHE_FILE
+    return Path(os.environ.get(CACHE_ENV) or cache_dir() / _CACHE_FILE)
 
 
 def _read_cache() -> dict:

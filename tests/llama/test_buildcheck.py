@@ -20,6 +20,7 @@ from resispec_gguf.llama.buildcheck import Verdict
 def cache(monkeypatch, tmp_path):
     """A private cache directory, the check not skipped."""
     monkeypatch.setenv("RESISPEC_CACHE", str(tmp_path))
+    monkeypatch.delenv(buildcheck.CACHE_ENV, raising=False)  # so the model cache's file
     monkeypatch.delenv(buildcheck.SKIP_ENV, raising=False)
     monkeypatch.delenv(buildcheck.FAULT_ENV, raising=False)
     return tmp_path
@@ -128,3 +129,9 @@ def test_a_child_that_fails_is_fails_with_its_last_line():
     assert v.status == "fails" and v.detail == "OSError: disk" and v.facts == {"rpc": False}
     proc = subprocess.CompletedProcess([], -signal.SIGILL, stdout="", stderr="")
     assert buildcheck._verdict_of(proc, 0.1).signal == "SIGILL"
+
+
+def test_the_verdict_file_can_be_named(cache, monkeypatch, tmp_path):
+    monkeypatch.setenv(buildcheck.CACHE_ENV, str(tmp_path / "elsewhere.json"))
+    buildcheck.check(run=lambda: Verdict("ok"))
+    assert (tmp_path / "elsewhere.json").is_file() and not (cache / "buildcheck.json").exists()

@@ -255,7 +255,7 @@ def test_a_crashing_build_is_one_line_and_exit_2_and_the_verdict_is_cached(tiny_
     before any model loads; the verdict is cached, so the next start does not run the child."""
     target, draft = tiny_pair
     common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 2, "hi"]
-    cache = {"RESISPEC_CACHE": str(tmp_path), "RESISPEC_SKIP_BUILD_CHECK": "0"}
+    cache = {"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json"), "RESISPEC_SKIP_BUILD_CHECK": "0"}
     r = _run_env(*common, env={**cache, "RESISPEC_BUILD_CHECK_FAULT": "segv"})
     line = _one_line(r, "crashes (SIGSEGV) loading and decoding a quantized model")
     assert "pip install --no-cache-dir --force-reinstall llama-cpp-python==" in line
@@ -270,18 +270,19 @@ def test_a_crashing_build_is_one_line_and_exit_2_and_the_verdict_is_cached(tiny_
 def test_gpu_layers_without_a_gpu_are_one_warning_line(tiny_pair, tmp_path):
     target, draft = tiny_pair
     r = _run_env("generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 2, "-ngl", 99,
-                 "hi", env={"RESISPEC_CACHE": str(tmp_path)})
+                 "hi", env={"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json")})
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "-ngl 99 and -ngld 99" in warnings[0] and "run on the CPU" in warnings[0], r.stderr
 
 
 def test_doctor_is_one_screen_with_an_exit_status(tmp_path):
-    r = _run_env("doctor", env={"RESISPEC_CACHE": str(tmp_path)})
+    r = _run_env("doctor", env={"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json"),
+                                "RESISPEC_CACHE": str(tmp_path / "models")})
     assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("resispec-gguf doctor")
     assert lines[-1] == "all well" or lines[-1].endswith("found"), r.stdout
     assert any(line.startswith("crash check") and " ok: " in line for line in lines), r.stdout
-    r = _run_env("doctor", "--ctx", 10, env={"RESISPEC_CACHE": str(tmp_path)})
+    r = _run_env("doctor", "--ctx", 10, env={})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -309,6 +309,7 @@ def e2e(tiny_pair, tmp_path_factory):
     path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
+           "RESISPEC_BUILDCHECK": str(tmp / "cache" / "buildcheck.json"),
            "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1"}
     by_name = {c.name: c for c in cases(str(tiny_pair[0]), str(tiny_pair[1]), tmp)}
     return by_name, env, tmp
