@@ -81,14 +81,14 @@ def llama_cpp_version() -> str:
 
 
 def library_files() -> list[list]:
-    """``[path, size, mtime_ns]`` of each shared library llama_cpp ships (its ``lib/``), found
-    without importing it; empty when llama_cpp is not installed."""
+    """``[path, size, mtime_ns]`` of each shared library llama_cpp loads (its ``lib/``, or
+    ``$LLAMA_CPP_LIB_PATH``), found without importing it; empty when there is none."""
     spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return []
+    folders = [Path(f) / "lib" for f in (spec.submodule_search_locations or [])] if spec else []
+    if os.environ.get("LLAMA_CPP_LIB_PATH"):
+        folders.insert(0, Path(os.environ["LLAMA_CPP_LIB_PATH"]))
     out = []
-    for folder in spec.submodule_search_locations:
-        lib = Path(folder) / "lib"
+    for lib in folders:
         for p in sorted(lib.iterdir()) if lib.is_dir() else ():
             if p.suffix in (".so", ".dylib", ".dll") or ".so." in p.name:
                 st = p.stat()

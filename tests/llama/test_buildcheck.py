@@ -82,6 +82,12 @@ def test_the_library_files_identify_the_build():
     assert any("llama" in os.path.basename(p) for p, _, _ in files)
 
 
+def test_a_library_path_override_is_part_of_the_build(monkeypatch, tmp_path):
+    (tmp_path / "libllama.so").write_bytes(b"x")
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
+    assert buildcheck.library_files()[0][:2] == [str((tmp_path / "libllama.so").resolve()), 1]
+
+
 def test_cpu_info_reads_model_and_flags():
     text = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2 amx_tile\n\nprocessor\t: 1\n"
     assert buildcheck.cpu_info(text) == ("Intel Xeon", {"fpu", "avx2", "amx_tile"})

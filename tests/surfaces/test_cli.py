@@ -20,9 +20,9 @@ def run(*args, stdin=None, timeout=240):
 def test_help_lists_subcommands():
     r = run("--help")
     assert r.returncode == 0
-    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models", "doctor"):
         assert cmd in r.stdout
-    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models", "doctor"):
         assert run(cmd, "--help").returncode == 0
 
 
