@@ -49,7 +49,8 @@ from .vocab import VocabInfo
 from ..errors import ContextFullError, UserError
 
 __all__ = ["LlamaDraftModel", "LlamaModel", "LogitsRows", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "build_facts",
-           "llama_vocab_info", "quantize", "rpc_hello", "rpc_supported", "rpc_worker_devices", "serve_rpc_worker", "set_verbose"]
+           "llama_vocab_info", "quantize", "rpc_hello", "rpc_supported", "rpc_worker_devices", "serve_rpc_worker",
+           "set_verbose"]
 
 _verbose = False
 _load_log: list[bytes] | None = None  # llama.cpp's log while a model loads (devices.layer_devices reads it)
@@ -544,8 +545,7 @@ def quantize(src: str, dst: str, ftype: str = "Q4_K_M", n_threads: int = 1) -> N
 
 
 def build_facts() -> dict:
-    """What this llama-cpp-python build offers: version, ``llama_print_system_info``, GPU
-    offload and RPC support, and the ggml devices with their memory (``ggml.devices``)."""
+    """This build's version, system info, GPU offload and RPC support, ggml devices and memory."""
     ggml.bind(_ll.llama_cpp._lib, _load_ggml)
     return {"llama_cpp_python": _ll.__version__, "gpu_offload": bool(_ll.llama_supports_gpu_offload()),
             "rpc": rpc_supported(), "system_info": (_ll.llama_print_system_info() or b"").decode("utf-8", "replace"),

@@ -44,7 +44,8 @@ from pathlib import Path
 from ..errors import UserError
 from ..paths import cache_dir
 
-__all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_cause", "crash_message", "library_files", "rebuild_command",
+__all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_cause", "crash_message", "library_files",
+           "rebuild_command",
            "require_working_build"]
 
 PROBE_VERSION = 1  # bump when the probe changes: cached verdicts then no longer count

@@ -131,7 +131,8 @@ def devices() -> list[dict]:
         d = ggml.ggml_backend_dev_get(i)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         base.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
-        out.append({"name": base.ggml_backend_dev_name(d).decode(), "type": _TYPES.get(base.ggml_backend_dev_type(d), "?"),
+        out.append({"name": base.ggml_backend_dev_name(d).decode(),
+                    "type": _TYPES.get(base.ggml_backend_dev_type(d), "?"),
                     "description": base.ggml_backend_dev_description(d).decode().strip(),
                     "free_mib": free.value >> 20, "total_mib": total.value >> 20})
     return out

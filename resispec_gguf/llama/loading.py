@@ -35,7 +35,8 @@ def open_pair(params: ModelParams, *, progress: bool) -> tuple[LlamaModel, Llama
 def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int):
     """The target and (unless ``draft_path`` is None) the draft, opened by ``open_model``
     (``backend.LlamaModel``) with a ``config.ModelParams``'s settings and ``n_seq_max``
-    sequences each, after checking that they share a vocabulary (``vocab.check_compatible``).  Nothing stays open on failure."""
+    sequences each, after checking that they share a vocabulary (``vocab.check_compatible``).
+    Nothing stays open on failure."""
     common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
                   flash_attn=params.flash_attn)
     draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers

@@ -111,7 +111,8 @@ def _features(info: str) -> list[str]:
 def build_line(v: buildcheck.Verdict) -> Line:
     facts = v.facts
     if not facts:
-        return Line("llama-cpp-python", "not loadable", f"the child process could not import it ({v.detail or v.status})",
+        return Line("llama-cpp-python", "not loadable",
+                    f"the child process could not import it ({v.detail or v.status})",
                     f"pip install --no-cache-dir --force-reinstall llama-cpp-python=={PIN}")
     version = facts.get("llama_cpp_python", "?")
     text = (f"{version}; {' '.join(_features(facts.get('system_info', ''))) or 'no optional features'}; "
@@ -166,9 +167,9 @@ def numba_line(version: str | None, where: str, writable: bool) -> Line:
 
 
 def models_line(rows: list[dict]) -> Line:
-    parts = [f"{r['name']} {r['role']} {r['file']}: "
-             + {"ok": "cached, sha256 ok (size and verified marker)", "missing": "not cached (fetched on first use)", "bad": "WRONG HASH"}[r["state"]]
-             for r in rows]
+    states = {"ok": "cached, sha256 ok (size and verified marker)", "missing": "not cached (fetched on first use)",
+              "bad": "WRONG HASH"}
+    parts = [f"{r['name']} {r['role']} {r['file']}: {states[r['state']]}" for r in rows]
     bad = [r for r in rows if r["state"] == "bad"]
     if bad:
         return Line("models", "; ".join(parts), f"{bad[0]['path']} does not match its pinned sha256",

@@ -95,7 +95,8 @@ def test_cpu_info_reads_model_and_flags():
 
 
 def test_the_crash_line_names_amx_when_cpu_and_build_have_it():
-    v = Verdict("crashes", signal="SIGSEGV", facts={"llama_cpp_python": "0.3.36", "system_info": "CPU : AMX_INT8 = 1 |"})
+    v = Verdict("crashes", signal="SIGSEGV",
+                facts={"llama_cpp_python": "0.3.36", "system_info": "CPU : AMX_INT8 = 1 |"})
     line = buildcheck.crash_message(v, {"amx_tile"})
     assert "\n" not in line and "SIGSEGV" in line and "AMX" in line
     assert buildcheck.AMX_REBUILD in line and "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in line

@@ -110,7 +110,8 @@ def test_a_cached_model_with_the_wrong_hash(healthy):
         {"name": "default", "role": "target", "file": "t.gguf", "state": "bad", "path": "/c/t.gguf"}])
     code, text = _run()
     problem, fix = _problem(text, "models")
-    assert code == 1 and "/c/t.gguf" in problem and fix == "rm /c/t.gguf && python -m resispec_gguf models fetch default"
+    assert code == 1 and "/c/t.gguf" in problem
+    assert fix == "rm /c/t.gguf && python -m resispec_gguf models fetch default"
 
 
 def test_too_little_memory(healthy):
@@ -146,3 +147,11 @@ def test_the_model_probe_hash_checks_the_cache(monkeypatch, tmp_path):
     assert rows and all(r["state"] == "missing" for r in rows)
     (tmp_path / rows[0]["file"]).write_bytes(b"not the model")
     assert doctor._probe_models()[0]["state"] == "bad"
+
+
+def test_the_pin_is_pyproject_s():
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert re.search(r'"llama-cpp-python==([^"]+)"', pyproject).group(1) == doctor.PIN
