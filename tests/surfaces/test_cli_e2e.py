@@ -90,14 +90,20 @@ def constrained(start: str, most: int):
     return check
 
 
+# chat's and bench's start-up line: where llama.cpp put each model's layers
+LAYERS = re.compile(r"^resispec-gguf: target on ([\w\[\]:.]+(?:, [\w\[\]:.]+)*); draft on CPU$", re.M)
+
+
 def chatted(turns: int, method: str, most: int):
     def check(r, tmp):
         _replies(r.stdout, turns, method, most)
+        assert len(LAYERS.findall(r.stderr)) == 1, r.stderr
     return check
 
 
 def bench_table(workloads, temperatures, methods):
     def check(r, tmp):
+        assert not hasattr(r, "stderr") or len(LAYERS.findall(r.stderr)) == 1, r.stderr  # (a sweep's sub-table)
         blocks = r.stdout.split("workload: ")[1:]
         assert [b.splitlines()[0] for b in blocks] == list(workloads), r.stdout
         for block in blocks:
@@ -121,6 +127,8 @@ def bench_report(temperatures, methods):
     def check(r, tmp):
         table(r, tmp)
         report = json.loads((tmp / "bench.json").read_text())
+        devices = report["machine"]["devices"]
+        assert devices["draft"] == ["CPU"] and devices["target"] and all(isinstance(d, str) for d in devices["target"])
         top_keys, method_keys = _documented_bench_keys()
         assert set(report) == top_keys
         assert [(b["workload"], b["temperature"]) for b in report["results"]] == [("prompts", t) for t in temperatures]
