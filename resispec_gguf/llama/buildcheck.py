@@ -164,6 +164,8 @@ def _verdict_of(proc: subprocess.CompletedProcess, seconds: float) -> Verdict:
             ok = ok or (isinstance(item, dict) and item.get("ok") is True)
     if proc.returncode < 0:
         return Verdict("crashes", signal=_signal_name(-proc.returncode), facts=facts, seconds=seconds)
+    if proc.returncode >= 0xC0000000:  # Windows: an NTSTATUS exception code (access violation, illegal instruction)
+        return Verdict("crashes", signal=f"exception 0x{proc.returncode:X}", facts=facts, seconds=seconds)
     if proc.returncode == 0 and ok:
         return Verdict("ok", facts=facts, seconds=seconds)
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]

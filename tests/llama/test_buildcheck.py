@@ -136,6 +136,9 @@ def test_a_child_that_fails_is_fails_with_its_last_line():
     assert v.status == "fails" and v.detail == "OSError: disk" and v.facts == {"rpc": False}
     proc = subprocess.CompletedProcess([], -signal.SIGILL, stdout="", stderr="")
     assert buildcheck._verdict_of(proc, 0.1).signal == "SIGILL"
+    proc = subprocess.CompletedProcess([], 0xC000001D, stdout="", stderr="")  # Windows: illegal instruction
+    v = buildcheck._verdict_of(proc, 0.1)
+    assert v.status == "crashes" and v.signal == "exception 0xC000001D"
 
 
 def test_the_verdict_file_can_be_named(cache, monkeypatch, tmp_path):
