@@ -27,6 +27,21 @@ def _private_cost_cache(tmp_path_factory):
         os.environ["RESISPEC_COSTS"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_build_check_cache(tmp_path_factory):
+    """Keep the start-up build check's verdict (llama/buildcheck.py) out of the user's cache;
+    one verdict for the session, so the check's child process runs once."""
+    import os
+
+    old = os.environ.get("RESISPEC_BUILDCHECK")
+    os.environ["RESISPEC_BUILDCHECK"] = str(tmp_path_factory.mktemp("buildcheck") / "buildcheck.json")
+    yield
+    if old is None:
+        os.environ.pop("RESISPEC_BUILDCHECK", None)
+    else:
+        os.environ["RESISPEC_BUILDCHECK"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
     """``(target_path, draft_path)``: tiny llama GGUFs sharing a vocabulary (acceptance ~0.7)."""

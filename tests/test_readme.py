@@ -24,6 +24,18 @@ def test_amx_rebuild_command_matches_the_pin():
         assert set(cmake_args[var].split()) == flags, cmake_args
     assert words[1:] == ["pip", "install", "--no-cache-dir", "--force-reinstall",
                          f"llama-cpp-python=={_pinned_llama_cpp()}"]
+    # the start-up check's crash line gives the same command
+    from resispec_gguf.llama import buildcheck
+
+    assert shlex.split(buildcheck.AMX_REBUILD) == words
+    assert buildcheck.rebuild_command(_pinned_llama_cpp(), no_amx=True) == buildcheck.AMX_REBUILD
+
+
+def test_the_readme_says_what_the_start_up_check_does():
+    from resispec_gguf.llama import buildcheck
+
+    assert "there is no start-up check" not in README.lower()
+    assert buildcheck.SKIP_ENV in README and "`doctor" in README and "buildcheck.json" in README
 
 
 def test_serve_section_states_the_limits_the_code_enforces():

@@ -25,7 +25,7 @@ from typing import Callable
 
 from ..paths import cache_dir
 
-__all__ = ["cache_dir_for", "configure"]
+__all__ = ["cache_dir_for", "configure", "location"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -63,3 +63,10 @@ def configure() -> Path | None:
     if config is not None:  # numba was imported before us: its config already read the env
         config.CACHE_DIR = str(target)
     return target
+
+
+def location() -> Path:
+    """Where Numba keeps this package's kernels now: ``NUMBA_CACHE_DIR`` when set (by the user
+    or by ``configure``), else the ``__pycache__`` beside the kernels."""
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(env) if env else _PACKAGE_DIR / "__pycache__"

@@ -9,7 +9,10 @@ does not (on libllama's handle, which ``backend`` passes in).  ``rpc`` serves th
 devices to a remote target; ``presets`` names the pinned models and parses model specs;
 ``models`` resolves and downloads model files (presets pinned by SHA-256); ``loading`` opens
 the pair a ``ModelParams`` names; ``vocab`` checks that a draft can serve a target;
-``llama_draft`` lends a draft to llama-cpp-python's own ``Llama``.
+``llama_draft`` lends a draft to llama-cpp-python's own ``Llama``.  ``buildcheck`` asks, in a
+child process, whether this llama.cpp build can load and decode a quantized model here (the
+start-up crash check, its verdict cached per build); ``devices`` reads where llama.cpp put a
+model's layers off its load log.
 
 May import: ``spec`` (the seam it implements; ``llama_draft`` uses its lookup), ``kernels``, ``config``,
 ``errors``, ``paths``, ``progress``.  Never ``assist`` or a surface.

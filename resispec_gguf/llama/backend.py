@@ -10,8 +10,8 @@ needs, in NumPy terms:
 * ``commit(path)``: keep one root-to-node path of uncommitted nodes, drop every other;
 * ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
 
-``open_models`` opens a target and a draft as a ``config.ModelParams`` says and checks that
-they share a vocabulary; ``describe`` reports a model's file and settings.  For
+``describe`` reports a model's file, settings and the devices its layers are on (read off the
+load log by ``devices``); ``quantize`` and ``build_facts`` serve ``buildcheck`` and ``doctor``.  For
 ``llama_draft.LlamaDraft``: ``LlamaDraftModel`` (llama-cpp-python's draft-model base class,
 re-exported so that no other module imports llama_cpp) and ``llama_vocab_info`` (a
 ``llama_cpp.Llama``'s vocabulary facts).
@@ -41,21 +41,25 @@ import numpy as np
 import llama_cpp as _ll
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from . import ggml, rpc_client, vocab
+from . import devices, ggml, rpc_client
 from .forest import Forest
 from .gguf_file import check_gguf_file
 from .rpc_client import RPC_LOADING_EXIT, RPC_LOST_EXIT
 from .vocab import VocabInfo
 from ..errors import ContextFullError, UserError
 
-__all__ = ["LlamaDraftModel", "LlamaModel", "LogitsRows", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "llama_vocab_info",
-           "open_models", "rpc_hello", "rpc_supported", "rpc_worker_devices", "serve_rpc_worker", "set_verbose"]
+__all__ = ["LlamaDraftModel", "LlamaModel", "LogitsRows", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "build_facts",
+           "llama_vocab_info", "quantize", "rpc_hello", "rpc_supported", "rpc_worker_devices", "serve_rpc_worker",
+           "set_verbose"]
 
 _verbose = False
+_load_log: list[bytes] | None = None  # llama.cpp's log while a model loads (devices.layer_devices reads it)
 
 
 @_ll.llama_log_callback
 def _log_callback(level, text, user_data):  # pragma: no cover - called from C
+    if _load_log is not None:
+        _load_log.append(text)
     if _verbose:
         try:
             os.write(2, text)
@@ -167,8 +171,11 @@ class LlamaModel:
             # NULL-terminated; llama.cpp copies the list while loading, kept anyway
             self._devices = _rpc_devices(self.rpc)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        global _load_log
+        _load_log = []
         with rpc_client.loading(self.rpc):
             model = _ll.llama_model_load_from_file(self.path.encode(), mparams)
+        self.devices, _load_log = devices.layer_devices(b"".join(_load_log).decode("utf-8", "replace")), None
         if not model:
             raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {self.path}")
         return model
@@ -240,6 +247,7 @@ class LlamaModel:
             "n_gpu_layers": self.n_gpu_layers,
             "flash_attn": self.flash_attn,
             "rpc": self.rpc,
+            "devices": self.devices,
             "llama_cpp_python": _ll.__version__,
             "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
         }
@@ -515,27 +523,6 @@ def llama_vocab_info(llama) -> VocabInfo:
     return _vocab_info(_ll.llama_model_get_vocab(llama.model))
 
 
-def open_models(target_path, draft_path, params, *, n_seq_max: int) -> tuple[LlamaModel, LlamaModel | None]:
-    """The target and (unless ``draft_path`` is None) the draft, opened with a
-    ``config.ModelParams``'s settings and ``n_seq_max`` sequences each, after checking that
-    they share a vocabulary (``vocab.check_compatible``).  Nothing stays open on failure."""
-    common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
-                  flash_attn=params.flash_attn)
-    draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
-    target = LlamaModel(target_path, n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
-    draft = None
-    try:
-        if draft_path is not None:
-            draft = LlamaModel(draft_path, n_gpu_layers=draft_layers, **common)
-            vocab.check_compatible(target.vocab_info(), draft.vocab_info())
-    except BaseException:
-        target.close()
-        if draft is not None:
-            draft.close()
-        raise
-    return target, draft
-
-
 RPC_REBUILD = rpc_client.rebuild_command(_ll.__version__)
 
 
@@ -547,6 +534,22 @@ def rpc_supported() -> bool:
 def _require_rpc() -> None:
     if not rpc_supported():
         raise UserError(f"this llama-cpp-python was built without RPC; rebuild it: {RPC_REBUILD}")
+
+
+def quantize(src: str, dst: str, ftype: str = "Q4_K_M", n_threads: int = 1) -> None:
+    """llama.cpp's quantizer: the F32/F16 GGUF ``src`` into ``dst`` as ``LLAMA_FTYPE_MOSTLY_<ftype>``."""
+    params = _ll.llama_model_quantize_default_params()
+    params.ftype, params.nthread = getattr(_ll, f"LLAMA_FTYPE_MOSTLY_{ftype}"), int(n_threads)
+    if _ll.llama_model_quantize(os.fsencode(src), os.fsencode(dst), ctypes.byref(params)) != 0:
+        raise UserError(f"llama.cpp could not quantize {src} to {ftype}")
+
+
+def build_facts() -> dict:
+    """This build's version, system info, GPU offload and RPC support, ggml devices and memory."""
+    ggml.bind(_ll.llama_cpp._lib, _load_ggml)
+    return {"llama_cpp_python": _ll.__version__, "gpu_offload": bool(_ll.llama_supports_gpu_offload()),
+            "rpc": rpc_supported(), "system_info": (_ll.llama_print_system_info() or b"").decode("utf-8", "replace"),
+            "devices": ggml.devices()}
 
 
 def rpc_hello(host: str, port: int, timeout: float = rpc_client.HELLO_TIMEOUT) -> tuple[int, int, int]:

@@ -1,6 +1,6 @@
 """The few ggml C functions that llama_cpp does not bind: the device registry, the RPC backend's
 entry points and the abort hook, for ``backend``'s RPC code (the target's workers, and
-``rpc-worker``'s server).
+``rpc-worker``'s server), and the device list with memory for ``doctor``.
 
 ``bind(lib, load)`` declares them once, on libllama's own handle, which ``backend`` passes in:
 it searches the libraries libllama depends on, whereas a wheel holds ``libggml-base.so`` and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["bind", "device_label", "local_devices", "registry_devices", "rpc_function", "set_abort_hook"]
+__all__ = ["bind", "device_label", "devices", "local_devices", "registry_devices", "rpc_function", "set_abort_hook"]
 
 _abort_t = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml.h: ggml_abort_callback_t
 _p, _n, _s = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
@@ -32,6 +32,7 @@ _BASE = [  # in libggml-base
     ("ggml_backend_dev_name", [_p], _s),
     ("ggml_backend_dev_description", [_p], _s),
     ("ggml_backend_dev_type", [_p], ctypes.c_int),
+    ("ggml_backend_dev_memory", [_p, ctypes.POINTER(_n), ctypes.POINTER(_n)], None),
     ("ggml_set_abort_callback", [_abort_t], _abort_t),
 ]
 _bound = {"libs": None, "hook": None}  # (libggml, libggml_base); the abort hook, kept alive
@@ -116,3 +117,22 @@ def device_label(device) -> str:
     base = _libs()[1]
     name, description = base.ggml_backend_dev_name(device), base.ggml_backend_dev_description(device)
     return f"{name.decode()} ({description.decode().strip()})"
+
+
+_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL"}
+
+
+def devices() -> list[dict]:
+    """Every device in ggml's registry: ``name``, ``description``, ``type`` (CPU, GPU, IGPU,
+    ACCEL) and ``free_mib``/``total_mib`` of memory as the device reports it."""
+    ggml, base = _libs()
+    out = []
+    for i in range(ggml.ggml_backend_dev_count()):
+        d = ggml.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        base.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
+        out.append({"name": base.ggml_backend_dev_name(d).decode(),
+                    "type": _TYPES.get(base.ggml_backend_dev_type(d), "?"),
+                    "description": base.ggml_backend_dev_description(d).decode().strip(),
+                    "free_mib": free.value >> 20, "total_mib": total.value >> 20})
+    return out

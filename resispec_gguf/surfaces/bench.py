@@ -351,7 +351,8 @@ def format_table(results) -> str:
 def machine_info(engine) -> dict:
     import numba
 
-    target = engine.info()["target"]
+    info = engine.info()
+    target = info["target"]
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -361,6 +362,7 @@ def machine_info(engine) -> dict:
         "numpy": np.__version__,
         "numba": numba.__version__,
         "gpu_offload_supported": target["gpu_offload_supported"],
+        "devices": {role: m["devices"] if m is not None else None for role, m in info.items()},
         "threads": engine.n_threads,
     }
 

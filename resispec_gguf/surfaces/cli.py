@@ -1,9 +1,11 @@
-"""Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models,rpc-worker}``.
+"""Command line: ``python -m resispec_gguf {chat,generate,serve,bench,analyze,models,rpc-worker,doctor}``.
 
 A thin layer: the settings' flags come from the config dataclasses (``flags.py``), which also
 validate them; each command turns its flags into settings, loads the engine and hands both to
-a library function.  Every user error becomes one line on stderr with exit code 2.  Nothing
-in the package imports this module.
+a library function.  Every user error becomes one line on stderr with exit code 2.  The
+commands that load models first ask ``llama.buildcheck`` whether this llama.cpp build can load
+and decode a quantized model here (a child process; cached per build).  Nothing in the
+package imports this module.
 """
 
 from __future__ import annotations
@@ -22,14 +24,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _load(model: ModelParams):
-    """The engine for ``model``, saying on stderr when no draft model could be chosen."""
-    from ..engine import Engine
+def _note(line: str) -> None:
+    print(f"resispec-gguf: {line}", file=sys.stderr)
 
+
+def _load(model: ModelParams, *, announce: bool = False):
+    """The engine for ``model``, after the build check (``llama.buildcheck``: a crashing build
+    is one line, exit 2), saying on stderr when no draft model could be chosen, when ``-ngl``
+    layers found no device but the CPU and, with ``announce``, where the layers run."""
+    from ..engine import Engine
+    from ..llama import buildcheck, devices
+
+    buildcheck.require_working_build(note=lambda line: _note(f"note: {line}"))
     engine = Engine.load(model)
     if model.draft is None and not engine.has_draft:
-        print("resispec-gguf: note: no draft model (only a preset target brings one; give --draft); "
-              "auto and --lookup draft from the context alone", file=sys.stderr)
+        _note("note: no draft model (only a preset target brings one; give --draft); "
+              "auto and --lookup draft from the context alone")
+    info = engine.info()
+    layers = {"n_gpu_layers": model.n_gpu_layers, "draft_gpu_layers": model.draft_gpu_layers, "rpc": model.rpc}
+    warning = devices.cpu_only_warning(layers, info, buildcheck.llama_cpp_version())
+    if warning:
+        _note(warning)
+    if announce:
+        _note(devices.summary(info))
     return engine
 
 
@@ -131,7 +148,7 @@ def _cmd_chat(args) -> int:
     from .chat import run_chat
 
     model, sp, dp = _speculation(args)
-    with _load(model) as engine:
+    with _load(model, announce=True) as engine:
         return run_chat(engine, sp, dp, args.system)
 
 
@@ -147,11 +164,13 @@ def _cmd_serve(args) -> int:
     sock = server.listen(params.host, params.port)  # a taken port: one line, before anything else
     try:
         with _load(model) as engine:
+            from ..llama.devices import summary
+
             host = f"[{params.host}]" if ":" in params.host else params.host
             auth = "auth on" if params.api_key else "auth off, no --api-key"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors})",
-                  file=sys.stderr)
+            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors}; "
+                  f"{summary(engine.info())})", file=sys.stderr)
             server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp)
     finally:
         sock.close()
@@ -171,7 +190,7 @@ def _cmd_bench(args) -> int:
     schema = _constraint_args(args).get("json_schema")
     if args.plot:  # before the run, not after minutes of it
         bench.require_pyplot()
-    with _load(model) as engine:
+    with _load(model, announce=True) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep)
     return 0
@@ -187,6 +206,12 @@ def _cmd_analyze(args) -> int:
         bench.analyze_command(engine, model, prompts, args.temperature, args.k, max_tokens=sp.max_tokens,
                               cap=args.draft_support, seed=sp.seed, rrs_samples=args.rrs_samples, json_path=args.json)
     return 0
+
+
+def _cmd_doctor(args) -> int:
+    from . import doctor
+
+    return doctor.run(ctx=args.ctx)
 
 
 def _cmd_rpc_worker(args) -> int:
@@ -212,6 +237,16 @@ def _count(least: int):
         return value
 
     return parse
+
+
+def _context(text: str) -> int:
+    """An argparse type: a context size ``--ctx`` would take."""
+    value = flags.field_type(ModelParams, "n_ctx")(text)
+    try:
+        ModelParams(n_ctx=value)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 def _output_file(text: str) -> str:
@@ -352,8 +387,17 @@ def _add_models(sub) -> None:
     msub.add_parser("list", help="show presets and what is cached")
 
 
+def _add_doctor(sub) -> None:
+    doc = sub.add_parser("doctor", help="one screen for a bug report: the llama.cpp build, CPU, devices, Numba, "
+                                        "cached models, memory; exit 1 when something is wrong")
+    doc.set_defaults(func=_cmd_doctor)
+    doc.add_argument("--ctx", type=_context, default=ModelParams().n_ctx,
+                     help=f"context the memory estimate is for (default: {ModelParams().n_ctx})")
+
+
 # the sub-commands, in the order --help lists them
-_SUBCOMMANDS = (_add_chat, _add_generate, _add_serve, _add_bench, _add_analyze, _add_rpc_worker, _add_models)
+_SUBCOMMANDS = (_add_chat, _add_generate, _add_serve, _add_bench, _add_analyze, _add_rpc_worker, _add_models,
+                _add_doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,3 +72,10 @@ def test_configure_keeps_the_users_numba_cache_dir(numba_env):
     before = numba_config.CACHE_DIR
     assert cache.configure() is None
     assert cache.os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "own") and numba_config.CACHE_DIR == before
+
+
+def test_location_is_numba_cache_dir_when_set_else_beside_the_kernels(monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert cache.location() == tmp_path
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    assert cache.location() == cache._PACKAGE_DIR / "__pycache__"

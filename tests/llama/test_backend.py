@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from resispec_gguf.llama import backend
 from resispec_gguf.llama.backend import LlamaModel
 from resispec_gguf.errors import ContextFullError, UserError
 from resispec_gguf.spec.textstream import TextAssembler
@@ -166,6 +167,7 @@ def test_describe_and_cost_key(models, tiny_pair):
     info = m.describe()
     assert info["path"] == str(tiny_pair[0]) and info["n_ctx"] == 256 and info["n_threads"] == 1
     assert info["rpc"] is None and info["flash_attn"] is False and info["llama_cpp_python"]
+    assert info["devices"] == ["CPU"]  # read off llama.cpp's load log: no GPU here, -ngl 0
     key = m.cost_key()
     assert str(tiny_pair[0]) in key and key == m.cost_key()
 
@@ -190,3 +192,24 @@ def test_token_pieces_from_two_threads_match_one_thread(engine):
     for t in threads:
         t.join()
     assert results["a"] == reference and results["b"] == reference[::-1]
+
+
+def test_quantize_and_build_facts(tmp_path):
+    """llama.cpp's quantizer turns the F32 probe model into a Q4_K_M file that loads and
+    decodes; ``build_facts`` is plain values."""
+    from resispec_gguf.llama import gguf_file
+
+    src, dst = tmp_path / "f32.gguf", tmp_path / "q4.gguf"
+    gguf_file.write_probe_model(str(src))
+    backend.quantize(str(src), str(dst), "Q4_K_M")
+    assert 0 < dst.stat().st_size < src.stat().st_size / 4
+    m = LlamaModel(dst, n_ctx=64, n_batch=64, n_seq_max=1, n_threads=1)
+    try:
+        assert m.logits_of_sequence([1, 40, 41]).shape == (3, 320) and m.describe()["devices"] == ["CPU"]
+    finally:
+        m.close()
+    with pytest.raises(UserError, match="could not quantize"):
+        backend.quantize(str(tmp_path / "missing.gguf"), str(dst))
+    facts = backend.build_facts()
+    assert facts["llama_cpp_python"] == backend._ll.__version__ and "CPU" in facts["system_info"]
+    assert isinstance(facts["gpu_offload"], bool) and isinstance(facts["rpc"], bool) and facts["devices"]

@@ -51,3 +51,12 @@ def test_the_abort_hook_is_kept_alive(bound):
     finally:
         ggml.set_abort_hook(rpc_client.on_abort)  # as backend installs it
     assert ggml._bound["hook"] is not first and seen == []
+
+
+def test_the_device_list_is_plain_values_with_memory(bound):
+    listed = ggml.devices()
+    assert listed and any(d["type"] == "CPU" for d in listed)
+    for d in listed:
+        assert set(d) == {"name", "type", "description", "free_mib", "total_mib"}
+        assert isinstance(d["name"], str) and d["type"] in ("CPU", "GPU", "IGPU", "ACCEL")
+        assert 0 <= d["free_mib"] <= d["total_mib"] or d["total_mib"] == 0

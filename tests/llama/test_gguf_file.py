@@ -61,3 +61,18 @@ def test_an_unreadable_file_says_why(tmp_path, monkeypatch):
     with pytest.raises(UserError) as info:
         check_gguf_file(str(path))
     assert str(info.value) == f"cannot read model file {path}: Permission denied"
+
+
+def test_the_probe_model_is_a_gguf_llama_cpp_reads(tmp_path):
+    import gguf
+
+    path = tmp_path / "probe.gguf"
+    gguf_file.write_probe_model(str(path))
+    check_gguf_file(str(path))
+    reader = gguf.GGUFReader(str(path))
+    shapes = {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}
+    assert shapes["token_embd.weight"] == (256, 320) and shapes["blk.0.ffn_down.weight"] == (512, 256)
+    assert all(t.tensor_type == gguf.GGMLQuantizationType.F32 for t in reader.tensors)
+    arch = reader.fields["general.architecture"]
+    assert bytes(arch.parts[arch.data[0]]).decode() == "llama"
+    assert len(reader.fields["tokenizer.ggml.tokens"].data) == 320

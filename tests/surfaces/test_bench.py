@@ -112,6 +112,7 @@ def test_bench_command_writes_the_report(engine, tmp_path, capsys):
     assert report["models"]["draft"]["sha256"] == bench.model_info(info["draft"]["path"])["sha256"]
     machine = report["machine"]
     assert machine["llama_cpp_python"] == info["target"]["llama_cpp_python"] and machine["threads"] == 1
+    assert machine["devices"] == {"target": ["CPU"], "draft": ["CPU"]}  # where llama.cpp put the layers
     assert "chain" in capsys.readouterr().out
 
 

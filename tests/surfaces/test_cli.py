@@ -20,9 +20,9 @@ def run(*args, stdin=None, timeout=240):
 def test_help_lists_subcommands():
     r = run("--help")
     assert r.returncode == 0
-    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models", "doctor"):
         assert cmd in r.stdout
-    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models"):
+    for cmd in ("chat", "generate", "serve", "bench", "analyze", "models", "doctor"):
         assert run(cmd, "--help").returncode == 0
 
 
@@ -155,7 +155,9 @@ def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
     r = run_bytes("chat", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 3, stdin=script)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
     assert r.stdout.count(b"tok/s") == 3  # every turn answered, none lost
-    assert r.stderr.decode().strip().splitlines() == ["error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
+    lines = r.stderr.decode().strip().splitlines()
+    assert lines == ["resispec-gguf: target on CPU; draft on CPU",  # the start-up line: where the layers run
+                     "error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
     turns = [m["content"] for m in json.loads(save.read_text())["messages"] if m["role"] == "user"]
     assert turns == ["hello", "caf\ufffd ol\ufffd", "third"]
 
@@ -205,6 +207,7 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             line = p.stderr.readline()
             assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
             assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
+            assert line.rstrip().endswith("; target on CPU; draft on CPU)"), line  # where the layers run
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             deadline = time.monotonic() + 20
             while True:
@@ -247,3 +250,49 @@ def test_a_grammar_past_the_engines_limits_is_one_line(tiny_pair, tmp_path):
     r = run("generate", "--target", target, "--draft", draft, "-n", 3, "--grammar", big, "hi")
     line = _one_line(r, "--grammar")
     assert "max is 2000" in line and "w21799x" not in r.stderr and len(r.stderr) < 400
+
+
+def _run_env(*args, env):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "resispec_gguf", *map(str, args)], capture_output=True, text=True,
+                          timeout=240, stdin=subprocess.DEVNULL, env={**os.environ, **env})
+
+
+def test_a_crashing_build_is_one_line_and_exit_2_and_the_verdict_is_cached(tiny_pair, tmp_path):
+    """The build check's child killed by SIGSEGV (the test hook) stands for a build that
+    faults loading a quantized model: one line naming the signal and the rebuild, exit 2,
+    before any model loads; the verdict is cached, so the next start does not run the child."""
+    target, draft = tiny_pair
+    common = ["generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 2, "hi"]
+    cache = {"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json"), "RESISPEC_SKIP_BUILD_CHECK": "0"}
+    r = _run_env(*common, env={**cache, "RESISPEC_BUILD_CHECK_FAULT": "segv"})
+    line = _one_line(r, "crashes (SIGSEGV) loading and decoding a quantized model")
+    assert "pip install --no-cache-dir --force-reinstall llama-cpp-python==" in line
+    verdicts = json.loads((tmp_path / "buildcheck.json").read_text())
+    assert [v["status"] for v in verdicts.values()] == ["crashes"]
+    r = _run_env(*common, env=cache)  # no fault now, but the cached verdict stands
+    _one_line(r, "crashes (SIGSEGV)")
+    r = _run_env(*common, env={**cache, "RESISPEC_SKIP_BUILD_CHECK": "1"})
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+
+
+def test_gpu_layers_without_a_gpu_are_one_warning_line(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    r = _run_env("generate", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "-n", 2, "-ngl", 99,
+                 "hi", env={"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json")})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "-ngl 99 and -ngld 99" in warnings[0] and "run on the CPU" in warnings[0], r.stderr
+
+
+def test_doctor_is_one_screen_with_an_exit_status(tmp_path):
+    r = _run_env("doctor", env={"RESISPEC_BUILDCHECK": str(tmp_path / "buildcheck.json"),
+                                "RESISPEC_CACHE": str(tmp_path / "models")})
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("resispec-gguf doctor")
+    assert lines[-1] == "all well" or lines[-1].endswith("found"), r.stdout
+    assert any(line.startswith("crash check") and " ok: " in line for line in lines), r.stdout
+    r = _run_env("doctor", "--ctx", 10, env={})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -60,6 +60,7 @@ class Case:
     check: Callable
     stdin: str | None = None
     needs: str | None = None  # a module without which the case is skipped, or RPC: an RPC build
+    codes: tuple[int, ...] = (0,)  # the exit statuses it may end with
 
 
 STATS = re.compile(r"^\[(\d+) tokens, [\d.]+ tok/s, tau [\d.]+ tokens/target call, acceptance (?:\d+%|-), (\w+)\]$",
@@ -89,14 +90,20 @@ def constrained(start: str, most: int):
     return check
 
 
+# chat's and bench's start-up line: where llama.cpp put each model's layers
+LAYERS = re.compile(r"^resispec-gguf: target on ([\w\[\]:.]+(?:, [\w\[\]:.]+)*); draft on CPU$", re.M)
+
+
 def chatted(turns: int, method: str, most: int):
     def check(r, tmp):
         _replies(r.stdout, turns, method, most)
+        assert len(LAYERS.findall(r.stderr)) == 1, r.stderr
     return check
 
 
 def bench_table(workloads, temperatures, methods):
     def check(r, tmp):
+        assert not hasattr(r, "stderr") or len(LAYERS.findall(r.stderr)) == 1, r.stderr  # (a sweep's sub-table)
         blocks = r.stdout.split("workload: ")[1:]
         assert [b.splitlines()[0] for b in blocks] == list(workloads), r.stdout
         for block in blocks:
@@ -120,6 +127,8 @@ def bench_report(temperatures, methods):
     def check(r, tmp):
         table(r, tmp)
         report = json.loads((tmp / "bench.json").read_text())
+        devices = report["machine"]["devices"]
+        assert devices["draft"] == ["CPU"] and devices["target"] and all(isinstance(d, str) for d in devices["target"])
         top_keys, method_keys = _documented_bench_keys()
         assert set(report) == top_keys
         assert [(b["workload"], b["temperature"]) for b in report["results"]] == [("prompts", t) for t in temperatures]
@@ -184,6 +193,21 @@ def models_listed(r, tmp):
     rows = r.stdout.strip().splitlines()
     assert len(rows) == 2 * len(models.PRESETS), r.stdout
     assert all(row.endswith("not cached") for row in rows), r.stdout  # the test's empty cache
+
+
+def doctored(ctx: int):
+    """One line per subject, each problem with its fix, the exit status saying whether there
+    was one (on a machine without problems: 0); the check's verdict cached in the model cache."""
+    def check(r, tmp):
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("resispec-gguf doctor"), r.stdout
+        labels = [line.split("  ")[0] for line in lines[1:-1] if not line.startswith(" ")]
+        assert labels == ["llama-cpp-python", "CPU", "crash check", "devices", "numba", "models", "memory"], r.stdout
+        assert f"at --ctx {ctx} needs about" in r.stdout and "not cached (fetched on first use)" in r.stdout
+        problems = sum(line.lstrip().startswith("problem: ") for line in lines)
+        assert r.returncode == (1 if problems else 0) and (lines[-1] == "all well") == (not problems), r.stdout
+        assert (tmp / "cache" / "buildcheck.json").is_file()
+    return check
 
 
 def served(r, tmp):
@@ -256,6 +280,8 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("analyze-workload", ("analyze", *pair, "--workload", "edit,chat", "--max-tokens", "4"),
              analysis([1.0, 0.6], [1, 4, 16])),
         Case("models-list", ("models", "list"), models_listed),
+        Case("doctor-defaults", ("doctor",), doctored(4096), codes=(0, 1)),
+        Case("doctor-every-flag", ("doctor", "--ctx", "1024"), doctored(1024), codes=(0, 1)),
         Case("generate-rpc", ("generate", *pair, *rpc, "-n", "6", "Once upon a time"), generated("auto", 6), needs=RPC),
         Case("chat-rpc", ("chat", *pair, *rpc, "-n", "4"), chatted(1, "auto", 4), stdin="Hello\n", needs=RPC),
         Case("serve-rpc", ("serve", *pair, *rpc, "--port", PORT), served, needs=RPC),
@@ -291,6 +317,7 @@ def e2e(tiny_pair, tmp_path_factory):
     path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
+           "RESISPEC_BUILDCHECK": str(tmp / "cache" / "buildcheck.json"),
            "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1"}
     by_name = {c.name: c for c in cases(str(tiny_pair[0]), str(tiny_pair[1]), tmp)}
     return by_name, env, tmp
@@ -406,10 +433,11 @@ def test_command(e2e, name, request):
         pytest.importorskip(case.needs)
     rpc = request.getfixturevalue("rpc_endpoints") if RPC in case.argv else None
     r = _run(case, env, tmp, rpc)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode in case.codes, r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     case.check(r, tmp)
-    assert not any((tmp / "cache").iterdir()), "a command fetched a model"
+    # the build check's verdict is kept there; nothing else may be
+    assert [p.name for p in (tmp / "cache").iterdir()] in ([], ["buildcheck.json"]), "a command fetched a model"
 
 
 # ---------------------------------------------------------------------------------- coverage
@@ -506,7 +534,7 @@ REFUSED_AT_RUN = {
 REFUSED_OWN = {
     "temperature": ["-1", "500"], "repeat": ["0"], "k": ["1,0", "1,65"], "draft_support": ["-1"],
     "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"], "sweep": ["huge"],
-    "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"],
+    "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"], "ctx": ["97", "lots"],
 }
 # Flags that take any value.
 ANY_VALUE = {"model_name": "any text names the model", "system": "any text is a system prompt",
@@ -553,7 +581,7 @@ def _bad_argv(cmd, action, value, pair) -> list[str]:
     """The command with ``value`` last (so it overrides), after what the command needs to reach
     it: the tiny pair, a prompt (rather than stdin), a free port."""
     argv = cmd.split()
-    if cmd not in ("models fetch", "rpc-worker"):
+    if cmd not in ("models fetch", "rpc-worker", "doctor"):
         argv += ["--target", str(pair[0]), "--draft", str(pair[1])]
     if cmd == "generate":
         argv.append("hi")
