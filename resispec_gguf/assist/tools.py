@@ -193,19 +193,46 @@ def check_tool_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+# schema keywords whose values are data, not schemas: a "$ref" inside them is not a reference
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
+
+
+def rebased(schema, pointer: str):
+    """``schema`` as it reads when placed at JSON pointer ``pointer`` inside another schema:
+    every local reference (``"$ref": "#/$defs/Item"``, ``"#"``) gets ``pointer`` in front, so
+    nested models (Pydantic's ``$defs``, ``definitions``, recursive ``"#"``) still resolve."""
+    if isinstance(schema, list):
+        return [rebased(x, pointer) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = "#" + pointer + value[1:]
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        else:
+            out[key] = rebased(value, pointer)
+    return out
+
+
+def _call_option(f: dict, at: str) -> dict:
+    """One function's call object, placed at JSON pointer ``at`` of the call schema."""
+    return {
+        "type": "object",
+        "properties": {"name": {"const": f["name"]}, "arguments": rebased(f["parameters"], at + "/properties/arguments")},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
 def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
     """The JSON schema of one call's object: {"name": one of allowed, "arguments": its schema}."""
-    options = []
-    for f in functions:
-        if f["name"] not in allowed:
-            continue
-        options.append({
-            "type": "object",
-            "properties": {"name": {"const": f["name"]}, "arguments": f["parameters"]},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    chosen = [f for f in functions if f["name"] in allowed]
+    if len(chosen) == 1:
+        schema = _call_option(chosen[0], "")
+    else:
+        schema = {"anyOf": [_call_option(f, f"/anyOf/{i}") for i, f in enumerate(chosen)]}
     return {"x-guidance": JSON_DEFAULTS, **schema}
 
 
