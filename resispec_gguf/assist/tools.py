@@ -236,12 +236,149 @@ def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
     return {"x-guidance": JSON_DEFAULTS, **schema}
 
 
+def _new_call(name: str, args) -> ToolCall:
+    return ToolCall("call_" + uuid.uuid4().hex[:24], name, json.dumps(args, ensure_ascii=False))
+
+
+# A call written as JSON alone, as Qwen2.5-Coder writes its calls under tool_choice "auto":
+# ```json\n{"name": ..., "arguments": {...}}\n``` or a bare {"name": ...} object.  Read only
+# where nothing but calls and whitespace follows (an example object amid prose stays prose);
+# with ``partial`` (streaming) an unfinished run is "maybe", and each "no" is final: no more
+# text makes a call of it, so what streamed out as text is never read back as a call.
+
+_WS = " \t\r\n"
+_DECODER = json.JSONDecoder()
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _head(text: str, i: int, allowed) -> str:
+    """Whether the object at ``text[i]`` opens ``{"name": "<an offered function>"``: "call",
+    "maybe" (text ends before saying) or "no".  Read from the text, not the decoded value,
+    so that streaming can tell as early as the text can."""
+    for token in ("{", '"name"', ":", '"'):
+        i = _skip_ws(text, i)
+        part = text[i:i + len(token)]
+        if not token.startswith(part):
+            return "no"
+        if len(part) < len(token):
+            return "maybe"
+        i += len(token)
+    end = text.find('"', i)
+    if end < 0:
+        return "maybe" if any(a.startswith(text[i:]) for a in allowed) else "no"
+    return "call" if text[i:end] in allowed else "no"
+
+
+def _as_call(obj, allowed) -> ToolCall | None:
+    """A decoded ``{"name": ..., "arguments": {...}}`` (arguments maybe as JSON text) as a call."""
+    if not isinstance(obj, dict) or list(obj) != ["name", "arguments"] or obj["name"] not in allowed:
+        return None
+    args = obj["arguments"]
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    return _new_call(obj["name"], args) if isinstance(args, dict) else None
+
+
+def _json_object(text: str, i: int, allowed, partial: bool):
+    """``(end, state, call)`` for the object at ``text[i]``."""
+    head = _head(text, i, allowed)
+    if head == "no":
+        return i, "no", None
+    try:
+        obj, end = _DECODER.raw_decode(text, i)
+    except json.JSONDecodeError:  # unfinished, or malformed: only the end of the reply tells
+        return i, "maybe" if partial else "no", None
+    call = _as_call(obj, allowed) if head == "call" else None
+    return end, "call" if call else "no", call
+
+
+def _fence_open(text: str, i: int, partial: bool):
+    """``(after, state)`` for the language line of a fence whose ``` ends at ``i``: json or none."""
+    end = text.find("\n", i)
+    lang = (text[i:] if end < 0 else text[i:end]).strip().lower()
+    if end < 0:
+        return i, "maybe" if partial and "json".startswith(lang) else "no"
+    return end + 1, "call" if lang in ("", "json") else "no"
+
+
+def _json_run(text: str, i: int, allowed, partial: bool):
+    """``(state, calls)`` for ``text[i:]``: "call" when it is JSON calls (fenced or bare) and
+    whitespace only, "maybe" (``partial``) when it may still become so, else "no"."""
+    calls = []
+    while True:
+        i = _skip_ws(text, i)
+        rest = text[i:i + 3]
+        if i == len(text):
+            return ("call" if calls else "maybe" if partial else "no"), calls
+        if rest != "```" and rest == text[i:] and "```".startswith(rest):
+            return ("maybe" if partial else "no"), calls
+        fenced = rest == "```"
+        if fenced:
+            i, state = _fence_open(text, i + 3, partial)
+            if state != "call":
+                return state, calls
+            i = _skip_ws(text, i)
+        i, state, call = _json_object(text, i, allowed, partial)
+        if state != "call":
+            return state, calls
+        calls.append(call)
+        if fenced:
+            i = _skip_ws(text, i)
+            close = text[i:i + 3]
+            if close != "```":
+                return ("maybe" if partial and close == text[i:] and "```".startswith(close) else "no"), calls
+            i += 3
+
+
+def _json_starts(text: str, start: int = 0):
+    """Where a JSON call may begin: a fence or an object at the start of the reply or of a line."""
+    i = start
+    while i < len(text):
+        if (i == 0 or text[i - 1] == "\n") and text[i] in "`{":
+            yield i
+        nl = text.find("\n", i)
+        if nl < 0:
+            return
+        i = nl + 1
+
+
+def json_calls(text: str, allowed) -> tuple[int, list[ToolCall]] | None:
+    """``(start, calls)``: the JSON calls that end the reply, and where they begin; None when
+    the reply does not end so.  Only functions in ``allowed`` (none: no call) count."""
+    if not allowed:
+        return None
+    for i in _json_starts(text):
+        state, calls = _json_run(text, i, allowed, False)
+        if state == "call":
+            return i, calls
+    return None
+
+
+def json_pending(text: str, allowed, start: int = 0) -> int:
+    """Where streamed text may be the beginning of JSON calls (from ``start`` on); ``len(text)``
+    when nowhere."""
+    if allowed:
+        for i in _json_starts(text, start):
+            if _json_run(text, i, allowed, True)[0] != "no":
+                return i
+    return len(text)
+
+
 class HermesFormat:
     """``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` blocks."""
 
     name = "hermes"
     open = "<tool_call>"
     close = "</tool_call>"
+    bare_calls = True  # a call written as JSON alone (fenced or bare) is read too: ``json_calls``
 
     def __init__(self, special_open: bool = False, special_close: bool = False):
         # whether the markers are single special tokens of the vocabulary (the grammar then
@@ -274,9 +411,12 @@ class HermesFormat:
 
     def parse(self, text: str, allowed=None) -> tuple[str, list[ToolCall]] | None:
         """``(content, calls)`` when ``text`` holds complete, well-formed calls; None when it
-        holds none (or a malformed one: it is then left as text)."""
+        holds none (or a malformed one: it is then left as text).  A reply with no
+        ``<tool_call>`` marker may still call in JSON alone (``json_calls``): Qwen2.5-Coder
+        and others write their calls so under ``tool_choice`` "auto"."""
         if self.open not in text:
-            return None
+            found = json_calls(text, allowed) if self.bare_calls else None
+            return None if found is None else (text[:found[0]].strip(), found[1])
         calls = []
         for m in self._BLOCK.finditer(text):
             try:
@@ -293,8 +433,7 @@ class HermesFormat:
                     args = json.loads(args)
                 except json.JSONDecodeError:
                     return None
-            calls.append(ToolCall("call_" + uuid.uuid4().hex[:24], obj["name"],
-                                  json.dumps(args, ensure_ascii=False)))
+            calls.append(_new_call(obj["name"], args))
         if not calls:
             return None
         content = self._BLOCK.sub("", text)
@@ -303,16 +442,21 @@ class HermesFormat:
             content = content[:cut]
         return content.strip(), calls
 
-    def pending(self, text: str) -> int:
+    def pending(self, text: str, allowed=None, start: int = 0) -> int:
         """Where streamed text must be held back: the index of a call marker (or of a tail
-        that may begin one) in ``text``; ``len(text)`` when none."""
+        that may begin one) in ``text``, or of a JSON call that may be under way
+        (``json_pending``, looked for from ``start``: what went out before it was no call);
+        ``len(text)`` when none."""
         i = text.find(self.open)
-        if i >= 0:
-            return i
-        for k in range(min(len(self.open) - 1, len(text)), 0, -1):
-            if self.open.startswith(text[-k:]):
-                return len(text) - k
-        return len(text)
+        if i < 0:
+            i = len(text)
+            for k in range(min(len(self.open) - 1, len(text)), 0, -1):
+                if self.open.startswith(text[-k:]):
+                    i = len(text) - k
+                    break
+        if self.bare_calls and allowed is not None:
+            i = min(i, json_pending(text, allowed, start))
+        return i
 
 
 class GenericFormat(HermesFormat):
@@ -412,7 +556,7 @@ class ToolStream:
     def push(self, piece: str) -> str:
         """The text that may go out now (possibly empty)."""
         self.text += piece
-        safe = len(self.text) if self.fmt is None else self.fmt.pending(self.text)
+        safe = len(self.text) if self.fmt is None else self.fmt.pending(self.text, self.allowed, self.sent)
         if safe <= self.sent:
             return ""
         out, self.sent = self.text[self.sent:safe], safe
@@ -420,8 +564,13 @@ class ToolStream:
 
     def finish(self, text: str):
         """``(content_left, calls)`` for the whole reply ``text``: ``calls`` None when the
-        reply made no call."""
+        reply made no call.  Content before the calls that is still held back (an opening
+        that came to nothing, before JSON calls) goes out now, so that the streamed content
+        reads as the unstreamed one."""
         parsed = self.fmt.parse(text, self.allowed) if self.fmt is not None else None
         if parsed is None:
             return text[self.sent:], None
-        return "", parsed[1]
+        start = text.find(self.fmt.open)
+        if start < 0:
+            start = json_calls(text, self.allowed)[0]
+        return text[self.sent:start].rstrip(), parsed[1]
