@@ -180,6 +180,91 @@ def test_tool_stream_releases_what_turns_out_not_to_be_a_marker():
     assert s.finish("a <b <tool_cx><tool_call>{bad") == ("<tool_call>{bad", None)  # malformed: text
 
 
+OSLO = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}'
+ADD_CALL = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
+OFFERED = ["get_weather", "add"]
+JSON_CALLS = [  # (reply, content, [(name, arguments)]): calls written as JSON alone
+    ("```json\n" + OSLO + "\n```", "", [("get_weather", {"city": "Oslo", "unit": "c"})]),
+    ("```\n" + OSLO + "\n```\n", "", [("get_weather", {"city": "Oslo", "unit": "c"})]),
+    (OSLO, "", [("get_weather", {"city": "Oslo", "unit": "c"})]),
+    ("Let me look that up.\n\n```json\n" + OSLO + "\n```", "Let me look that up.",
+     [("get_weather", {"city": "Oslo", "unit": "c"})]),
+    ("Checking.\n" + ADD_CALL + "\n", "Checking.", [("add", {"a": 1, "b": 2})]),
+    ("```json\n" + ADD_CALL + "\n```\n```json\n" + OSLO + "\n```", "",
+     [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "Oslo", "unit": "c"})]),
+    (ADD_CALL + "\n" + OSLO, "", [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "Oslo", "unit": "c"})]),
+    ('```json\n{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}\n```', "", [("add", {"a": 1, "b": 2})]),
+]
+JSON_TEXTS = [  # replies whose JSON is no call: they stay text
+    "```json\n" + OSLO.replace("get_weather", "get_time") + "\n```",  # a function not offered
+    "```json\n" + '{"city": "Oslo", "name": "get_weather"}' + "\n```",  # first key is not "name"
+    '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}, "id": 7}\n```',  # another key
+    '```json\n{"name": "add", "arguments": [1, 2]}\n```',  # arguments not an object
+    '```json\n{"name": "add", "arguments": "[1, 2]"}\n```',
+    '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}\n```',  # malformed
+    '```json\n{"name": "add", "argu',  # cut short
+    "```python\n" + ADD_CALL + "\n```",  # not JSON
+    "A call looks like this:\n" + ADD_CALL + "\nand the tool then runs.",  # an example amid prose
+    "For example:\n```json\n" + ADD_CALL + "\n```\nadds 1 and 2.",
+    "Try " + ADD_CALL,  # not at the start of a line
+    '```json\n{"name": "add", "arguments": {"a": 1}}\n``` done',
+]
+
+
+def _calls(calls):
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+@pytest.mark.parametrize("text,content,expected", JSON_CALLS)
+def test_calls_written_as_json_alone_are_calls(text, content, expected):
+    parsed = tools.HermesFormat().parse(text, OFFERED)
+    assert parsed is not None and parsed[0] == content and _calls(parsed[1]) == expected
+    assert tools.HermesFormat().parse(text) is None  # no function offered: no call
+    assert tools.HermesFormat().parse(text, ["other"]) is None
+
+
+@pytest.mark.parametrize("text", JSON_TEXTS)
+def test_json_that_is_no_call_of_an_offered_function_stays_text(text):
+    assert tools.HermesFormat().parse(text, OFFERED) is None
+
+
+def _stream_by(text, size):
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    out = "".join(s.push(text[k:k + size]) for k in range(0, len(text), size))
+    rest, calls = s.finish(text)
+    return out + rest, calls
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_streamed_json_calls_read_as_the_unstreamed_reply(size):
+    for text, content, expected in JSON_CALLS:
+        streamed, calls = _stream_by(text, size)
+        assert streamed.strip() == content and _calls(calls) == expected, (text, size)
+    for text in JSON_TEXTS:
+        assert _stream_by(text, size) == (text, None), (text, size)
+
+
+def test_what_cannot_be_a_json_call_streams_out_at_once():
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    assert _streamed(s, ["Here:\n", "``", "`pyt", "hon\n", "x = 1\n"]) == ["Here:\n", "", "```pyt", "hon\n", "x = 1\n"]
+    assert _streamed(s, ["{", '"na', 'me": "ad', 'd"', ', "ar']) == [""] * 5  # may still be a call of add
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    assert _streamed(s, ["{", '"nam', 'e": "su', 'b"']) == ["", "", '{"name": "su', 'b"']  # no offered name begins su
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    assert _streamed(s, ["```json\n", '{"c', 'ity"']) == ["", '```json\n{"c', 'ity"']  # first key not "name"
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    assert _streamed(s, [ADD_CALL, "\n", "So"]) == ["", "", ADD_CALL + "\nSo"]  # prose after it
+
+
+def test_tool_call_blocks_still_come_first():
+    text = "```json\n" + ADD_CALL + "\n```\n<tool_call>\n" + OSLO + "\n</tool_call>"
+    content, calls = tools.HermesFormat().parse(text, OFFERED)
+    assert content == "```json\n" + ADD_CALL + "\n```" and _calls(calls) == [("get_weather", {"city": "Oslo",
+                                                                                               "unit": "c"})]
+    streamed, calls = _stream_by(text, 3)
+    assert streamed.strip() == content and len(calls) == 1
+
+
 # ---------------------------------------------------------------------------------- the engine
 
 
