@@ -479,6 +479,59 @@ def test_bad_tool_and_format_fields_are_400(tool_server, stream):
     assert httpx.get(f"{url}/health").status_code == 200
 
 
+class FencedCallEngine:
+    """The tiny engine serving, with a Hermes template's format, a scripted reply: the call
+    Qwen2.5-Coder writes under tool_choice "auto", as a fenced JSON block after a line of text."""
+
+    PIECES = ["I'll check.\n", "```", "json\n", '{"name": "get_', 'weather", "arguments": ',
+              '{"city": "Oslo", "unit": "c"}}', "\n```"]
+
+    def __init__(self, real):
+        self.real, self.last_result = real, None
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def tool_format(self):
+        return tools.HermesFormat()
+
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+        from resispec_gguf.engine import Result, Stats
+
+        try:
+            yield from self.PIECES
+        finally:
+            n = len(self.PIECES)
+            self.last_result = Result(tokens=[7] * n, text="".join(self.PIECES), finish_reason="eos",
+                                      stats=Stats(method="none", prompt_tokens=len(prompt), tokens=n), seed=0)
+
+
+def test_a_fenced_json_call_under_auto_is_a_tool_call(engine):
+    """Agents leave tool_choice "auto"; the call Qwen2.5-Coder then writes as fenced JSON comes
+    back as a call (finish_reason "tool_calls"), streamed or not: before, it was text."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from servers import serving
+
+    from resispec_gguf.surfaces.server import create_app
+
+    app = create_app(FencedCallEngine(engine), model_name="qwen", draft_params=DraftParams(method="none"),
+                     sampling_defaults=SamplingParams(max_tokens=64))
+    with serving(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        kw = dict(model="qwen", messages=MSGS, tools=[WEATHER, ADD], tool_choice="auto")
+        ch = client.chat.completions.create(**kw).choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.content == "I'll check."
+        (call,) = ch.message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo",
+                                                                                             "unit": "c"})
+        chunks = [c for c in client.chat.completions.create(stream=True, **kw) if c.choices]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    streamed = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert content.strip() == "I'll check." and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert streamed[0].function.name == "get_weather"
+    assert "".join(d.function.arguments or "" for d in streamed) == call.function.arguments
+
+
 def test_a_tool_schema_is_measured_as_utf8_as_sent(engine):
     # 150 KB of CJK text as UTF-8; 300 KB once written as \\u escapes
     big = {"type": "function", "function": {"name": "note", "parameters": {
