@@ -7,7 +7,9 @@ Formats (one small class each):
 * ``hermes`` — Qwen2.5 / Hermes / most ChatML models: the model writes
   ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` (several for parallel
   calls).  Used when the model's chat template mentions ``<tool_call>``; the template itself
-  renders the tool list, earlier calls and tool results.
+  renders the tool list, earlier calls and tool results.  A reply with no ``<tool_call>``
+  that ends in calls written as JSON alone (a fenced json block or a bare object naming an
+  offered function: ``json_calls``) calls too, as Qwen2.5-Coder writes under "auto".
 * ``generic`` — a template with no tool support: the same ``<tool_call>`` blocks, described
   to the model in a system message this module writes; earlier calls and tool results are
   rendered as message text.
