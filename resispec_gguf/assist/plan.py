@@ -61,13 +61,13 @@ class ChatPlan:
         """``(content, calls)`` read from a finished reply, or None when it made no call."""
         if not self.tools_active:
             return None
-        return self.format.parse(text, self.tools.allowed)
+        return self.format.parse(text, self.tools.allowed, self.tools.parallel)
 
     def tool_stream(self) -> _tools.ToolStream:
         """A ``tools.ToolStream`` for the streamed reply (holding back calls, if any)."""
         if not self.tools_active:
             return _tools.ToolStream()
-        return _tools.ToolStream(self.format, self.tools.allowed)
+        return _tools.ToolStream(self.format, self.tools.allowed, self.tools.parallel)
 
 
 def response_schema(response_format):

@@ -411,14 +411,17 @@ class HermesFormat:
 
     _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
-    def parse(self, text: str, allowed=None) -> tuple[str, list[ToolCall]] | None:
+    def parse(self, text: str, allowed=None, parallel: bool = True) -> tuple[str, list[ToolCall]] | None:
         """``(content, calls)`` when ``text`` holds complete, well-formed calls; None when it
         holds none (or a malformed one: it is then left as text).  A reply with no
         ``<tool_call>`` marker may still call in JSON alone (``json_calls``): Qwen2.5-Coder
-        and others write their calls so under ``tool_choice`` "auto"."""
+        and others write their calls so under ``tool_choice`` "auto".  No grammar limits
+        those to one, so without ``parallel`` only the first is kept (the grammar's one)."""
         if self.open not in text:
             found = json_calls(text, allowed) if self.bare_calls else None
-            return None if found is None else (text[:found[0]].strip(), found[1])
+            if found is None:
+                return None
+            return text[:found[0]].strip(), found[1] if parallel else found[1][:1]
         calls = []
         for m in self._BLOCK.finditer(text):
             try:
@@ -549,9 +552,10 @@ class ToolStream:
     a reply that may not call tools, streamed as it comes; ``allowed``: the functions it may
     call (``ToolRequest.allowed``)."""
 
-    def __init__(self, fmt: HermesFormat | None = None, allowed: list[str] | None = None):
+    def __init__(self, fmt: HermesFormat | None = None, allowed: list[str] | None = None, parallel: bool = True):
         self.fmt = fmt
         self.allowed = allowed
+        self.parallel = parallel  # ``ToolRequest.parallel``: whether several calls are kept
         self.text = ""
         self.sent = 0
 
@@ -569,7 +573,7 @@ class ToolStream:
         reply made no call.  Content before the calls that is still held back (an opening
         that came to nothing, before JSON calls) goes out now, so that the streamed content
         reads as the unstreamed one."""
-        parsed = self.fmt.parse(text, self.allowed) if self.fmt is not None else None
+        parsed = self.fmt.parse(text, self.allowed, self.parallel) if self.fmt is not None else None
         if parsed is None:
             return text[self.sent:], None
         start = text.find(self.fmt.open)

@@ -223,6 +223,14 @@ def test_calls_written_as_json_alone_are_calls(text, content, expected):
     assert tools.HermesFormat().parse(text, ["other"]) is None
 
 
+def test_without_parallel_tool_calls_the_first_json_call_is_kept():
+    text = "```json\n" + ADD_CALL + "\n```\n```json\n" + OSLO + "\n```"
+    content, calls = tools.HermesFormat().parse(text, OFFERED, parallel=False)
+    assert content == "" and _calls(calls) == [("add", {"a": 1, "b": 2})]
+    s = tools.ToolStream(tools.HermesFormat(), OFFERED, parallel=False)
+    assert "".join(_streamed(s, [text[:9], text[9:]])) == "" and _calls(s.finish(text)[1]) == _calls(calls)
+
+
 @pytest.mark.parametrize("text", JSON_TEXTS)
 def test_json_that_is_no_call_of_an_offered_function_stays_text(text):
     assert tools.HermesFormat().parse(text, OFFERED) is None
