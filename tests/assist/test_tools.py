@@ -252,6 +252,30 @@ def test_streamed_json_calls_read_as_the_unstreamed_reply(size):
         assert _stream_by(text, size) == (text, None), (text, size)
 
 
+def test_streamed_and_unstreamed_replies_agree_on_mixed_fragments():
+    """Replies pieced together from fences, objects, names and prose, streamed in random
+    pieces: what streams out as text is never read back as a call (each "cannot be a call"
+    is final), and the content and calls are those of the whole reply."""
+    import random
+
+    frags = ["```json\n", "```\n", "```", ADD_CALL, OSLO.replace("get_weather", "sub"), '{"city": 1}', "\n", "\n\n",
+             "Hi. ", '{"name": "ad', "`", "{", "}", '"name"', ": ", '"add"', " ", '{"name": "add", "arguments": "{}"}']
+    rng = random.Random(7)
+    for _ in range(3000):
+        text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 8)))
+        s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+        out, k = "", 0
+        while k < len(text):
+            n = rng.randint(1, 6)
+            out, k = out + s.push(text[k:k + n]), k + n
+        rest, calls = s.finish(text)
+        parsed = tools.HermesFormat().parse(text, OFFERED)
+        if parsed is None:
+            assert (out + rest, calls) == (text, None), text
+        else:
+            assert (out + rest).strip() == parsed[0] and _calls(calls) == _calls(parsed[1]), text
+
+
 def test_what_cannot_be_a_json_call_streams_out_at_once():
     s = tools.ToolStream(tools.HermesFormat(), OFFERED)
     assert _streamed(s, ["Here:\n", "``", "`pyt", "hon\n", "x = 1\n"]) == ["Here:\n", "", "```pyt", "hon\n", "x = 1\n"]
