@@ -239,6 +239,7 @@ def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
 
 
 def _new_call(name: str, args) -> ToolCall:
+    """A call with a fresh id (clients match tool results to calls by it), arguments as JSON text."""
     return ToolCall("call_" + uuid.uuid4().hex[:24], name, json.dumps(args, ensure_ascii=False))
 
 
