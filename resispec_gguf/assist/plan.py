@@ -20,7 +20,7 @@ from . import tools as _tools
 from .chat_format import check_messages
 from .grammar import GrammarError
 
-__all__ = ["RequestError", "ChatOptions", "ChatPlan", "response_schema", "check_chat_options", "plan_chat"]
+__all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "response_schema", "check_chat_options", "plan_chat"]
 
 
 class RequestError(FieldError):
@@ -34,6 +34,13 @@ class ChatOptions:
 
     tools: _tools.ToolRequest
     schema: object = None
+
+    @property
+    def final(self):
+        """The schema a reply may follow instead of calling (tools under "auto" together with a
+        JSON ``response_format``, as agent frameworks send for a typed output); None when the
+        reply is calls only ("required", a named function) or no tools may be called."""
+        return self.schema if self.tools.active and self.tools.choice == "auto" else None
 
     @property
     def constraint_param(self) -> str:
@@ -52,22 +59,55 @@ class ChatPlan:
     constraint: object = None
     tools: _tools.ToolRequest | None = None
     format: _tools.HermesFormat | None = None
+    final: object = None  # ``ChatOptions.final``: the reply is calls or JSON under it
 
     @property
     def tools_active(self) -> bool:
         return self.tools is not None and self.tools.active
 
+    def _reader(self):
+        """What reads calls out of the reply: the format, or, when the reply may instead be
+        the final JSON, ``CallsOrAnswer`` (which never reads that JSON as a call)."""
+        return self.format if self.final is None else CallsOrAnswer(self.format)
+
     def tool_calls(self, text: str):
         """``(content, calls)`` read from a finished reply, or None when it made no call."""
         if not self.tools_active:
             return None
-        return self.format.parse(text, self.tools.allowed, self.tools.parallel)
+        return self._reader().parse(text, self.tools.allowed, self.tools.parallel)
 
     def tool_stream(self) -> _tools.ToolStream:
         """A ``tools.ToolStream`` for the streamed reply (holding back calls, if any)."""
         if not self.tools_active:
             return _tools.ToolStream()
-        return _tools.ToolStream(self.format, self.tools.allowed, self.tools.parallel)
+        return _tools.ToolStream(self._reader(), self.tools.allowed, self.tools.parallel)
+
+
+class CallsOrAnswer:
+    """How a reply is read when it is either tool calls or the final answer as JSON (tools
+    together with a ``response_format``).  The grammar lets the first token choose: a reply
+    that opens with the call marker is calls, any other is the answer, and stays content even
+    when its JSON looks like a call (``{"name": ..., "arguments": ...}``) or has a marker in a
+    string.  Streamed, only a reply that is (or may still become) a call opening is held
+    back, so the answer's JSON streams as text.  Stands in for the format in ``ToolStream``."""
+
+    def __init__(self, fmt: _tools.HermesFormat):
+        self.fmt, self.open = fmt, fmt.open
+
+    def _may_call(self, text: str) -> bool:
+        """Whether ``text`` opens with the call marker, or is too short yet to say."""
+        return self.open.startswith(text.lstrip()[:len(self.open)])
+
+    def parse(self, text: str, allowed=None, parallel: bool = True):
+        """The format's ``parse`` for a reply that opened a call; None for the answer."""
+        if not text.lstrip().startswith(self.open):
+            return None
+        return self.fmt.parse(text, allowed, parallel)
+
+    def pending(self, text: str, allowed=None, start: int = 0) -> int:
+        """All of ``text`` is held while it may be a call; nothing once it cannot (for good:
+        what follows the first characters never changes what the reply opened with)."""
+        return 0 if self._may_call(text) else len(text)
 
 
 def response_schema(response_format):
@@ -105,11 +145,7 @@ def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, r
                        else function_call)
     functions_ = _tools.check_tools(tools, functions)
     req = _tools.check_tool_choice(tool_choice, functions_, parallel_tool_calls)
-    schema = response_schema(response_format)
-    if schema is not None and req.active:
-        raise RequestError("response_format json_object/json_schema cannot be combined with tools "
-                           "(use tool_choice 'none', or a tool whose parameters are the schema)", "response_format")
-    return ChatOptions(req, schema)
+    return ChatOptions(req, response_schema(response_format))
 
 
 def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
@@ -128,7 +164,7 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
         prompt = engine.chat_tokens(msgs, tools=shown)
     else:
         prompt = engine.chat_tokens(msgs)
-    return ChatPlan(prompt, constraint, req if req.active else None, fmt)
+    return ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final)
 
 
 def _constraint(engine, options: ChatOptions, fmt):
@@ -141,13 +177,21 @@ def _constraint(engine, options: ChatOptions, fmt):
                     engine.check_constraint(f["parameters"])
                 except GrammarError as e:
                     raise e.naming(f"tools[{i}].function.parameters") from None
+        if options.final is not None:  # the answer's schema on its own first, named as when alone
+            _compile_schema(engine, options, engine.check_constraint)
         try:
-            return engine.compile_constraint(grammar=fmt.grammar(req))
+            return engine.compile_constraint(grammar=fmt.grammar(req, options.final))
         except GrammarError as e:
             raise e.naming("tools") from None
     if options.schema is not None:
-        try:
-            return engine.compile_constraint(json_schema=options.schema)
-        except GrammarError as e:
-            raise e.naming(options.constraint_param) from None
+        return _compile_schema(engine, options, lambda schema: engine.compile_constraint(json_schema=schema))
     return None
+
+
+def _compile_schema(engine, options: ChatOptions, compile_):
+    """``compile_(options.schema)``, a ``GrammarError`` naming the response_format field."""
+    where = "response_format.json_schema.schema" if isinstance(options.schema, dict) else "response_format"
+    try:
+        return compile_(options.schema)
+    except GrammarError as e:
+        raise e.naming(where) from None

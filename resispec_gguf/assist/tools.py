@@ -391,13 +391,18 @@ class HermesFormat:
     def _marker(self, text: str, special: bool) -> str:
         return text if special else json.dumps(text)
 
-    def grammar(self, req: ToolRequest) -> str:
-        """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json)."""
+    def grammar(self, req: ToolRequest, final=None) -> str:
+        """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json).  ``final``:
+        under "auto", a JSON schema (True: any object) the reply may follow instead of calling
+        (tools with a typed output): the first token chooses, and free text is not allowed."""
         schema = json.dumps(_call_schema(req.functions, req.allowed), ensure_ascii=False)  # its size as sent
         op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
         calls = 'call ("\\n" call)*' if req.parallel else "call"
         if req.choice == "required":
             start = [f"start: {calls}"]
+        elif final is not None:  # a call marker or the answer's JSON, from the first token
+            answer = {"x-guidance": JSON_DEFAULTS, **({"type": "object"} if final is True else final)}
+            start = [f"start: {calls} | final", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
         elif self.special_open:  # free text cannot contain a special token: the call starts at it
             start = [f"start: TEXT ({calls})?"]
         else:  # a text marker: free text up to the first marker (lazy), then calls
@@ -406,7 +411,7 @@ class HermesFormat:
                      f'first_call: call_head "\\n" call_body "\\n" {cl}',
                      f"call_head[lazy]: TEXT {op}"]
         rules = start + [f'call: {op} "\\n" call_body "\\n" {cl}', f"call_body: %json {schema}"]
-        if req.choice != "required":
+        if req.choice != "required" and final is None:
             rules.append(r"TEXT: /(.|\n)*/")
         return "\n".join(rules) + "\n"
 

@@ -76,7 +76,6 @@ def test_options_are_checked_without_a_model():
         (dict(response_format={"type": "json_schema"}), RequestError, "response_format.json_schema"),
         (dict(response_format={"type": "json_schema", "json_schema": {"schema": [1]}}), RequestError,
          "response_format.json_schema.schema"),
-        (dict(tools=[ADD], response_format={"type": "json_object"}), RequestError, "response_format"),
         (dict(tools=[ADD], tool_choice="sometimes"), tools.ToolError, "tool_choice"),
         (dict(tool_choice="required"), tools.ToolError, "tool_choice"),
         (dict(tools=[ADD], parallel_tool_calls="yes"), tools.ToolError, "parallel_tool_calls"),
@@ -89,7 +88,10 @@ def test_options_are_checked_without_a_model():
     assert isinstance(none, ChatOptions) and not none.tools.active and none.schema is None
     assert none.constraint_param == "response_format"
     assert check_chat_options([ADD]).constraint_param == "tools"
-    # tools=none with a format: the format constrains the reply
+    # tools=none with a format: the format constrains the reply; with callable tools (once a
+    # 400) it is the answer a reply may give instead of calling, under "auto" only
+    assert check_chat_options([ADD], "auto", response_format={"type": "json_object"}).final is True
+    assert check_chat_options([ADD], "required", response_format={"type": "json_object"}).final is None
     assert check_chat_options([ADD], "none", response_format={"type": "json_object"}).schema is True
     # the legacy spelling: functions and function_call
     legacy = check_chat_options(functions=[ADD["function"]], function_call={"name": "add"})
@@ -137,3 +139,51 @@ def test_messages_are_checked_once_per_request_in_the_server(engine, monkeypatch
     plan = worker.prepare(engine, req)  # rendering, tokenizing and the tool format check nothing again
     assert seen == [m["content"] for m in ROUND_TRIP]
     assert plan.prompt == plan_chat(engine, ROUND_TRIP, tools=[ADD]).prompt
+
+
+ANSWER = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
+TYPED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+
+
+def test_tools_with_a_response_format_are_calls_or_the_answer(engine):
+    """As agent frameworks ask for a typed output: under "auto" one grammar whose first token
+    chooses a call or the answer's JSON (no free text); "required" is calls only, "none" the
+    schema only."""
+    fmt = engine.tool_format()
+    plan = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED)
+    req = check_chat_options([ADD]).tools
+    text = fmt.grammar(req, ANSWER)
+    start = text.splitlines()[0]
+    assert start == "start: call | final" and "final: %json" in text and '"sum"' in text
+    assert "TEXT" not in text and text.count("call_body: %json") == 1
+    assert plan.constraint is engine.compile_constraint(grammar=text) and plan.final == ANSWER
+    parallel = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED, parallel_tool_calls=True)
+    assert parallel.constraint is engine.compile_constraint(grammar=fmt.grammar(check_chat_options(
+        [ADD], parallel_tool_calls=True).tools, ANSWER))
+    assert 'start: call ("\\n" call)* | final' in fmt.grammar(check_chat_options([ADD], parallel_tool_calls=True).tools,
+                                                               ANSWER)
+    any_object = fmt.grammar(req, True)
+    assert '"type": "object"' in any_object.split("final: %json", 1)[1]
+    required = plan_chat(engine, MSGS, tools=[ADD], tool_choice="required", response_format=TYPED)
+    assert required.final is None
+    assert required.constraint is engine.compile_constraint(grammar=fmt.grammar(check_chat_options(
+        [ADD], "required").tools))
+    none = plan_chat(engine, MSGS, tools=[ADD], tool_choice="none", response_format=TYPED)
+    assert none.constraint is engine.compile_constraint(json_schema=ANSWER) and not none.tools_active
+
+
+def test_calls_or_the_answer_are_read_back_alike_streamed_or_not(engine):
+    plan = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED)
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    lookalike = '{"name": "add", "arguments": {"a": 2, "b": 3}}'  # the answer, however it looks
+    for text, calls in [(call, [("add", {"a": 2, "b": 3})]), ('{"sum": 5}', None), (lookalike, None),
+                        ('{"sum": 5, "note": "<tool_call>"}', None), ("<tool_call>\n{\"name\": \"ad", None)]:
+        parsed = plan.tool_calls(text)
+        assert ([(c.name, json.loads(c.arguments)) for c in parsed[1]] if parsed else None) == calls, text
+        stream = plan.tool_stream()
+        out = "".join(stream.push(text[i:i + 3]) for i in range(0, len(text), 3))
+        rest, streamed = stream.finish(text)
+        assert (out + rest) == (parsed[0] if parsed else text)
+        assert (streamed is None) == (parsed is None)
+        if calls is None and text.startswith("{"):
+            assert out == text  # the answer streams as text, as it comes
