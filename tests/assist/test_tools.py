@@ -460,6 +460,54 @@ def test_json_object_replies_parse(tool_server):
     assert done >= 1
 
 
+SUM = {"type": "object", "properties": {"sum": {"type": "integer"}, "note": {"type": "string", "maxLength": 8}},
+       "required": ["sum", "note"], "additionalProperties": False}
+TYPED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SUM, "strict": True}}
+
+
+def _call_or_answer(ch) -> str:
+    """Which the reply is, checked: a call whose arguments validate, or the answer under SUM."""
+    if ch.finish_reason == "tool_calls":
+        assert ch.message.tool_calls and not ch.message.content
+        for call in ch.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), _schema_of(call.function.name))
+        return "call"
+    assert ch.finish_reason == "stop" and ch.message.tool_calls is None, ch
+    jsonschema.validate(json.loads(ch.message.content), SUM)
+    return "answer"
+
+
+def test_tools_with_a_response_format_give_a_call_or_the_answer(tool_server):
+    """What pydantic-ai and openai-agents send for an agent with tools and a typed output."""
+    _, client = tool_server
+    seen = []
+    for seed in range(5):
+        r = client.chat.completions.create(model="tiny", messages=MSGS, tools=[WEATHER, ADD], tool_choice="auto",
+                                           response_format=TYPED, seed=seed, temperature=1.0, max_tokens=160)
+        if r.choices[0].finish_reason != "length":  # the tiny random model may ramble in a string
+            seen.append(_call_or_answer(r.choices[0]))
+    assert seen
+
+
+@pytest.mark.parametrize("seed", [3, 4])  # on the tiny pair: the answer, and a call
+def test_tools_with_a_response_format_stream_as_they_answer(tool_server, seed):
+    _, client = tool_server
+    kw = dict(model="tiny", messages=MSGS, tools=[WEATHER, ADD], response_format=TYPED, seed=seed, temperature=1.0,
+              max_tokens=160)
+    whole = client.chat.completions.create(**kw).choices[0]
+    chunks = [c.choices[0] for c in client.chat.completions.create(stream=True, **kw) if c.choices]
+    calls: dict[int, list] = {}
+    for c in chunks:
+        for d in c.delta.tool_calls or []:
+            m = calls.setdefault(d.index, ["", ""])
+            m[0] += d.function.name or ""
+            m[1] += d.function.arguments or ""
+    assert chunks[-1].finish_reason == whole.finish_reason
+    assert ("".join(c.delta.content or "" for c in chunks) or None) == whole.message.content
+    assert [tuple(m) for _, m in sorted(calls.items())] == \
+        [(t.function.name, t.function.arguments) for t in whole.message.tool_calls or []]
+
+
 BAD = [
     ({"tools": [{"type": "function", "function": {"name": "x y"}}]}, "tools[0].function.name"),
     ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
@@ -474,7 +522,9 @@ BAD = [
                                                                             "maximum": 1}}}},
      "response_format.json_schema.schema"),
     ({"messages": MSGS + [{"role": "tool", "tool_call_id": "ghost", "content": "1"}]}, "messages[1].tool_call_id"),
-    ({"tools": [ADD], "response_format": {"type": "json_object"}}, "response_format"),
+    # tools together with a response_format are answered (calls or the answer); a bad schema is named
+    ({"tools": [ADD], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "integer", "minimum": 3, "maximum": 1}}}}, "response_format.json_schema.schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}}},
      "response_format.json_schema.schema"),
     # llguidance's limits met only at the first tokens are found when compiling
