@@ -508,6 +508,38 @@ def test_tools_with_a_response_format_stream_as_they_answer(tool_server, seed):
         [(t.function.name, t.function.arguments) for t in whole.message.tool_calls or []]
 
 
+def test_parse_with_a_strict_tool_and_a_pydantic_output(tool_server):
+    """The README's snippet: ``parse`` with a strict tool and a model gives a parsed call or a
+    parsed answer (a reply cut by max_tokens is the client's LengthFinishReasonError)."""
+    pydantic = pytest.importorskip("pydantic")
+    import openai
+
+    class Weather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=8)
+
+    class Answer(pydantic.BaseModel):
+        summary: str = pydantic.Field(max_length=8)
+        temperature_c: int
+
+    _, client = tool_server
+    tool = openai.pydantic_function_tool(Weather, name="get_weather", description="Current weather for a city")
+    kinds = set()
+    for seed in range(6):
+        try:
+            r = client.chat.completions.parse(model="tiny", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                              tools=[tool], response_format=Answer, seed=seed, max_tokens=160)
+        except openai.LengthFinishReasonError:
+            continue
+        m = r.choices[0].message
+        if m.tool_calls:
+            assert isinstance(m.tool_calls[0].function.parsed_arguments, Weather) and m.parsed is None
+            kinds.add("call")
+        else:
+            assert isinstance(m.parsed, Answer)
+            kinds.add("answer")
+    assert kinds  # on the tiny pair seeds 0-5 give both kinds
+
+
 BAD = [
     ({"tools": [{"type": "function", "function": {"name": "x y"}}]}, "tools[0].function.name"),
     ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
