@@ -1,6 +1,8 @@
 """Chat planning: a chat request's messages, ``tools``/``tool_choice``/``parallel_tool_calls``
 and ``response_format`` made into what the engine runs (``plan_chat``: the prompt's tokens
-and a constraint), and how to read tool calls back out of the reply (``ChatPlan``).
+and a constraint), and how to read tool calls back out of the reply (``ChatPlan``).  Tools
+under "auto" together with a JSON ``response_format`` make a reply that is calls or the final
+answer in that JSON (``CallsOrAnswer`` reads which).
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
@@ -20,7 +22,8 @@ from . import tools as _tools
 from .chat_format import check_messages
 from .grammar import GrammarError
 
-__all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "response_schema", "check_chat_options", "plan_chat"]
+__all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "response_schema", "check_chat_options",
+           "plan_chat"]
 
 
 class RequestError(FieldError):

@@ -18,7 +18,8 @@ How a call is constrained (``tool_choice``): ``"required"`` or a named function 
 reply is one call (or, with ``parallel_tool_calls``, several) whose ``name`` is one of the
 allowed functions and whose ``arguments`` are valid under that function's JSON schema;
 ``"auto"`` — free text, and once the model opens a call, the call is constrained (a lazily
-triggered grammar); ``"none"`` — no constraint, no tools shown.
+triggered grammar), or, with a JSON ``response_format`` (``grammar``'s ``final``), calls or
+that JSON, no free text; ``"none"`` — no constraint, no tools shown.
 
 Pure Python: no model, no engine (``detect_format`` is handed the vocabulary).  The grammars
 are llguidance Lark text (``grammar.py`` compiles them).  May import ``errors`` and its
