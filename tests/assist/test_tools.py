@@ -465,27 +465,28 @@ SUM = {"type": "object", "properties": {"sum": {"type": "integer"}, "note": {"ty
 TYPED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SUM, "strict": True}}
 
 
-def _call_or_answer(ch) -> str:
-    """Which the reply is, checked: a call whose arguments validate, or the answer under SUM."""
+def _call_or_answer(ch, schema=SUM) -> str:
+    """Which the reply is, checked: a call whose arguments validate, or the answer under ``schema``."""
     if ch.finish_reason == "tool_calls":
         assert ch.message.tool_calls and not ch.message.content
         for call in ch.message.tool_calls:
             jsonschema.validate(json.loads(call.function.arguments), _schema_of(call.function.name))
         return "call"
     assert ch.finish_reason == "stop" and ch.message.tool_calls is None, ch
-    jsonschema.validate(json.loads(ch.message.content), SUM)
+    jsonschema.validate(json.loads(ch.message.content), schema)
     return "answer"
 
 
-def test_tools_with_a_response_format_give_a_call_or_the_answer(tool_server):
+@pytest.mark.parametrize("fmt,schema", [(TYPED, SUM), ({"type": "json_object"}, {"type": "object"})])
+def test_tools_with_a_response_format_give_a_call_or_the_answer(tool_server, fmt, schema):
     """What pydantic-ai and openai-agents send for an agent with tools and a typed output."""
     _, client = tool_server
     seen = []
     for seed in range(5):
         r = client.chat.completions.create(model="tiny", messages=MSGS, tools=[WEATHER, ADD], tool_choice="auto",
-                                           response_format=TYPED, seed=seed, temperature=1.0, max_tokens=160)
+                                           response_format=fmt, seed=seed, temperature=1.0, max_tokens=160)
         if r.choices[0].finish_reason != "length":  # the tiny random model may ramble in a string
-            seen.append(_call_or_answer(r.choices[0]))
+            seen.append(_call_or_answer(r.choices[0], schema))
     assert seen
 
 
