@@ -222,6 +222,67 @@ class _PathConstraintState:
         return len(h) >= 2 and h[-1] == h[-2]
 
 
+class LazyConstraint:
+    """A lazy ``protocol.Constraint``: free text until a two-token trigger, then a
+    path-dependent rule (a tool call constrained once its opening marker appears, a schema
+    that starts when reasoning ends), with a known exact law (``allowed``).
+
+    Before the first occurrence of ``trigger`` (a sequence of tokens, matched on the path's
+    tokens, committed + path, the same way at every node: a trigger may span the committed
+    tokens and the tree) every token is allowed, ``eog`` included.  After it, the tokens
+    after the trigger follow ``PathConstraint``'s rule (so ``eog`` is not allowed right after
+    the trigger, and two equal tokens complete the constraint: only ``eog`` may follow).  The
+    state counts its ``mask`` calls and checks that every path it is asked about was allowed.
+    """
+
+    def __init__(self, n_vocab, eog, trigger=(4, 3)):
+        self.n_vocab, self.eog = int(n_vocab), int(eog)
+        self.trigger = tuple(int(t) for t in trigger)
+        self.inner = PathConstraint(n_vocab, eog)
+
+    def triggered_at(self, history) -> int | None:
+        """The index just past the first occurrence of the trigger in ``history``, or None."""
+        h, k = tuple(history), len(self.trigger)
+        for i in range(len(h) - k + 1):
+            if h[i:i + k] == self.trigger:
+                return i + k
+        return None
+
+    def allowed(self, history) -> list[int]:
+        h = list(history)
+        at = self.triggered_at(h)
+        if at is None:
+            return list(range(self.n_vocab))
+        return self.inner.allowed(h[at:])
+
+    def start(self):
+        return _LazyConstraintState(self)
+
+
+class _LazyConstraintState:
+    def __init__(self, spec: LazyConstraint):
+        self.spec = spec
+        self.committed: list[int] = []
+        self.mask_calls = 0
+
+    def mask(self, path):
+        from resispec_gguf.kernels.sampling import bitmask_from_ids
+
+        path = [int(x) for x in path]
+        for i, x in enumerate(path):  # the engine only asks about paths the masks allowed
+            assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
+        self.mask_calls += 1
+        return bitmask_from_ids(self.spec.allowed(self.committed + path), self.spec.n_vocab)
+
+    def advance(self, tokens):
+        for x in tokens:
+            assert x in self.spec.allowed(self.committed), (self.committed, x)
+            self.committed.append(int(x))
+
+    def is_stopped(self) -> bool:
+        return self.spec.allowed(self.committed) == [self.spec.eog]
+
+
 class Clocked:
     """A fake model whose every decode adds its cost-curve price (``curve(rows)``) to a
     shared clock, ``clock[0]``: speeds in modelled seconds for any cost curve."""

@@ -6,7 +6,10 @@ depends on the whole path (so a sibling leaking into another node's mask, or a m
 at the wrong node, changes the law), and ends the reply early on some paths.  The harness of
 test_exactness.py checks the joint law of the first 4 tokens through the real engine for
 every method, both tree policies, lookup on and off, and auto; greedy must be plain
-constrained greedy.
+constrained greedy.  A ``fake_models.LazyConstraint`` (free text until a two-token trigger,
+matched on committed + path, then PathConstraint's rule) gets the same checks, with about
+30% of the first 4 tokens' mass crossing the trigger, and a boundary-blind variant that
+misses a trigger spanning the committed tokens and the tree is shown to be rejected.
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fake_models import PathConstraint
+from fake_models import LazyConstraint, PathConstraint
 from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
-                            _pair, check_law)
+                            _pair, check_law, exact_law)
 
 CONSTRAINT = PathConstraint(V, EOG)
+# free until the tokens 4, 3 (with PROMPT and LOOKUP_PROMPT, both ending in 3, 1, about 30% of
+# the first 4 tokens cross it with a token after it), then PathConstraint's rule
+LAZY = LazyConstraint(V, EOG, trigger=(4, 3))
 
 
-def constrained_law(target, prompt, sp: SamplingParams, n: int) -> dict[tuple, float]:
+def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint=CONSTRAINT) -> dict[tuple, float]:
     """``{sequence: probability}`` of the first ``n`` tokens under plain constrained
     sampling; a sequence ending in EOG (sampled, or forced by a complete constraint) stops."""
     law: dict[tuple, float] = {}
@@ -35,7 +41,7 @@ def constrained_law(target, prompt, sp: SamplingParams, n: int) -> dict[tuple, f
         if len(prefix) == n:
             law[prefix] = prob
             return
-        allowed = CONSTRAINT.allowed(prefix)
+        allowed = constraint.allowed(prefix)
         if allowed == [EOG]:
             law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob
             return
@@ -57,10 +63,10 @@ def constrained_law(target, prompt, sp: SamplingParams, n: int) -> dict[tuple, f
     return law
 
 
-def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int) -> Counter:
+def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int, constraint=CONSTRAINT) -> Counter:
     counts: Counter = Counter()
     for seed in range(runs):
-        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=CONSTRAINT)
+        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
         seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
         assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
         counts[seq] += 1
@@ -125,3 +131,113 @@ def test_a_complete_constraint_ends_the_reply_without_a_model_call():
         if len(h) >= 2 and h[-1] == h[-2]:
             assert res.finish_reason == "eos"
             assert target.calls - before == len(h)  # one decode per token, none after the last
+
+
+# --------------------------------------------------------------------------- a lazy constraint
+
+
+def _crosses(seq, constraint) -> bool:
+    """Whether ``seq`` holds the trigger followed by at least one more token."""
+    at = constraint.triggered_at(seq)
+    return at is not None and at < len(seq)
+
+
+def test_lazy_constraint_law_crosses_the_trigger():
+    """The lazy tests below only mean something if the trigger is crossed often: the exact
+    law puts real mass on sequences where the constrained part has started."""
+    target, _ = _pair()
+    for prompt in (PROMPT, LOOKUP_PROMPT):
+        law = constrained_law(target, prompt, TEMPERATURES["T1"], N_TOKENS, LAZY)
+        assert abs(sum(law.values()) - 1.0) < 1e-9
+        crossing = sum(p for s, p in law.items() if _crosses(s, LAZY))
+        assert crossing >= 0.2, crossing
+        # after the trigger the mask bites: some tokens the free model would emit are banned
+        assert any(LAZY.allowed(s[:i]) != list(range(V)) for s in law for i in range(len(s)))
+
+
+LAZY_CASES = [(m, False) for m in METHODS] + [("resispec", True), ("auto", False)]
+
+
+@pytest.mark.parametrize("method,lookup", LAZY_CASES)
+def test_lazy_constraint_output_law_is_exact(method, lookup):
+    """A constraint that starts after a two-token trigger (matched on committed + path, so
+    it may span the committed tokens and the tree): plain constrained sampling's law."""
+    target, draft = _pair()
+    sp = TEMPERATURES["T1"]
+    prompt = LOOKUP_PROMPT if lookup or method == "auto" else PROMPT
+    if method == "auto":
+        engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
+        dp = DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
+    else:
+        engine = Engine(target, draft)
+        dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=lookup)
+    counts = sample(engine, prompt, sp, dp, RUNS, LAZY)
+    assert sum(c for s, c in counts.items() if _crosses(s, LAZY)) >= 0.2 * RUNS
+    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, LAZY), f"lazy/{method}/{lookup}")
+
+
+@pytest.mark.parametrize("method", ("none",) + METHODS + ("auto",))
+def test_lazy_constrained_greedy_is_plain_constrained_greedy(method):
+    """Greedy never meets LAZY's trigger, so this one starts after 4, 1: free greedy is
+    3 4 2 4 1 0 1 3 ..., constrained greedy departs from it after the trigger and ends."""
+    sp = SamplingParams(temperature=0.0)
+    n = 10
+    lazy = LazyConstraint(V, EOG, trigger=(4, 1))
+    for lookup, prompt in ((False, PROMPT), (True, LOOKUP_PROMPT)):
+        target, draft = _pair()
+        law = constrained_law(target, prompt, sp, n, lazy)
+        assert len(law) == 1
+        (want,) = law
+        assert _crosses(want, lazy) and want != tuple(exact_law(target, prompt, sp, n))[0][:len(want)]
+        dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4,
+                         lookup=lookup and method not in ("none", "auto"))
+        engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
+        res = engine.generate(prompt, sp.replace(max_tokens=n), dp, constraint=lazy)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        assert [seq] == list(law), (seq, law)
+
+
+class _BoundaryBlindLazy(LazyConstraint):
+    """A broken lazy constraint: it matches the trigger on the committed tokens and on the
+    path separately, so it misses a trigger that spans them (matching per piece instead of
+    on the path's tokens).  Its masks still always allow something."""
+
+    def start(self):
+        spec = self
+
+        class State:
+            committed: list[int] = []
+
+            def mask(self, path):
+                path = [int(x) for x in path]
+                at = spec.triggered_at(self.committed)
+                if at is None:
+                    local = spec.triggered_at(path)
+                    at = None if local is None else len(self.committed) + local
+                h = self.committed + path
+                ids = list(range(spec.n_vocab)) if at is None else spec.inner.allowed(h[at:])
+                return sampling.bitmask_from_ids(ids, spec.n_vocab)
+
+            def advance(self, tokens):
+                self.committed = self.committed + [int(x) for x in tokens]
+
+            def is_stopped(self):
+                return False
+
+        return State()
+
+
+def test_a_trigger_missed_across_the_commit_boundary_is_caught():
+    """The lazy law test has the power to see a trigger matched per piece rather than on
+    the path's tokens.  Without speculation the broken constraint is right (every mask is
+    asked with an empty path); under speculation a tree path starting with 3 after a
+    committed 4 misses the trigger, and the law check rejects the output."""
+    target, draft = _pair()
+    sp = TEMPERATURES["T1"]
+    broken = _BoundaryBlindLazy(V, EOG, trigger=(4, 3))
+    counts = sample(Engine(target, draft), PROMPT, sp, DraftParams(method="none"), RUNS, broken)
+    check_law(counts, constrained_law(target, PROMPT, sp, N_TOKENS, LAZY), "lazy/boundary-blind/none")
+    dp = DraftParams(method="resispec", draws=3, depth=3, budget=6, draft_support=4)
+    counts = sample(Engine(target, draft), PROMPT, sp, dp, RUNS, broken)
+    with pytest.raises(AssertionError, match="probability 0|joint p"):
+        check_law(counts, constrained_law(target, PROMPT, sp, N_TOKENS, LAZY), "lazy/boundary-blind")
