@@ -80,18 +80,23 @@ CASES = (
 )
 
 
-@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
-@pytest.mark.parametrize("method,policy,lookup", CASES)
-def test_constrained_output_law_is_exact(method, policy, lookup, temp):
+def _case(method, lookup, policy="budget"):
+    """``(target, engine, prompt, draft params)`` of one law test: auto on GPU-like costs, or
+    a fixed method's tree."""
     target, draft = _pair()
-    sp = TEMPERATURES[temp]
     prompt = LOOKUP_PROMPT if lookup or method == "auto" else PROMPT
     if method == "auto":
         engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
-        dp = DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
-    else:
-        engine = Engine(target, draft)
-        dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy, lookup=lookup)
+        return target, engine, prompt, DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
+    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, policy=policy, lookup=lookup)
+    return target, Engine(target, draft), prompt, dp
+
+
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("method,policy,lookup", CASES)
+def test_constrained_output_law_is_exact(method, policy, lookup, temp):
+    target, engine, prompt, dp = _case(method, lookup, policy)
+    sp = TEMPERATURES[temp]
     counts = sample(engine, prompt, sp, dp, RUNS)
     check_law(counts, constrained_law(target, prompt, sp, N_TOKENS), f"constrained/{method}/{policy}/{lookup}/{temp}")
 
@@ -162,15 +167,8 @@ LAZY_CASES = [(m, False) for m in METHODS] + [("resispec", True), ("auto", False
 def test_lazy_constraint_output_law_is_exact(method, lookup):
     """A constraint that starts after a two-token trigger (matched on committed + path, so
     it may span the committed tokens and the tree): plain constrained sampling's law."""
-    target, draft = _pair()
+    target, engine, prompt, dp = _case(method, lookup)
     sp = TEMPERATURES["T1"]
-    prompt = LOOKUP_PROMPT if lookup or method == "auto" else PROMPT
-    if method == "auto":
-        engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
-        dp = DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
-    else:
-        engine = Engine(target, draft)
-        dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=lookup)
     counts = sample(engine, prompt, sp, dp, RUNS, LAZY)
     assert sum(c for s, c in counts.items() if _crosses(s, LAZY)) >= 0.2 * RUNS
     check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, LAZY), f"lazy/{method}/{lookup}")
