@@ -91,16 +91,8 @@ def _sample_without_replacement(ids, probs, u):
 
 @njit(cache=True)
 def _sample_dense(p, u):
-    t = u * p.sum()
-    c = 0.0
-    last = 0
-    for i in range(p.shape[0]):
-        if p[i] > 0.0:
-            c += p[i]
-            last = i
-            if c > t:
-                return i
-    return last
+    # the inverse CDF over token ids 0..V-1 (token 0 for a vector without mass, as before)
+    return max(_cdf_index(p, u), 0)
 
 
 @njit(cache=True)
