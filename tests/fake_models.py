@@ -194,11 +194,14 @@ class PathConstraint:
         return out
 
     def start(self):
-        return _PathConstraintState(self)
+        return _SpecState(self)
 
 
-class _PathConstraintState:
-    def __init__(self, spec: PathConstraint):
+class _SpecState:
+    """One request's state in a fake constraint whose law is ``spec.allowed(history)``; it
+    counts its ``mask`` calls and checks that every path it is asked about was allowed."""
+
+    def __init__(self, spec):
         self.spec = spec
         self.committed: list[int] = []
         self.mask_calls = 0
@@ -206,11 +209,11 @@ class _PathConstraintState:
     def mask(self, path):
         from resispec_gguf.kernels.sampling import bitmask_from_ids
 
-        h = self.committed + list(path)
+        path = [int(x) for x in path]
         for i, x in enumerate(path):  # the engine only asks about paths the masks allowed
-            assert x in self.spec.allowed(self.committed + list(path[:i])), (self.committed, path)
+            assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
         self.mask_calls += 1
-        return bitmask_from_ids(self.spec.allowed(h), self.spec.n_vocab)
+        return bitmask_from_ids(self.spec.allowed(self.committed + path), self.spec.n_vocab)
 
     def advance(self, tokens):
         for x in tokens:
@@ -218,8 +221,8 @@ class _PathConstraintState:
             self.committed.append(int(x))
 
     def is_stopped(self) -> bool:
-        h = self.committed
-        return len(h) >= 2 and h[-1] == h[-2]
+        """Complete: only the end token may follow."""
+        return self.spec.allowed(self.committed) == [self.spec.eog]
 
 
 class LazyConstraint:
@@ -256,31 +259,7 @@ class LazyConstraint:
         return self.inner.allowed(h[at:])
 
     def start(self):
-        return _LazyConstraintState(self)
-
-
-class _LazyConstraintState:
-    def __init__(self, spec: LazyConstraint):
-        self.spec = spec
-        self.committed: list[int] = []
-        self.mask_calls = 0
-
-    def mask(self, path):
-        from resispec_gguf.kernels.sampling import bitmask_from_ids
-
-        path = [int(x) for x in path]
-        for i, x in enumerate(path):  # the engine only asks about paths the masks allowed
-            assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
-        self.mask_calls += 1
-        return bitmask_from_ids(self.spec.allowed(self.committed + path), self.spec.n_vocab)
-
-    def advance(self, tokens):
-        for x in tokens:
-            assert x in self.spec.allowed(self.committed), (self.committed, x)
-            self.committed.append(int(x))
-
-    def is_stopped(self) -> bool:
-        return self.spec.allowed(self.committed) == [self.spec.eog]
+        return _SpecState(self)
 
 
 class Clocked:
