@@ -46,11 +46,14 @@ class ChatOptions:
         return self.schema if self.tools.active and self.tools.choice == "auto" else None
 
     @property
+    def schema_param(self) -> str:
+        """The request field the reply's schema comes from."""
+        return "response_format.json_schema.schema" if isinstance(self.schema, dict) else "response_format"
+
+    @property
     def constraint_param(self) -> str:
         """The request field a constraint comes from (named by a 400 when it cannot compile)."""
-        if self.tools.active:
-            return "tools"
-        return "response_format.json_schema.schema" if isinstance(self.schema, dict) else "response_format"
+        return "tools" if self.tools.active else self.schema_param
 
 
 @dataclass
@@ -193,8 +196,7 @@ def _constraint(engine, options: ChatOptions, fmt):
 
 def _compile_schema(engine, options: ChatOptions, compile_):
     """``compile_(options.schema)``, a ``GrammarError`` naming the response_format field."""
-    where = "response_format.json_schema.schema" if isinstance(options.schema, dict) else "response_format"
     try:
         return compile_(options.schema)
     except GrammarError as e:
-        raise e.naming(where) from None
+        raise e.naming(options.schema_param) from None
