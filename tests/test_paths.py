@@ -39,3 +39,16 @@ def test_resispec_cache_comes_first_and_is_the_directory_itself(home, monkeypatc
     monkeypatch.setenv("RESISPEC_CACHE", "")  # empty: unset
     assert cache_dir() == tmp_path / "xdg" / "resispec-gguf" / "models"
     assert isinstance(cache_dir(), Path)
+
+
+def test_json_caches_read_what_was_written_and_nothing_when_damaged(tmp_path):
+    from resispec_gguf.paths import read_json_dict, write_json_atomic
+
+    path = tmp_path / "sub" / "cache.json"
+    assert read_json_dict(path) == {}  # missing
+    write_json_atomic(path, {"a": [1, 2]})
+    assert read_json_dict(path) == {"a": [1, 2]} and [p.name for p in path.parent.iterdir()] == ["cache.json"]
+    path.write_text("[1, 2]")  # not an object
+    assert read_json_dict(path) == {}
+    path.write_text("{broken")
+    assert read_json_dict(path) == {}

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..paths import cache_dir
+from ..paths import cache_dir, read_json_dict, write_json_atomic
 
 __all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_cause", "crash_message", "library_files",
            "rebuild_command",
@@ -126,11 +126,7 @@ def _cache_path() -> Path:
 
 
 def _read_cache() -> dict:
-    try:
-        data = json.loads(_cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_dict(_cache_path())
 
 
 def _write_cache(key: str, verdict: Verdict) -> None:
@@ -139,13 +135,8 @@ def _write_cache(key: str, verdict: Verdict) -> None:
     data = _read_cache()
     data.pop(key, None)
     data[key] = {k: v for k, v in asdict(verdict).items() if k != "cached"}
-    data = dict(list(data.items())[-_KEEP:])
-    path = _cache_path()
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(_cache_path(), dict(list(data.items())[-_KEEP:]))
 
 
 def _signal_name(number: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import sampling
-from ..paths import cache_dir
+from ..paths import cache_dir, read_json_dict, write_json_atomic
 
 __all__ = ["ROW_COUNTS", "CostCurve", "backend_curve", "cost_table", "host_row_seconds", "measure_curve",
            "measured"]
@@ -79,28 +78,17 @@ def curve_cache_key(identity: str) -> str:
 
 
 def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:
+    entry = read_json_dict(cache_file).get(key)
     try:
-        with open(cache_file, encoding="utf-8") as f:
-            entry = json.load(f).get(key)
         return CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])) if entry else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
 
 
 def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
-    try:
-        with open(cache_file, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
+    data = read_json_dict(cache_file)
     data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)}
-    os.makedirs(os.path.dirname(cache_file) or ".", exist_ok=True)
-    tmp = cache_file + f".{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, cache_file)
+    write_json_atomic(cache_file, data)
 
 
 @functools.lru_cache(maxsize=16)
