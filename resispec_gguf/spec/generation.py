@@ -38,7 +38,7 @@ from .lookup import NgramIndex
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
 from .textstream import TextAssembler
-from .tree import DraftTree, Draw, GrowthLimits, growing
+from .tree import DraftTree, Draw, GrowthLimits, grow, growing
 
 __all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
 
@@ -394,13 +394,7 @@ class Generation:
                 x0, n = self._propose(tree, node)
                 return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, dp.k)[0], x0, ({}, n, x0))
 
-            steps = growing(tree, limits, draw_lookup, self.plan_)
-            try:
-                frontier = next(steps)
-                while True:
-                    frontier = steps.send([None] * len(frontier))
-            except StopIteration as done:
-                return done.value[0], None
+            return grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan_)[0], None
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
