@@ -30,7 +30,10 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_ROLES = ("system", "user", "assistant", "tool")
+_ROLES = ("system", "user", "assistant", "tool", "developer")
+# OpenAI's newer name for the system role (what its client and some agent frameworks send);
+# chat templates know only "system", so a developer message is rendered as one
+_RENAMED_ROLES = {"developer": "system"}
 
 
 def _raise(message):
@@ -87,14 +90,15 @@ def _check_message(m, where: str) -> dict:
     if not isinstance(m["role"], str) or m["role"] not in _ROLES:
         raise MessageError(f"{where}.role must be one of {', '.join(_ROLES)}, got {str(m['role'])[:40]!r}",
                            f"{where}.role")
-    return {**m, "content": _content(m, where)}
+    return {**m, "role": _RENAMED_ROLES.get(m["role"], m["role"]), "content": _content(m, where)}
 
 
 def check_messages(messages) -> Messages:
     """Validate OpenAI-style messages; returns them with string content (text parts joined).
     ``Messages`` (already checked) come back as they are.
 
-    Raises ``MessageError`` naming the field for anything else: a missing or unknown role,
+    A ``developer`` message (OpenAI's newer name for the system role) becomes a ``system``
+    one.  Raises ``MessageError`` naming the field for anything else: a missing or unknown role,
     content that is not a string, null or a list of parts, a text part whose ``text`` is not a
     string, or text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``).
     """

@@ -20,6 +20,15 @@ def test_check_messages_joins_text_parts_and_defaults_content():
     assert [m["content"] for m in msgs] == ["", "ab", ""] and msgs[1]["name"] == "x"
 
 
+def test_a_developer_message_is_a_system_message():
+    """OpenAI's newer name for the system role, which its client and agent frameworks send:
+    chat templates know only "system"."""
+    msgs = cf.check_messages([{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                              {"role": "user", "content": "Hi"}])
+    assert msgs[0] == {"role": "system", "content": "Be brief."}
+    assert cf.render(None, msgs).startswith("<|im_start|>system\nBe brief.<|im_end|>")
+
+
 @pytest.mark.parametrize("messages,param", [
     ([], "messages"),
     ("hi", "messages"),
