@@ -5,7 +5,7 @@ the bytes JSON valid under it may continue with (the end tokens where it is comp
 
 import pytest
 
-from resispec_gguf.assist.grammar import Grammars, GrammarError, json_schema_grammar, lark_grammar
+from resispec_gguf.assist.grammar import Grammars, GrammarError, check_schema, json_schema_grammar, lark_grammar
 from resispec_gguf.errors import UserError
 from resispec_gguf.kernels.sampling import mask_allows
 from tiny_gguf import BYTE0_ID, EOS_ID, IM_END_ID, N_VOCAB
@@ -72,7 +72,7 @@ def test_the_32_most_recently_used_are_kept(grammars):
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(json_schema={"type": "nonsense"}), "invalid grammar: Invalid type: nonsense"),
+    (dict(json_schema={"type": "nonsense"}), "invalid JSON schema: Invalid type: nonsense"),
     (dict(json_schema={"type": "integer", "minimum": 5, "maximum": 1}), "minimum (5) is greater than maximum (1)"),
     (dict(json_schema={"$ref": "#/nope"}), "/nope"),
     (dict(json_schema="{nope"), "the JSON schema is not valid JSON"),
@@ -87,6 +87,75 @@ def test_a_bad_schema_or_grammar_is_a_one_line_grammar_error(grammars, kw, needl
     assert needle in str(e.value) and "\n" not in str(e.value)
     assert isinstance(e.value, UserError)
     assert not grammars._compiled  # nothing half-compiled is kept
+
+
+# schemas as clients write them (Pydantic's nested models, unions, bounds): each compiles
+ITEM = {"type": "object", "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"},
+                                         "size": {"anyOf": [{"enum": ["S", "M"]}, {"type": "null"}]}},
+        "required": ["sku"], "additionalProperties": False}
+SUPPORTED = {
+    "$defs": {"type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"},
+                                                         "minItems": 1, "maxItems": 3}}, "$defs": {"Item": ITEM}},
+    "definitions": {"type": "object", "properties": {"a": {"$ref": "#/definitions/A"}},
+                    "definitions": {"A": {"$ref": "#/definitions/B"}, "B": {"const": 3}}},
+    "recursive": {"$ref": "#/$defs/N", "$defs": {"N": {"type": "object", "properties": {
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/N"}, "maxItems": 2}}}}},
+    "recursive root": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}},
+    "discriminated oneOf": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "n": {"type": "integer", "minimum": 0}},
+         "required": ["kind"]}], "discriminator": {"propertyName": "kind", "mapping": {"a": "#/oneOf/0"}}},
+    "additionalProperties schema": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "formats and bounds": {"type": "object", "properties": {
+        "when": {"type": "string", "format": "date-time"}, "mail": {"type": "string", "format": "email"},
+        "blob": {"type": "string", "format": "binary"},  # Pydantic's bytes: unknown to the engine, an annotation
+        "name": {"type": "string", "minLength": 1, "maxLength": 8, "title": "Name", "description": "who"},
+        "n": {"type": ["integer", "null"], "exclusiveMaximum": 10, "default": None}}},
+}
+
+
+@pytest.mark.parametrize("schema", SUPPORTED.values(), ids=SUPPORTED.keys())
+def test_schemas_as_clients_write_them_compile(grammars, schema):
+    grammars.compile(json_schema=schema)
+    grammars.check(schema)
+
+
+# (schema, the keyword or value named, where in the schema)
+UNHONOURED = [
+    ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}, "'uniqueItems'",
+     ("properties", "tags")),
+    ({"$defs": {"A": {"not": {"type": "string"}}}, "$ref": "#/$defs/A"}, "'not'", ("$defs", "A")),
+    ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, "'if'", ()),
+    ({"anyOf": [{"type": "string"}, {"type": "array", "contains": {"const": 1}}]}, "'contains'", ("anyOf", 1)),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}, "'#/$defs/Missing' points to nothing",
+     ("properties", "a", "$ref")),
+    ({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}, "remote schemas are not fetched",
+     ("properties", "a", "$ref")),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^a$"},
+                                       "b": {"items": {"type": "string", "pattern": "(?<=x)y"}}}},
+     "'(?<=x)y' is not a regular expression the grammar engine supports: look-around", ("properties", "b", "items",
+                                                                                          "pattern")),
+]
+
+
+@pytest.mark.parametrize("schema,named,path", UNHONOURED)
+def test_a_schema_feature_the_engine_cannot_honour_is_named_with_its_place(grammars, schema, named, path):
+    """Never silently ignored (the reply could break the schema), never our grammar text."""
+    for attempt in (lambda: grammars.compile(json_schema=schema), lambda: grammars.check(schema)):
+        with pytest.raises(GrammarError) as e:
+            attempt()
+        assert named in str(e.value) and e.value.path == path and "\n" not in str(e.value)
+        assert "%json" not in str(e.value) and "start:" not in str(e.value)
+    named_error = e.value.naming("tools[2].function.parameters")
+    where = "tools[2].function.parameters" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path)
+    assert named_error.param == where and str(named_error).startswith(where + ": ")
+    assert not grammars._compiled
+
+
+def test_a_schema_may_ask_for_unsupported_keywords_to_be_ignored(grammars):
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "x-guidance": {"lenient": True}}
+    check_schema(grammars.tokenizer(), schema)
+    grammars.compile(json_schema=schema)
 
 
 def test_exactly_one_of_a_schema_and_a_grammar(grammars):
