@@ -47,9 +47,10 @@ ANY_JSON_OBJECT = {"type": "object"}
 
 # How JSON-schema text may be laid out.  Between tokens: a few blanks, or one line break and
 # an indentation (pretty-printed JSON), never an unbounded run (a model that drifts into
-# whitespace would otherwise fill max_tokens with it).  Unknown keywords (formats, titles)
-# are ignored rather than refused, and oneOf is read as anyOf.  A schema's own top-level
-# "x-guidance" object overrides these.
+# whitespace would otherwise fill max_tokens with it).  Compiling is lenient (a format the
+# engine does not know is ignored), but every schema is first held to ``check_schema``, which
+# refuses the keywords the engine would ignore; oneOf is read as anyOf.  A schema's own
+# top-level "x-guidance" object overrides these.
 JSON_DEFAULTS = {
     "whitespace_pattern": r"[\x20\x09]{0,4}|\x0D?\x0A[\x20\x09]{0,32}",
     "lenient": True,
