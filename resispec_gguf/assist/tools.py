@@ -117,7 +117,8 @@ def check_tools(tools, functions=None) -> list[dict]:
 
 def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolRequest:
     """``tool_choice`` against the checked ``functions``: ``"none"``, ``"auto"`` (default with
-    tools), ``"required"`` or ``{"type": "function", "function": {"name": ...}}``."""
+    tools), ``"required"``, ``{"type": "function", "function": {"name": ...}}`` or
+    ``{"type": "allowed_tools", ...}`` (``_allowed_tools``)."""
     names = [f["name"] for f in functions]
     if parallel is not None and not isinstance(parallel, bool):
         raise ToolError("parallel_tool_calls must be true or false", "parallel_tool_calls")
@@ -131,6 +132,8 @@ def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolReque
         if choice != "none" and not functions:
             raise ToolError(f"tool_choice {choice!r} needs tools", "tool_choice")
         return ToolRequest(functions, choice, names, par)
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        return _allowed_tools(choice.get("allowed_tools"), functions, par)
     if isinstance(choice, dict):
         f = choice.get("function")
         name = f.get("name") if isinstance(f, dict) else None
@@ -141,6 +144,24 @@ def check_tool_choice(choice, functions: list[dict], parallel=None) -> ToolReque
             raise ToolError(f"tool_choice names {name[:64]!r}, which is not in tools", "tool_choice.function.name")
         return ToolRequest(functions, "required", [name], par)
     raise ToolError("tool_choice must be a string or an object", "tool_choice")
+
+
+def _allowed_tools(spec, functions: list[dict], parallel: bool) -> ToolRequest:
+    """OpenAI's ``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required",
+    "tools": [{"type": "function", "function": {"name": ...}}, ...]}}``: only these tools are
+    shown to the model and may be called, as with a named function."""
+    where = "tool_choice.allowed_tools"
+    if not isinstance(spec, dict) or spec.get("mode") not in ("auto", "required") \
+            or not isinstance(spec.get("tools"), list) or not spec["tools"]:
+        raise ToolError(f"{where} must be {{\"mode\": \"auto\" or \"required\", \"tools\": [...]}}", where)
+    offered, names = [f["name"] for f in functions], []
+    for i, t in enumerate(spec["tools"]):
+        f = t.get("function") if isinstance(t, dict) else None
+        name = f.get("name") if isinstance(f, dict) else None
+        if name not in offered:
+            raise ToolError(f"{where}.tools[{i}] must name a function in tools", f"{where}.tools[{i}]")
+        names.append(name)
+    return ToolRequest(functions, spec["mode"], names, parallel)
 
 
 def _arguments_object(args, where: str):

@@ -77,6 +77,24 @@ def test_tool_checks_name_the_field():
     assert (named.choice, named.allowed) == ("required", ["add"])
 
 
+def test_allowed_tools_limits_what_may_be_called():
+    """OpenAI's newer tool_choice shape: a mode and the functions that may be called."""
+    fns = tools.check_tools([WEATHER, ADD])
+    spec = {"mode": "required", "tools": [{"type": "function", "function": {"name": "add"}}]}
+    req = tools.check_tool_choice({"type": "allowed_tools", "allowed_tools": spec}, fns)
+    assert (req.choice, req.allowed, req.active) == ("required", ["add"], True)
+    req = tools.check_tool_choice({"type": "allowed_tools", "allowed_tools": {**spec, "mode": "auto"}}, fns, True)
+    assert (req.choice, req.allowed, req.parallel) == ("auto", ["add"], True)
+    for bad, param in [({"mode": "sometimes", "tools": spec["tools"]}, "tool_choice.allowed_tools"),
+                       ({"mode": "auto", "tools": []}, "tool_choice.allowed_tools"),
+                       (None, "tool_choice.allowed_tools"),
+                       ({"mode": "auto", "tools": [{"function": {"name": "nope"}}]},
+                        "tool_choice.allowed_tools.tools[0]")]:
+        with pytest.raises(tools.ToolError) as e:
+            tools.check_tool_choice({"type": "allowed_tools", "allowed_tools": bad}, fns)
+        assert e.value.param == param
+
+
 def test_tool_messages_are_checked():
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
     msgs = [{"role": "user", "content": "?"}, {"role": "assistant", "content": None, "tool_calls": [call]},

@@ -129,6 +129,29 @@ def test_a_tool_with_nested_pydantic_parameters_gives_valid_calls(served, stream
         _valid_order(args)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_allowed_tools_under_required_calls_an_allowed_function(served, stream):
+    """OpenAI's ``{"type": "allowed_tools", ...}`` tool_choice: a call of a listed function."""
+    url, _ = served
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    choice = {"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "place_order"}}]}}
+    body = {"model": "tiny", "messages": MSGS, "tools": [other, _order_tool()], "tool_choice": choice, "seed": 1,
+            "stream": stream}
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    if stream:
+        deltas = [json.loads(line[6:])["choices"] for line in r.text.splitlines()
+                  if line.startswith("data: {")]
+        calls = [d for ch in deltas for c in ch for d in c["delta"].get("tool_calls") or []]
+        name, args = calls[0]["function"]["name"], "".join(d["function"]["arguments"] for d in calls)
+    else:
+        call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+        name, args = call["name"], call["arguments"]
+    assert name == "place_order"
+    _valid_order(args)
+
+
 @pytest.mark.parametrize("model", [Receipt, Section])
 @pytest.mark.parametrize("stream", [False, True])
 def test_structured_output_with_nested_and_recursive_models_parses(served, model, stream):
