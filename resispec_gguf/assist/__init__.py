@@ -3,7 +3,8 @@
 ``prompts`` builds every prompt from text (plain, a chat rendered with the model's template
 by ``chat_format``, a fill-in-the-middle layout by ``fim``), tokenized so that only the
 template's own text can become control tokens.  ``grammar`` is the one adapter to the grammar
-engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` owns
+engine (llguidance): JSON schemas and grammars → per-path token masks; ``schemas`` finds
+where in a client's JSON schema a feature the engine cannot honour is.  ``tools`` owns
 everything about tool calls: the formats models write them in, their grammars, parsing and
 streaming.  ``plan`` turns a chat request (tools, tool_choice, response_format) into a prompt
 and a constraint; the surfaces then run it on the engine.

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ConstraintError, UserError
 from ..kernels.sampling import bitmask_from_ids
+from . import schemas
 
 __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "check_schema", "ANY_JSON_OBJECT"]
 
@@ -135,126 +136,33 @@ def lark_grammar(text: str) -> str:
     return llg.LLMatcher.grammar_from_lark(lark)
 
 
-# -- what in a JSON schema the grammar engine cannot honour, and where
-
-# keywords whose values are schemas: a map of them, a list of them, or one (``items`` may be
-# either, in older drafts)
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_ONE = ("items", "additionalItems", "additionalProperties", "unevaluatedProperties", "unevaluatedItems",
-               "contains", "propertyNames", "not", "if", "then", "else")
-_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
-_MISSING_POINTER = re.compile(r"Pointer '([^']*)' does not exist")
-_REMOTE = re.compile(r"Resource '([^']*)' is not present")
-
-
-def _subschemas(schema, path=()):
-    """``(path, subschema)`` for ``schema`` and every schema inside it, depth first in the
-    schema's own order (so the first one found is the first one written)."""
-    if not isinstance(schema, dict):
-        return
-    yield path, schema
-    for key, value in schema.items():
-        if key in _SCHEMA_MAPS and isinstance(value, dict):
-            for name, sub in value.items():
-                yield from _subschemas(sub, path + (key, name))
-        elif (key in _SCHEMA_LISTS or key in _SCHEMA_ONE) and isinstance(value, list):
-            for i, sub in enumerate(value):
-                yield from _subschemas(sub, path + (key, i))
-        elif key in _SCHEMA_ONE:
-            yield from _subschemas(value, path + (key,))
-
-
-def _without_formats(schema, names: set):
-    """A copy of ``schema`` without the ``format`` annotations naming ``names``."""
-    schema = json.loads(json.dumps(schema))
-    for _, sub in _subschemas(schema):
-        if sub.get("format") in names:
-            del sub["format"]
-    return schema
-
-
-def _first(schema, test):
-    """The path of the first subschema for which ``test`` holds, or ``()``."""
-    return next((path for path, sub in _subschemas(schema) if test(sub)), ())
-
-
-def _regex_fault(tokenizer, pattern: str) -> str | None:
-    """Why the grammar engine cannot read ``pattern`` (its last line: the cause), or None."""
-    text = _llg().LLMatcher.grammar_from_json_schema(json.dumps({"type": "string", "pattern": pattern}))
-    is_error, messages = _llg().LLMatcher.validate_grammar_with_warnings(text, tokenizer)
-    if not is_error:
-        return None
-    lines = [ln.strip() for ln in (messages[0] if messages else "").splitlines() if ln.strip()]
-    return (lines[-1].removeprefix("error: ") if lines else "unknown error")[:200]
-
-
-def _schema_fault(tokenizer, schema, message: str) -> GrammarError:
-    """The grammar engine's complaint ``message`` about ``schema`` as a ``GrammarError`` that
-    names the feature and where in the schema it is (what the user wrote, never our grammar)."""
-    unimplemented = _UNIMPLEMENTED.search(message)
-    if unimplemented:
-        keys = re.findall(r'"([^"]+)"', unimplemented.group(1)) or [unimplemented.group(1)]
-        path = _first(schema, lambda sub: any(k in sub for k in keys))
-        found = next((k for k in keys if k in _dig(schema, path)), keys[0])
-        return GrammarError(f"the JSON schema keyword {found!r} is not supported by the grammar engine, so replies "
-                            "could not be held to it; remove it, or add \"x-guidance\": {\"lenient\": true} at the "
-                            "schema's top level to have such keywords ignored", path=path)
-    for pattern, why in ((_MISSING_POINTER, "points to nothing in the schema"),
-                         (_REMOTE, "is not a reference within the schema (remote schemas are not fetched)")):
-        found = pattern.search(message)
-        if found:
-            ref = found.group(1)
-            path = _first(schema, lambda sub: sub.get("$ref") in (ref, "#" + ref))
-            if "$ref" in _dig(schema, path):
-                ref, path = _dig(schema, path)["$ref"], path + ("$ref",)  # as the user wrote it
-            return GrammarError(f"$ref {ref!r} {why}", path=path)
-    if "regex parse error" in message:
-        for path, sub in _subschemas(schema):
-            if isinstance(sub.get("pattern"), str):
-                why = _regex_fault(tokenizer, sub["pattern"])
-                if why:
-                    return GrammarError(f"the pattern {sub['pattern'][:100]!r} is not a regular expression the "
-                                        f"grammar engine supports: {why}", path=path + ("pattern",))
-    return GrammarError(f"invalid JSON schema: {_reason(message)}")
-
-
-def _dig(schema, path):
-    for key in path:
-        schema = schema[key]
-    return schema
+def _strict_error(tokenizer, schema) -> str | None:
+    """llguidance's first complaint about ``schema`` when it may ignore no keyword, or None."""
+    llg = _llg()
+    try:
+        text = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={**JSON_DEFAULTS, "lenient": False})
+        is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(text, tokenizer)
+    except ValueError as e:
+        return str(e) or "unknown error"
+    return (messages[0] if messages else "unknown error") if is_error else None
 
 
 def check_schema(tokenizer, schema) -> None:
-    """Refuse a JSON schema whose every keyword the grammar engine cannot honour: an
-    unsupported keyword (``uniqueItems``, ``not``, ``if``...), a ``$ref`` that resolves to
-    nothing, a ``pattern`` it cannot read.  A ``GrammarError`` names the feature and its
-    ``path`` in the schema.  (Compiled grammars are lenient, ``JSON_DEFAULTS``: this check
-    comes first.)  A ``format`` the engine does not know is an annotation, as JSON Schema
-    reads unknown formats, and is ignored (Pydantic writes ``binary``, ``password``,
-    ``path``...); a schema whose own ``"x-guidance"`` says ``"lenient": true`` asks for
-    unsupported keywords to be ignored too."""
-    if schema is True or not isinstance(schema, dict):
-        return
-    llg = _llg()
-    strict = {**JSON_DEFAULTS, "lenient": False}
-    ignored: set = set()
-    checked = schema
-    for _ in range(64):  # each round ignores one more unknown format
-        try:
-            text = llg.LLMatcher.grammar_from_json_schema(json.dumps(checked), defaults=strict)
-            is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(text, tokenizer)
-        except ValueError as e:
-            is_error, messages = True, [str(e)]
-        if not is_error:
-            return
-        message = messages[0] if messages else "unknown error"
-        unknown = _UNKNOWN_FORMAT.search(message)
-        if not unknown or unknown.group(1) in ignored:
-            raise _schema_fault(tokenizer, schema, message)
-        ignored.add(unknown.group(1))
-        checked = _without_formats(schema, ignored)
+    """Refuse a JSON schema with a feature the grammar engine cannot honour (``schemas.fault``:
+    an unsupported keyword, a ``$ref`` to nothing, a ``pattern`` it cannot read), as a
+    ``GrammarError`` naming it and its ``path`` in the schema.  Compiled grammars are lenient
+    (``JSON_DEFAULTS``): this check comes first.  A ``format`` the engine does not know is an
+    annotation and is ignored; a schema whose own ``"x-guidance"`` says ``"lenient": true``
+    asks for unsupported keywords to be ignored too."""
+    try:
+        found = schemas.fault(schema, lambda s: _strict_error(tokenizer, s))
+    except RecursionError:
+        raise GrammarError("the JSON schema is nested too deeply") from None
+    if found is not None:
+        message, path = found
+        if path is None:
+            raise GrammarError(f"invalid JSON schema: {_reason(message)}")
+        raise GrammarError(message, path=path)
 
 
 _LOCATION = re.compile(r"^(at )?\d+\(\d+\):\s*")
