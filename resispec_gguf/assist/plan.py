@@ -191,11 +191,12 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
     constraint = _constraint(engine, options, fmt)  # first: a constraint that cannot work names its field
     variables = options.reasoning.template_variables()
+    extra = {"template_kwargs": variables} if variables else {}
     if fmt is not None:  # the format renders tools, earlier calls and their results
         msgs, shown = _tools.prepare_messages(msgs, req, fmt)
-        prompt = engine.chat_tokens(msgs, tools=shown, template_kwargs=variables)
+        prompt = engine.chat_tokens(msgs, tools=shown, **extra)
     else:
-        prompt = engine.chat_tokens(msgs, template_kwargs=variables)
+        prompt = engine.chat_tokens(msgs, **extra)
     plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final)
     thinks = engine.reasoning_format()
     if thinks is not None:
