@@ -6,6 +6,7 @@ request's reasoning fields, and the plan of a chat on tiny GGUFs whose vocabular
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -176,8 +177,6 @@ def test_a_budget_forces_the_end_of_thinking(open_think, method):
 def test_a_schema_applies_after_the_thinking(open_think):
     """A JSON response_format on a reasoning model: free thinking (budget 4 closes it), then
     JSON that parses."""
-    import json
-
     plan = plan_chat(open_think, MSGS, response_format={"type": "json_object"}, reasoning_budget=4)
     for seed in range(3):
         res = open_think.generate(plan.prompt, SamplingParams(seed=seed, max_tokens=60), DraftParams(method="auto"),
@@ -187,3 +186,20 @@ def test_a_schema_applies_after_the_thinking(open_think):
         assert thinking is not None
         if res.finish_reason == "eos":
             assert isinstance(json.loads(content), dict)
+
+
+def test_a_forced_tool_call_comes_after_the_thinking(open_think):
+    """tool_choice "required" on a reasoning model: the thinking first (a budget of 3 closes
+    it), then the call, read from the answer alone."""
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    plan = plan_chat(open_think, MSGS, tools=[add], tool_choice="required", reasoning_budget=3)
+    for seed in range(3):
+        res = open_think.generate(plan.prompt, SamplingParams(seed=seed, max_tokens=80), DraftParams(),
+                                  constraint=plan.constraint)
+        assert END_ID in res.tokens[:4]
+        thinking, content = plan.split(res.text)
+        assert thinking is not None and content.startswith("<tool_call>")
+        if res.finish_reason == "eos":
+            (call,) = plan.tool_calls(content)[1]
+            assert call.name == "add" and isinstance(json.loads(call.arguments)["a"], int)
