@@ -79,65 +79,92 @@ def detect_reasoning(vocab) -> ReasoningFormat | None:
     return None
 
 
-def _parts(fmt: ReasoningFormat, phase: str, text: str, final: bool):
-    """``(reasoning, content)``: ``text`` split (reasoning None when the reply has no block);
-    while streaming (``final`` False) a tail that may still become a marker is left out."""
-    if phase == AFTER:
-        return None, text
-    body = text
-    if phase == BEFORE:
-        if not text.startswith(fmt.start):
-            if not final and fmt.start.startswith(text):
-                return None, ""  # may still open the block
-            return None, text
-        body = text[len(fmt.start):]
-    i = body.find(fmt.end)
-    if i >= 0:
-        return body[:i].strip(), body[i + len(fmt.end):].lstrip()
-    if not final:
-        for k in range(min(len(fmt.end) - 1, len(body)), 0, -1):  # a tail that may begin the marker
-            if fmt.end.startswith(body[-k:]):
-                body = body[:-k]
-                break
-    return body.strip(), ""
-
-
 def split_reasoning(fmt: ReasoningFormat | None, phase: str, text: str) -> tuple[str | None, str]:
     """A finished reply as ``(reasoning, content)``: the text inside the block (stripped of
     surrounding whitespace) and the answer after it (its leading whitespace dropped).  A
     reply whose block never closed (cut by max_tokens) is all reasoning; one with no block
-    (or no ``fmt``) has reasoning None and all its text as content."""
-    if fmt is None:
+    (or no ``fmt``) has reasoning None and all its text as content.  ``phase``: where the
+    reply started (``ReasoningFormat.phase``); from ``lazy.BEFORE`` only a reply that opens
+    with the marker has a block."""
+    if fmt is None or phase == AFTER:
         return None, text
-    return _parts(fmt, phase, text, True)
+    body = text
+    if phase == BEFORE:
+        if not text.startswith(fmt.start):
+            return None, text
+        body = text[len(fmt.start):]
+    i = body.find(fmt.end)
+    if i < 0:
+        return body.strip(), ""
+    return body[:i].strip(), body[i + len(fmt.end):].lstrip()
+
+
+def _marker_tail(text: str, marker: str) -> int:
+    """The length of the longest end of ``text`` that may begin ``marker`` (held back)."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-k:]):
+            return k
+    return 0
 
 
 class ReasoningStream:
     """A streamed reply split as ``split_reasoning`` splits it: ``push`` a piece, get the
     ``(reasoning, content)`` text that may go out now; ``finish`` with the whole reply gives
-    the rest.  What goes out is always a prefix of the final parts (whitespace that may end
-    the reasoning, or a tail that may be a marker, is held back until it is known)."""
+    the rest.  What goes out is always a prefix of the final parts: a tail that may be a
+    marker, and whitespace that may end the reasoning, are held back until they are known.
+    Each piece costs time in its own length only (a long thinking block is never rescanned)."""
 
     def __init__(self, fmt: ReasoningFormat, phase: str):
         self.fmt, self.phase = fmt, phase
-        self.text = ""
+        self.state = {AFTER: "content", FREE: "reasoning", BEFORE: "opening"}[phase]
+        self.held = ""  # text not classified yet
+        self.blank = ""  # whitespace that may end the reasoning
         self.sent_reasoning = self.sent_content = 0
 
-    def _delta(self, reasoning: str | None, content: str) -> tuple[str, str]:
-        r = (reasoning or "")[self.sent_reasoning:]
-        c = content[self.sent_content:]
-        self.sent_reasoning += len(r)
-        self.sent_content += len(c)
-        return r, c
+    def _reasoning(self, text: str, last: bool) -> str:
+        """``text`` of the reasoning as it may go out: leading whitespace of the block
+        dropped, trailing whitespace held (dropped when ``last``)."""
+        text = self.blank + text
+        if not self.sent_reasoning:
+            text = text.lstrip()
+        out = text.rstrip()
+        self.blank = "" if last else text[len(out):]
+        self.sent_reasoning += len(out)
+        return out
 
     def push(self, piece: str) -> tuple[str, str]:
-        self.text += piece
-        return self._delta(*_parts(self.fmt, self.phase, self.text, False))
+        text, self.held = self.held + piece, ""
+        reasoning = content = ""
+        if self.state == "opening":
+            start = self.fmt.start
+            if text.startswith(start):
+                self.state, text = "reasoning", text[len(start):]
+            elif start.startswith(text):
+                self.held = text
+                return "", ""
+            else:
+                self.state = "content"
+        if self.state == "reasoning":
+            i = text.find(self.fmt.end)
+            if i < 0:
+                k = _marker_tail(text, self.fmt.end)
+                self.held = text[len(text) - k:] if k else ""
+                return self._reasoning(text[:len(text) - k], False), ""
+            reasoning = self._reasoning(text[:i], True)
+            self.state, text = "answer", text[i + len(self.fmt.end):]
+        if self.state == "answer":  # the answer's leading whitespace is dropped
+            text = text.lstrip()
+            if text:
+                self.state = "content"
+        if self.state == "content":
+            content = text
+            self.sent_content += len(content)
+        return reasoning, content
 
     def finish(self, text: str) -> tuple[str, str]:
         """The parts of the whole reply ``text`` not sent yet."""
-        self.text = text
-        return self._delta(*split_reasoning(self.fmt, self.phase, text))
+        reasoning, content = split_reasoning(self.fmt, self.phase, text)
+        return (reasoning or "")[self.sent_reasoning:], content[self.sent_content:]
 
 
 def constrain(fmt: ReasoningFormat, inner, phase: str, budget: int, n_vocab: int):

@@ -82,6 +82,27 @@ def test_streamed_parts_concatenate_to_the_split(text, phase):
         assert (r + dr, c + dc) == ((final[0] or ""), final[1]), points
 
 
+@pytest.mark.parametrize("phase", [BEFORE, FREE, AFTER])
+def test_random_replies_stream_as_they_split(phase):
+    """Random replies made of marker fragments, blanks and letters, cut at random: the
+    streamed parts reassemble to the split, and never run ahead of it."""
+    import random
+
+    rng = random.Random(7)
+    atoms = ["<think>", "</think>", "</", "<thi", "nk>", "a", "b ", " ", "\n", "<", "/"]
+    for _ in range(400):
+        text = "".join(rng.choice(atoms) for _ in range(rng.randrange(0, 9)))
+        final = reasoning.split_reasoning(FMT, phase, text)
+        stream, r, c, i = reasoning.ReasoningStream(FMT, phase), "", "", 0
+        while i < len(text):
+            j = min(len(text), i + rng.randrange(1, 5))
+            dr, dc = stream.push(text[i:j])
+            r, c, i = r + dr, c + dc, j
+            assert (final[0] or "").startswith(r) and final[1].startswith(c), (text, r, c)
+        dr, dc = stream.finish(text)
+        assert (r + dr, c + dc) == ((final[0] or ""), final[1]), text
+
+
 def test_phase_is_read_from_the_prompts_last_tokens():
     piece = {START_ID: b"<think>", END_ID: b"</think>", 10: b"\n", 11: b"  ", 12: b"x"}.__getitem__
     assert FMT.phase([12, START_ID, 10], piece) == FREE
