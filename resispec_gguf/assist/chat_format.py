@@ -196,14 +196,14 @@ def render(template: str | None, messages, *, bos_token="", eos_token="", add_ge
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
         tmpl = env.from_string(template or CHATML)
-        return tmpl.render(
+        return tmpl.render({
             **(extra or {}),
-            messages=check_messages(messages),
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-            raise_exception=_raise,
-            tools=tools,
-        )
+            "messages": check_messages(messages),
+            "bos_token": bos_token,
+            "eos_token": eos_token,
+            "add_generation_prompt": add_generation_prompt,
+            "raise_exception": _raise,
+            "tools": tools,
+        })
     except jinja2.exceptions.TemplateError as e:
         raise UserError(f"the chat template failed: {e}") from None
