@@ -150,3 +150,63 @@ def test_the_python_api_splits_alike(open_engine):
     assert whole["content"] == _joined(deltas, "content")
     with pytest.raises(Exception, match="chat_template_kwargs must be an object"):
         create_chat_completion(open_engine, MESSAGES, chat_template_kwargs="x")
+
+
+def test_a_forced_call_opens_right_after_the_thinking(open_engine):
+    """tool_choice "required" on a reasoning model, streamed and not (same seed): the same
+    thinking, then the call the grammar opens (the tiny model never finishes one in 60
+    tokens: the reply is cut, and the partial call is its content, streamed or not)."""
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    kw = dict(seed=2, max_tokens=60, reasoning_budget=3, tools=[add], tool_choice="required")
+    whole = create_chat_completion(open_engine, MESSAGES, **kw)["choices"][0]
+    chunks = list(create_chat_completion(open_engine, MESSAGES, stream=True, **kw))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert whole["message"]["reasoning_content"] == _joined(deltas, "reasoning_content")
+    assert whole["message"]["content"].startswith("<tool_call>")  # the call opened right after the thinking
+    assert _joined(deltas, "content") == whole["message"]["content"]  # a call cut short stays text
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["finish_reason"] == "length"
+
+
+class _Scripted:
+    """The real engine with a scripted reply (the tiny model never finishes a call): its
+    template, vocabulary, formats and constraints are the real ones."""
+
+    def __init__(self, real, pieces):
+        self.real, self.pieces, self.last_result = real, pieces, None
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+        from resispec_gguf.engine import Result, Stats
+
+        try:
+            yield from self.pieces
+        finally:
+            self.last_result = Result(tokens=[7] * len(self.pieces), text="".join(self.pieces), finish_reason="eos",
+                                      stats=Stats(method="none", prompt_tokens=len(prompt)), seed=0)
+
+    def generate(self, prompt, sampling=None, draft=None, constraint=None, logprobs=None):
+        for _ in self.stream(prompt, sampling, draft, constraint):
+            pass
+        return self.last_result
+
+
+REPLY = ["Add", " one.\n</th", "ink>\n\n<tool", '_call>\n{"name": "add", "arguments": {"a"', ": 1}}\n</tool_call>"]
+
+
+def test_a_finished_call_after_the_thinking_reads_alike_streamed_or_not(open_engine):
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    engine = _Scripted(open_engine, REPLY)
+    whole = create_chat_completion(engine, MESSAGES, tools=[add], reasoning_budget=9)["choices"][0]
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["reasoning_content"] == "Add one."
+    (call,) = whole["message"]["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("add", {"a": 1})
+    chunks = list(create_chat_completion(engine, MESSAGES, tools=[add], reasoning_budget=9, stream=True))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert _joined(deltas, "reasoning_content") == "Add one." and _joined(deltas, "content") == ""
+    calls = [t for d in deltas for t in d.get("tool_calls") or []]
+    assert "".join(t["function"]["arguments"] for t in calls) == call["function"]["arguments"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
