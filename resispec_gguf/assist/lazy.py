@@ -17,8 +17,9 @@ masks).  A budget changes the law from the unbudgeted one by design: it makes ``
 ``close`` once the block holds ``budget`` tokens.  ``open`` and ``close`` are single tokens;
 a trigger that spans several tokens needs matching on text, which this class does not do.
 
-Generic: tool-call triggers can use it as reasoning does.  May import ``kernels`` and
-``spec.protocol``; nothing about text, templates or models.
+Generic: a tool call constrained from its opening token on is ``After(call, open_token,
+feed_close=True)``.  May import ``kernels`` and ``spec.protocol``; nothing about text,
+templates or models.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ class After:
     ``n_vocab``: the logits row length.  ``phase``: where a reply starts (``BEFORE`` needs an
     ``open`` token; ``FREE`` when the prompt already opened the block; ``AFTER`` when it is
     closed already).  ``budget``: the most tokens the block may hold before only ``close`` is
-    allowed (-1: no limit)."""
+    allowed (-1: no limit).  ``feed_close``: the closing token is also the inner constraint's
+    first token (a tool call whose grammar starts at its opening marker), rather than the
+    block's last."""
 
     def __init__(self, inner: Constraint | None, close: int, n_vocab: int, *, open: int | None = None,
-                 phase: str = FREE, budget: int = -1):
+                 phase: str = FREE, budget: int = -1, feed_close: bool = False):
         if phase not in _PHASES:
             raise ValueError(f"phase must be one of {_PHASES}, got {phase!r}")
         if phase == BEFORE and open is None:
@@ -54,6 +57,7 @@ class After:
             raise ValueError("open and close must be tokens of the vocabulary")
         self.inner, self.close, self.open = inner, int(close), None if open is None else int(open)
         self.n_vocab, self.phase, self.budget = int(n_vocab), phase, int(budget)
+        self.feed_close = bool(feed_close)
         self._all = bitmask_from_ids(range(self.n_vocab), self.n_vocab)
         self._close_only = bitmask_from_ids([self.close], self.n_vocab)
 
@@ -92,6 +96,8 @@ class AfterState:
             elif phase == FREE:
                 if t == s.close:
                     phase = AFTER
+                    if s.feed_close:
+                        inner.append(t)
                 else:
                     count += 1
             else:

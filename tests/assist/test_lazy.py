@@ -111,6 +111,19 @@ def test_a_union_with_a_wider_inner_mask_keeps_its_words():
     assert len(m) == 2 and _ids(m) == [1, OPEN]
 
 
+def test_a_trigger_fed_to_the_inner_constraint():
+    """``feed_close``: free text until the trigger, which is the inner constraint's first
+    token (a tool call whose grammar starts at its opening marker)."""
+    trigger = 2  # a token INNER allows first
+    state = After(INNER, trigger, V, feed_close=True).start()
+    assert _ids(state.mask([0, 1])) == list(range(V))
+    for path in ([trigger], [0, trigger, 1], [0, trigger, 1, 0]):
+        k = path.index(trigger)
+        assert _ids(state.mask(path)) == INNER.allowed(path[k:]), path
+    state.advance([0, trigger, 1])
+    assert _ids(state.mask([])) == INNER.allowed([trigger, 1])
+
+
 @pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V)])
 def test_bad_settings_are_refused(bad):
     kw = {"open": OPEN, "phase": FREE, **bad}
