@@ -6,7 +6,8 @@ engine on the Markov fakes of law_harness.py: the joint law of the first 4 token
 the switch from the free block to the inner constraint (``fake_models.PathConstraint``), is
 plain sampling under the same masks, for every method, with and without lookup, auto and
 lookup alone, with a budget of 2 (the closing token forced at the third token when the model
-has not closed the block by then); and for a block the model may open itself.  The reference rule
+has not closed the block by then); and for a block the model may open itself.  A budget
+counted on the committed tokens alone (blind to the node's path) is shown to be rejected.  The reference rule
 (``Thinking.allowed``) is written from the phases' definition, apart from the class.
 """
 
@@ -194,6 +195,39 @@ def test_the_output_law_around_the_switch_is_exact(method, lookup, name):
     counts = sample_constrained(engine, prompt, sp, dp, RUNS, spec.constraint())
     assert sum(c for s, c in counts.items() if _switched(s, spec)) >= 0.1 * RUNS
     check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, spec), f"after/{name}/{method}/{lookup}")
+
+
+class _BudgetBlind(After):
+    """A broken budget: a node's mask counts the block's committed tokens only, not those on
+    the node's path (right without speculation, where every mask is asked with an empty
+    path)."""
+
+    def start(self):
+        state = super().start()
+
+        def mask(path):
+            phase, _, inner = state._walk(path)
+            if phase == FREE:
+                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else range(V), V)
+            return state.inner.mask(inner)
+
+        state.mask = mask
+        return state
+
+
+def test_a_budget_blind_to_the_path_is_caught():
+    """The law test has the power to see a budget counted on the committed tokens alone: a
+    tree path overruns the budget, and the check rejects the output."""
+    target, draft = _pair()
+    sp, spec = TEMPERATURES["T1"], SPECS["budget-2"]
+    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2)
+    law = constrained_law(target, PROMPT, sp, N_TOKENS, spec)
+    check_law(sample_constrained(Engine(target, draft), PROMPT, sp, DraftParams(method="none"), RUNS, broken),
+              law, "budget-blind/none")
+    dp = DraftParams(method="resispec", draws=3, depth=3, budget=6, draft_support=4)
+    counts = sample_constrained(Engine(target, draft), PROMPT, sp, dp, RUNS, broken)
+    with pytest.raises(AssertionError, match="probability 0|joint p"):
+        check_law(counts, law, "budget-blind/resispec")
 
 
 @pytest.mark.parametrize("method", ("none",) + METHODS + ("auto",))
