@@ -395,8 +395,9 @@ def _pai_run(agent, prompt, stream):
 def _tool_and(ctx, output, model) -> tuple[bool, str]:
     """The tool was called with a valid Order, and the final output is valid (``model``;
     None: any text)."""
-    if not ctx.calls.orders:
-        return False, "no tool call (text)"
+    if not ctx.calls.orders:  # the model answered at once (under "auto", its choice)
+        valid = _is(output, model)[0] if model else isinstance(output, str) and bool(output)
+        return False, "no tool call (answered at once, " + ("valid output)" if valid else "invalid output)")
     return _is(output, model) if model else (isinstance(output, str) and bool(output), "")
 
 
