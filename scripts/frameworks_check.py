@@ -241,7 +241,10 @@ def _order_call(calls) -> tuple[bool, str]:
     if name != "place_order":
         return False, f"called {name}"
     try:
-        Order.model_validate(json.loads(args) if isinstance(args, str) else args)
+        args = json.loads(args) if isinstance(args, str) else args
+        if isinstance(args, dict) and list(args) == ["order"]:  # a function tool place_order(order: Order)
+            args = args["order"]
+        Order.model_validate(args)
     except Exception as e:  # a JSON or validation error
         return False, f"invalid arguments: {str(e)[:80]}"
     return True, ""
