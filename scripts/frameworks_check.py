@@ -27,7 +27,7 @@ or the output validated under its model.  ``tool_choice`` "auto" checks need the
 choose a call; a text reply there is counted as "text" (the model's choice, not a refusal).
 The requests go through a small logging proxy, so the table also says how many requests each
 check made (retries by the framework show there) and which request fields each framework
-sent; ``--dump FILE`` writes every request body and non-200 answer.  Exit code 1 when any
+sent; ``--dump FILE`` writes every request body and answer.  Exit code 1 when any
 check failed.
 """
 
@@ -131,8 +131,7 @@ class Calls:
 
 
 class Log:
-    """Every request body the proxy forwarded, by check, with its status (and the answer when
-    it was not a 200)."""
+    """Every request body the proxy forwarded, by check, with its status and answer."""
 
     def __init__(self):
         self.check = "-"
@@ -187,12 +186,12 @@ def proxy(upstream: str, log: Log) -> ThreadingHTTPServer:
             self.end_headers()
             answer = b""
             while chunk := resp.read1(65536):
-                if resp.status != 200:
+                if len(answer) < 200_000:  # what came back, for --dump (and the error of a non-200)
                     answer += chunk
                 self.wfile.write(chunk)
                 self.wfile.flush()
             conn.close()
-            entry["answer"] = answer.decode("utf-8", "replace") if resp.status != 200 else None
+            entry["answer"] = answer.decode("utf-8", "replace")
             entry["status"] = resp.status
 
         do_GET = do_POST = _forward
@@ -674,7 +673,7 @@ def main(argv=None) -> int:
     ap.add_argument("--attempts", type=int, default=1, help="tries per check")
     ap.add_argument("--only", default="", help="';'-separated regular expressions: run the checks they match "
                                                "(see --list), in that order")
-    ap.add_argument("--dump", default="", help="write every request body (and non-200 answers) to this JSON file")
+    ap.add_argument("--dump", default="", help="write every request body and answer to this JSON file")
     ap.add_argument("--verbose", action="store_true", help="print the tracebacks of failed checks")
     ap.add_argument("--list", action="store_true", help="list the checks and exit")
     args = ap.parse_args(argv)
