@@ -179,6 +179,11 @@ class PathConstraint:
     is allowed iff ``(x + sum(h)) % 3 != len(h) % 3``, and ``eog`` iff ``h`` is non-empty
     with an even sum.  Every state allows at least two tokens or is complete.  The state
     counts its ``mask`` calls and checks that every path it is asked about was allowed.
+
+    ``forced`` (``protocol.ForcingState``) plays a grammar that knows its next tokens: after
+    an even-length history that is not complete, the largest allowed token that is not
+    ``eog``, then the same once more (two tokens at most).  They are only candidates: the
+    mask still allows others, which the target often prefers.
     """
 
     def __init__(self, n_vocab, eog):
@@ -193,6 +198,18 @@ class PathConstraint:
             out.append(self.eog)
         return out
 
+    def forced(self, history) -> list[int]:
+        h, out = list(history), []
+        if len(h) % 2:
+            return out
+        for _ in range(2):
+            ok = [x for x in self.allowed(h) if x != self.eog]
+            if not ok:
+                break
+            out.append(max(ok))
+            h.append(out[-1])
+        return out
+
     def start(self):
         return _SpecState(self)
 
@@ -205,6 +222,7 @@ class _SpecState:
         self.spec = spec
         self.committed: list[int] = []
         self.mask_calls = 0
+        self.forced_calls = 0
 
     def mask(self, path):
         from resispec_gguf.kernels.sampling import bitmask_from_ids
@@ -214,6 +232,13 @@ class _SpecState:
             assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
         self.mask_calls += 1
         return bitmask_from_ids(self.spec.allowed(self.committed + path), self.spec.n_vocab)
+
+    def forced(self, path):
+        path = [int(x) for x in path]
+        for i, x in enumerate(path):
+            assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
+        self.forced_calls += 1
+        return self.spec.forced(self.committed + path)
 
     def advance(self, tokens):
         for x in tokens:
@@ -236,12 +261,14 @@ class LazyConstraint:
     after the trigger follow ``PathConstraint``'s rule (so ``eog`` is not allowed right after
     the trigger, and two equal tokens complete the constraint: only ``eog`` may follow).  The
     state counts its ``mask`` calls and checks that every path it is asked about was allowed.
+    ``inner``: another rule for the part after the trigger (``SpelledConstraint``).  It
+    forces nothing before the trigger and what ``inner`` forces after it.
     """
 
-    def __init__(self, n_vocab, eog, trigger=(4, 3)):
+    def __init__(self, n_vocab, eog, trigger=(4, 3), inner=None):
         self.n_vocab, self.eog = int(n_vocab), int(eog)
         self.trigger = tuple(int(t) for t in trigger)
-        self.inner = PathConstraint(n_vocab, eog)
+        self.inner = inner if inner is not None else PathConstraint(n_vocab, eog)
 
     def triggered_at(self, history) -> int | None:
         """The index just past the first occurrence of the trigger in ``history``, or None."""
@@ -257,6 +284,67 @@ class LazyConstraint:
         if at is None:
             return list(range(self.n_vocab))
         return self.inner.allowed(h[at:])
+
+    def forced(self, history) -> list[int]:
+        h = list(history)
+        at = self.triggered_at(h)
+        return [] if at is None else self.inner.forced(h[at:])
+
+    def start(self):
+        return _SpecState(self)
+
+
+class SpelledConstraint:
+    """A grammar over text, with the Markov fakes' tokens as spellings of it, and a known
+    exact law (``allowed``): the forced bytes can be tokenised in several ways, as a real
+    vocabulary's can.
+
+    Tokens 0..4 spell "a", "b", "ab", "ba", "c"; ``eog`` (5) spells nothing.  The text must be
+    a prefix of ``(a b X c)*`` with X one of a, b, c: positions 0, 1 and 3 (mod 4) are forced,
+    position 2 is free.  A token is allowed iff its letters fit the positions they fall on;
+    ``eog`` iff the text is non-empty and at a position 0.  So at position 0 "ab" may be one
+    token or two ("a" then "b", or "a" then "ba" crossing into the free letter), and at
+    position 3 only "c" fits: the mask allows one token there (a certain position).
+    ``forced`` is the longest-first tokenisation of the forced letters ("ab" -> [2], "b" ->
+    [1], "cab" -> [4, 2]), the candidate a grammar engine would offer.
+    """
+
+    SPELL = ("a", "b", "ab", "ba", "c")
+    PATTERN = ("a", "b", None, "c")  # None: any of a, b, c
+
+    def __init__(self, n_vocab=6, eog=5):
+        assert n_vocab == 6 and eog == 5, "the spellings are for the harness's 6-token vocabulary"
+        self.n_vocab, self.eog = int(n_vocab), int(eog)
+
+    def _text(self, history) -> str:
+        return "".join(self.SPELL[int(x)] for x in history)
+
+    def _fits(self, pos: int, letters: str) -> bool:
+        return all(self.PATTERN[(pos + i) % 4] in (None, c) for i, c in enumerate(letters))
+
+    def allowed(self, history) -> list[int]:
+        if self.eog in history:  # a path past an end token (a draft may propose one): never emitted
+            return [self.eog]
+        pos = len(self._text(history))
+        out = [x for x in range(len(self.SPELL)) if self._fits(pos, self.SPELL[x])]
+        if pos > 0 and pos % 4 == 0:
+            out.append(self.eog)
+        return out
+
+    def forced(self, history) -> list[int]:
+        if self.eog in history:
+            return []
+        pos = len(self._text(history))
+        letters = ""
+        while self.PATTERN[(pos + len(letters)) % 4] is not None:
+            letters += self.PATTERN[(pos + len(letters)) % 4]
+        out = []
+        while letters:
+            x = max((x for x in range(len(self.SPELL)) if letters.startswith(self.SPELL[x])),
+                    key=lambda x: len(self.SPELL[x]))
+            out.append(x)
+            letters = letters[len(self.SPELL[x]):]
+        return out
 
     def start(self):
         return _SpecState(self)

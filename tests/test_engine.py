@@ -286,3 +286,39 @@ def test_use_draft_off_drafts_from_the_context_alone(engine):
         assert set(res.stats.steps_by_kind) <= {"lookup", "none"}
     with pytest.raises(ConfigError, match="a tree needs lookup"):
         DraftParams(method="resispec", use_draft=False)
+
+
+# an enum whose values share forced stretches ('"', "a b ") between free choices: a reply
+# has certain positions (one token allowed), forced candidates and free tokens
+_ENUM = {"enum": ["a b c d", "a b x", "ay", "q r"]}
+
+
+@pytest.mark.parametrize("method", ["none", "resispec", "auto"])
+def test_json_schema_tokens_follow_the_masked_target(engine, tiny_reference, method):
+    """Under a real llguidance JSON-schema grammar (whose forced tokens are the trees' free
+    candidates, and whose one-token positions are taken without a draw), every generated
+    token follows the target's row masked by the grammar after its prefix: the randomised
+    PIT of all positions is uniform."""
+    grammar = engine.compile_constraint(json_schema=_ENUM)
+    prompt = engine.text_tokens("Pick one")
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=8)
+    dp = DraftParams(method=method, draws=3, depth=4, budget=8)
+    rng = np.random.default_rng(7)
+    pits, certain = [], 0
+    rows: dict[tuple, np.ndarray] = {}
+    for seed in range(300):
+        res = engine.generate(prompt, sp.replace(seed=seed), dp, constraint=grammar)
+        seq = list(res.tokens) + ([None] if res.finish_reason == "eos" else [])
+        state = grammar.start()
+        for i, tok in enumerate(seq):
+            prefix = tuple(res.tokens[:i])
+            if prefix not in rows:
+                rows[prefix] = tiny_reference.logits_of_sequence(prompt + list(prefix))[-1]
+            mask = state.mask(prefix)
+            p = sampling.probs_dense(sampling.mask_logits(rows[prefix], mask), 1.0)
+            certain += int(np.count_nonzero(p) == 1)
+            assert tok is None or p[tok] > 0, "emitted a token the grammar or the target rules out"
+            pits.append(_pit(p, tok, rng.random()))
+    assert certain >= 300  # the forced quote at least, every run
+    counts, _ = np.histogram(pits, bins=20, range=(0, 1))
+    assert stats.chisquare(counts).pvalue >= 1e-4

@@ -20,7 +20,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Constraint", "ConstraintState", "ModelBackend"]
+__all__ = ["Constraint", "ConstraintState", "ForcingState", "ModelBackend"]
 
 
 @runtime_checkable
@@ -116,6 +116,19 @@ class ConstraintState(Protocol):
     def is_stopped(self) -> bool:
         """True when the committed tokens complete the constraint and only an end token
         may follow: the reply is over."""
+        ...
+
+
+@runtime_checkable
+class ForcingState(ConstraintState, Protocol):
+    """A ``ConstraintState`` that can also tell the tokens it forces (optional: the engine
+    uses them as free draft candidates where a state has the method, ``spec.forced``)."""
+
+    def forced(self, path: Sequence[int]) -> Sequence[int]:
+        """Tokens that spell the bytes the constraint forces after the committed tokens +
+        ``path`` (empty when the next bytes are not forced), each allowed by the mask before
+        it.  A function of the path alone, like ``mask``; one tokenisation among those the
+        masks may allow, so the engine verifies them and never takes them as decided."""
         ...
 
 

@@ -14,9 +14,6 @@ misses a trigger spanning the committed tokens and the tree is shown to be rejec
 
 from __future__ import annotations
 
-from collections import Counter
-
-import numpy as np
 import pytest
 
 from fake_models import LazyConstraint, PathConstraint
@@ -24,53 +21,12 @@ from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
-                            _pair, check_law, exact_law)
+                            _pair, check_law, constrained_law, exact_law, sample_constrained as sample)
 
 CONSTRAINT = PathConstraint(V, EOG)
 # free until the tokens 4, 3 (with PROMPT and LOOKUP_PROMPT, both ending in 3, 1, about 30% of
 # the first 4 tokens cross it with a token after it), then PathConstraint's rule
 LAZY = LazyConstraint(V, EOG, trigger=(4, 3))
-
-
-def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint=CONSTRAINT) -> dict[tuple, float]:
-    """``{sequence: probability}`` of the first ``n`` tokens under plain constrained
-    sampling; a sequence ending in EOG (sampled, or forced by a complete constraint) stops."""
-    law: dict[tuple, float] = {}
-
-    def rec(prefix, prob):
-        if len(prefix) == n:
-            law[prefix] = prob
-            return
-        allowed = constraint.allowed(prefix)
-        if allowed == [EOG]:
-            law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob
-            return
-        row = target.row(list(prompt) + list(prefix))
-        masked = sampling.mask_logits(row, sampling.bitmask_from_ids(allowed, V))
-        if sp.greedy:
-            p = np.zeros(V)
-            p[int(np.argmax(masked))] = 1.0
-        else:
-            p = sampling.probs_dense(masked, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
-        assert set(np.flatnonzero(p)) <= set(allowed)
-        for x in np.flatnonzero(p):
-            if x == EOG:
-                law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob * p[x]
-            else:
-                rec(prefix + (int(x),), prob * p[x])
-
-    rec((), 1.0)
-    return law
-
-
-def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int, constraint=CONSTRAINT) -> Counter:
-    counts: Counter = Counter()
-    for seed in range(runs):
-        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
-        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-        assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
-        counts[seq] += 1
-    return counts
 
 
 CASES = (
@@ -97,16 +53,16 @@ def _case(method, lookup, policy="budget"):
 def test_constrained_output_law_is_exact(method, policy, lookup, temp):
     target, engine, prompt, dp = _case(method, lookup, policy)
     sp = TEMPERATURES[temp]
-    counts = sample(engine, prompt, sp, dp, RUNS)
-    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS), f"constrained/{method}/{policy}/{lookup}/{temp}")
+    counts = sample(engine, prompt, sp, dp, RUNS, CONSTRAINT)
+    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, CONSTRAINT), f"constrained/{method}/{policy}/{lookup}/{temp}")
 
 
 def test_lookup_only_constrained_law_is_exact():
     target, _ = _pair()
     sp = TEMPERATURES["T1"]
     dp = DraftParams(method="chain", depth=3, budget=6, lookup=True)
-    counts = sample(Engine(target, None), LOOKUP_PROMPT, sp, dp, RUNS)
-    check_law(counts, constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS), "constrained/lookup-only")
+    counts = sample(Engine(target, None), LOOKUP_PROMPT, sp, dp, RUNS, CONSTRAINT)
+    check_law(counts, constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, CONSTRAINT), "constrained/lookup-only")
 
 
 @pytest.mark.parametrize("method", ("none",) + METHODS + ("auto",))
@@ -114,11 +70,11 @@ def test_constrained_greedy_is_plain_constrained_greedy(method):
     sp = SamplingParams(temperature=0.0)
     for lookup, prompt in ((False, PROMPT), (True, LOOKUP_PROMPT)):
         target, draft = _pair()
-        law = constrained_law(target, prompt, sp, N_TOKENS)
+        law = constrained_law(target, prompt, sp, N_TOKENS, CONSTRAINT)
         assert len(law) == 1
         dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4,
                          lookup=lookup and method not in ("none", "auto"))
-        counts = sample(Engine(target, draft, cost_curves=COST_REGIMES["gpu"]), prompt, sp, dp, 3)
+        counts = sample(Engine(target, draft, cost_curves=COST_REGIMES["gpu"]), prompt, sp, dp, 3, CONSTRAINT)
         assert list(counts) == list(law)
 
 
