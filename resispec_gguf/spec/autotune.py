@@ -34,7 +34,8 @@ Grammar steps: where the constraint forces the next tokens at the step's root (a
 punctuation after it), a draft call would only predict what is already known.  Then a
 "grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)
 runs whenever its projected rate (``forced_case``: the forced bin's learnt acceptance along
-the forced run) beats plain decoding and every arm's rate.  The forced run is a function of
+the forced run) beats plain decoding and every draft arm ready to run (its rate, or its
+projection before it has run).  The forced run is a function of
 the committed tokens, known before the step draws, like everything else that steers a choice.
 
 No model calls here: the cost curves are measured by ``costs``.
@@ -323,8 +324,12 @@ class AutoTuner:
         """The next step's plan, or None for a plain step.  ``forced``: the tokens the
         constraint forces at the step's root (0: none, or no constraint)."""
         if forced and self.grammar is not None:
+            # against what an arm would make of the step: its rate where it has run, else its
+            # projection at the acceptance learnt so far (a draft tree continues past the forced
+            # run, through the free tokens after it)
             rival = max([self.plain_rate * self.margin]
-                        + [a.rate for a in self.arms.values() if a.steps and a.wait == 0])
+                        + [a.rate if a.steps else self.expected_case(n, pending)
+                           for n, a in self.arms.items() if a.wait == 0 and n != "lookup"])
             promise = self.forced_case(forced)
             if promise > rival:
                 return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
