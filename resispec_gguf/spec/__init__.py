@@ -1,8 +1,9 @@
 """Speculative decoding, independent of llama.cpp and of text formats.
 
 A ``generation`` (one request) plans the rows it wants decoded in a step and absorbs the rows
-it gets back: it grows the draft ``tree`` (with ``lookup`` candidates), verifies it with the
-kernels, commits and emits tokens (``textstream`` turns them into text).  The ``loop`` owns
+it gets back: it grows the draft ``tree`` (with ``lookup`` candidates and, under a constraint,
+the ``forced`` ones), verifies it with the kernels, commits and emits tokens (``textstream``
+turns them into text).  The ``loop`` owns
 the model calls.  ``autotune`` is ``auto``: cost curves, learnt acceptance, the step plan.
 ``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
 constraint (``Constraint``).

@@ -8,9 +8,8 @@ Each step:
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
    greedy) plus, with lookup, a context candidate, or under a constraint the token its
    grammar forces there (``forced``); a position the mask leaves one token is certain and
-   draws nothing.  It returns the ``Decode`` the target must
-   make: the root plus every node (just the root for a plain step), or None when the reply
-   is over.
+   draws nothing.  It returns the ``Decode`` the target must make: the root plus every node
+   (just the root for a plain step), or None when the reply is over.
 2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
    verifier picks a candidate or a fallback token; it descends while the accepted candidate
    has a node, and at a node never expanded it samples a bonus token from p.  Returns the
