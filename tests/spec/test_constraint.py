@@ -9,11 +9,16 @@ every method, both tree policies, lookup on and off, and auto; greedy must be pl
 constrained greedy.  A ``fake_models.LazyConstraint`` (free text until a two-token trigger,
 matched on committed + path, then PathConstraint's rule) gets the same checks, with about
 30% of the first 4 tokens' mass crossing the trigger, and a boundary-blind variant that
-misses a trigger spanning the committed tokens and the tree is shown to be rejected.
+misses a trigger spanning the committed tokens and the tree is shown to be rejected.  The
+fakes also force tokens (``forced``), so every case here has grammar candidates in its trees;
+test_forced.py checks them on a constraint built to show them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 
 from fake_models import LazyConstraint, PathConstraint
@@ -21,12 +26,21 @@ from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
-                            _pair, check_law, constrained_law, exact_law, sample_constrained as sample)
+                            _pair, check_law, exact_law, sample_constrained)
+from law_harness import constrained_law as _constrained_law
 
 CONSTRAINT = PathConstraint(V, EOG)
 # free until the tokens 4, 3 (with PROMPT and LOOKUP_PROMPT, both ending in 3, 1, about 30% of
 # the first 4 tokens cross it with a token after it), then PathConstraint's rule
 LAZY = LazyConstraint(V, EOG, trigger=(4, 3))
+
+
+def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint=CONSTRAINT) -> dict[tuple, float]:
+    return _constrained_law(target, prompt, sp, n, constraint)
+
+
+def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int, constraint=CONSTRAINT) -> Counter:
+    return sample_constrained(engine, prompt, sp, dp, runs, constraint)
 
 
 CASES = (
@@ -53,16 +67,16 @@ def _case(method, lookup, policy="budget"):
 def test_constrained_output_law_is_exact(method, policy, lookup, temp):
     target, engine, prompt, dp = _case(method, lookup, policy)
     sp = TEMPERATURES[temp]
-    counts = sample(engine, prompt, sp, dp, RUNS, CONSTRAINT)
-    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, CONSTRAINT), f"constrained/{method}/{policy}/{lookup}/{temp}")
+    counts = sample(engine, prompt, sp, dp, RUNS)
+    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS), f"constrained/{method}/{policy}/{lookup}/{temp}")
 
 
 def test_lookup_only_constrained_law_is_exact():
     target, _ = _pair()
     sp = TEMPERATURES["T1"]
     dp = DraftParams(method="chain", depth=3, budget=6, lookup=True)
-    counts = sample(Engine(target, None), LOOKUP_PROMPT, sp, dp, RUNS, CONSTRAINT)
-    check_law(counts, constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, CONSTRAINT), "constrained/lookup-only")
+    counts = sample(Engine(target, None), LOOKUP_PROMPT, sp, dp, RUNS)
+    check_law(counts, constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS), "constrained/lookup-only")
 
 
 @pytest.mark.parametrize("method", ("none",) + METHODS + ("auto",))
@@ -70,11 +84,11 @@ def test_constrained_greedy_is_plain_constrained_greedy(method):
     sp = SamplingParams(temperature=0.0)
     for lookup, prompt in ((False, PROMPT), (True, LOOKUP_PROMPT)):
         target, draft = _pair()
-        law = constrained_law(target, prompt, sp, N_TOKENS, CONSTRAINT)
+        law = constrained_law(target, prompt, sp, N_TOKENS)
         assert len(law) == 1
         dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4,
                          lookup=lookup and method not in ("none", "auto"))
-        counts = sample(Engine(target, draft, cost_curves=COST_REGIMES["gpu"]), prompt, sp, dp, 3, CONSTRAINT)
+        counts = sample(Engine(target, draft, cost_curves=COST_REGIMES["gpu"]), prompt, sp, dp, 3)
         assert list(counts) == list(law)
 
 
