@@ -34,8 +34,8 @@ Grammar steps: where the constraint forces the next tokens at the step's root (a
 punctuation after it), a draft call would only predict what is already known.  Then a
 "grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)
 runs whenever its projected rate (``forced_case``: the forced bin's learnt acceptance along
-the forced run) beats plain decoding and every draft arm ready to run (its rate, or its
-projection before it has run).  The forced run is a function of
+the forced run, scaled by the tokens its past steps realised against their projection)
+beats plain decoding and every draft arm that has run (after the first probe).  The forced run is a function of
 the committed tokens, known before the step draws, like everything else that steers a choice.
 
 No model calls here: the cost curves are measured by ``costs``.
@@ -323,14 +323,14 @@ class AutoTuner:
     def choose(self, pending: int = 1, forced: int = 0) -> StepPlan | None:
         """The next step's plan, or None for a plain step.  ``forced``: the tokens the
         constraint forces at the step's root (0: none, or no constraint)."""
-        if forced and self.grammar is not None:
-            # against what an arm would make of the step: its rate where it has run, else its
-            # projection at the acceptance learnt so far (a draft tree continues past the forced
-            # run, through the free tokens after it)
-            rival = max([self.plain_rate * self.margin]
-                        + [a.rate if a.steps else self.expected_case(n, pending)
-                           for n, a in self.arms.items() if a.wait == 0 and n != "lookup"])
-            promise = self.forced_case(forced)
+        drafted = [a for n, a in self.arms.items() if n != "lookup"]
+        if forced and self.grammar is not None and (not drafted or any(a.steps for a in drafted)):
+            # against what the draft arms have shown (their rates, waiting or not: a draft tree
+            # continues past the forced run, through the free tokens after it); before any has
+            # run, the first probe goes first
+            rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
+            g = self.grammar  # its projection, corrected by what its steps realised of theirs
+            promise = self.forced_case(forced) * (g.real + g.PRIOR_TOKENS) / (g.expected + g.PRIOR_TOKENS)
             if promise > rival:
                 return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
                                                       f"> {rival:.2f}")
