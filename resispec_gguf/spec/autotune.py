@@ -35,8 +35,9 @@ punctuation after it), a draft call would only predict what is already known.  T
 "grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)
 runs whenever its projected rate (``forced_case``: the forced bin's learnt acceptance along
 the forced run, scaled by the tokens its past steps realised against their projection)
-beats plain decoding and every draft arm that has run (after the first probe).  The forced run is a function of
-the committed tokens, known before the step draws, like everything else that steers a choice.
+beats plain decoding and every draft arm that has run (after the first probe).  The forced
+run is a function of the committed tokens, known before the step draws, like everything
+else that steers a choice.
 
 No model calls here: the cost curves are measured by ``costs``.
 """
