@@ -83,6 +83,7 @@ DEEPSEEK_R1 = (
 
 #: family -> (chat template, extra control tokens of its vocabulary)
 FAMILIES = {
+    "generic": (tiny_gguf.CHAT_TEMPLATE, ()),
     "hermes": (HERMES, ("<tool_call>", "</tool_call>")),
     "qwen3": (QWEN3, ("<tool_call>", "</tool_call>", "<think>", "</think>")),
     "llama3": (LLAMA3, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>")),
@@ -152,7 +153,7 @@ def valid_call(call, functions=TOOLS) -> bool:
     return True
 
 
-def forced_calls(engine, tool_choice="required", parallel=None, seeds=range(6), max_tokens=160):
+def forced_calls(engine, tool_choice="required", parallel=None, seeds=range(6), max_tokens=320):
     """Replies under a forced ``tool_choice`` on the tiny pair (resispec): the parsed calls of
     each that finished (the random model may ramble inside a string until max_tokens)."""
     from resispec_gguf.assist.plan import plan_chat
