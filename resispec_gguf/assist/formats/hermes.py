@@ -17,7 +17,7 @@ import re
 
 from ..tools import ToolCall, ToolRequest
 from .base import ToolFormat
-from .json_calls import json_call_rule, json_calls, json_pending, lazy_json_rules
+from .json_calls import args_rules, json_call_rule, json_calls, json_pending, lazy_json_rules
 
 __all__ = ["HermesFormat"]
 
@@ -48,14 +48,14 @@ class HermesFormat(ToolFormat):
         a line: the call from there on (more such calls after it with ``parallel``)."""
         if not self.bare_calls:
             return [], []
-        fenced, rules = lazy_json_rules(req, "fenced", "arguments", _LINE_START + _FENCE, ' /\\s{0,8}```/')
-        bare, more = lazy_json_rules(req, "bare", "arguments", _LINE_START)
-        rules += more
+        rules = args_rules(req, "args")  # each function's arguments, once for both openings
+        fenced, more = lazy_json_rules(req, "fenced", "arguments", _LINE_START + _FENCE, ' /\\s{0,8}```/', "args")
+        bare, more2 = lazy_json_rules(req, "bare", "arguments", _LINE_START, "", "args")
+        rules += more + more2
         if not req.parallel:
             return fenced + bare, rules
-        rules += [json_call_rule(req, "json_call"),
-                  'json_next: /\\s{1,8}/ (fenced_call | json_call)',
-                  'fenced_call: /```(json)?[ \\t]*\\n\\s{0,8}/ json_call /\\s{0,8}```/']
+        rules += ['json_next: /\\s{1,8}/ (fenced_call | call_body)',  # call_body: any call's object (body_rules)
+                  'fenced_call: /```(json)?[ \\t]*\\n\\s{0,8}/ call_body /\\s{0,8}```/']
         return [f"{a} json_next*" for a in fenced + bare], rules
 
     _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)

@@ -22,7 +22,7 @@ import re
 from ..grammar import JSON_DEFAULTS
 from ..tools import ToolCall, ToolRequest, call_schema, new_call, rebased
 
-__all__ = ["json_calls", "json_pending", "lazy_json_rules", "JSON_WS"]
+__all__ = ["json_calls", "json_pending", "lazy_json_rules", "args_rules", "json_call_rule", "JSON_WS"]
 
 _WS = " \t\r\n"
 _DECODER = json.JSONDecoder()
@@ -172,23 +172,32 @@ def _regex(text: str) -> str:
     return re.escape(text).replace("/", "\\/")
 
 
-def lazy_json_rules(req: ToolRequest, tag: str, key: str, prefix: str, suffix: str = "") -> tuple[list[str], list[str]]:
-    """``(alternatives, rules)``: for each allowed function, a rule ``{tag}_k`` that is free
-    text and then the call ``{"name": "<function>", "<key>": <its arguments>}``, constrained
-    from the opening on.  The opening, ``prefix`` (a regex: what may come before the object,
-    including the free text) up to the function's name, is a lazy lexeme: it ends where the
-    opening first appears, so text before it is free and JSON naming no offered function
-    never triggers.  ``suffix``: Lark text after the object (a closing fence)."""
+def lazy_json_rules(req: ToolRequest, tag: str, key: str, prefix: str, suffix: str = "",
+                    args: str | None = None) -> tuple[list[str], list[str]]:
+    """``(alternatives, rules)``: for each allowed function (the k-th), a rule ``{tag}_k`` that
+    is free text and then the call ``{"name": "<function>", "<key>": <its arguments>}``,
+    constrained from the opening on.  The opening, ``prefix`` (a regex: what may come before
+    the object, including the free text) up to the function's name, is a lazy lexeme: it ends
+    where the opening first appears, so text before it is free and JSON naming no offered
+    function never triggers.  ``suffix``: Lark text after the object (a closing fence).
+    ``args``: the name of rules ``{args}_k`` already holding each function's arguments
+    (``args_rules``), shared by several openings; None: written here."""
     alternatives, rules = [], []
     ws = JSON_WS
+    if args is None:
+        args, rules = f"{tag}_args", args_rules(req, f"{tag}_args")
     for k, f in enumerate(fn for fn in req.functions if fn["name"] in req.allowed):
         name = _regex(json.dumps(f["name"]))
-        schema = {"x-guidance": JSON_DEFAULTS, **rebased(f["parameters"], "")}
-        rules += [f"{tag}_{k}: {tag}_head_{k} /{ws},{ws}\"{key}\"{ws}:{ws}/ {tag}_args_{k} /{ws}\\}}/{suffix}",
-                  f'{tag}_head_{k}[lazy]: /{prefix}\\{{{ws}"name"{ws}:{ws}{name}/',
-                  f"{tag}_args_{k}: %json {json.dumps(schema, ensure_ascii=False)}"]
+        rules += [f"{tag}_{k}: {tag}_head_{k} /{ws},{ws}\"{key}\"{ws}:{ws}/ {args}_{k} /{ws}\\}}/{suffix}",
+                  f'{tag}_head_{k}[lazy]: /{prefix}\\{{{ws}"name"{ws}:{ws}{name}/']
         alternatives.append(f"{tag}_{k}")
     return alternatives, rules
+
+
+def args_rules(req: ToolRequest, rule: str) -> list[str]:
+    """Lark rules ``{rule}_k``: the k-th allowed function's arguments under its schema."""
+    return [f"{rule}_{k}: %json {json.dumps({'x-guidance': JSON_DEFAULTS, **rebased(f['parameters'], '')}, ensure_ascii=False)}"
+            for k, f in enumerate(fn for fn in req.functions if fn["name"] in req.allowed)]
 
 
 def json_call_rule(req: ToolRequest, rule: str, key: str = "arguments") -> str:
