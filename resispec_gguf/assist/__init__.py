@@ -3,10 +3,11 @@
 ``prompts`` builds every prompt from text (plain, a chat rendered with the model's template
 by ``chat_format``, a fill-in-the-middle layout by ``fim``), tokenized so that only the
 template's own text can become control tokens.  ``grammar`` is the one adapter to the grammar
-engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` owns
-everything about tool calls: the formats models write them in, their grammars, parsing and
-streaming.  ``plan`` turns a chat request (tools, tool_choice, response_format) into a prompt
-and a constraint; the surfaces then run it on the engine.
+engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` checks
+tool requests and streams replies that may call; ``formats`` holds the formats models write
+calls in (one module per family: markers, grammars, parsing, rendering).  ``plan`` turns a
+chat request (tools, tool_choice, response_format) into a prompt and a constraint; the
+surfaces then run it on the engine.
 
 Everything here works on a model's vocabulary and text and asks the engine for nothing but
 what it is handed (the flow is surfaces → assist → engine, never back).  May import:
