@@ -29,6 +29,13 @@ def test_the_template_names_the_format(engine):
     assert type(fmt) is Llama3Format and fmt.native and set(fmt.special) == {"<|python_tag|>"}
 
 
+def test_a_call_ends_the_turn_at_eom_or_eot(engine):
+    """llama.cpp knows both by their text as end-of-generation tokens: a reply ends there."""
+    for marker in ("<|eom_id|>", "<|eot_id|>"):
+        (token,) = tokens(engine, marker)
+        assert engine.target.is_eog(token)
+
+
 def test_the_template_renders_tools_calls_and_results_in_the_ipython_role(engine):
     text = prompt_text(engine, plan_chat(engine, HISTORY, tools=TOOLS))
     assert "Environment: ipython" in text and '"name": "add"' in text

@@ -88,3 +88,35 @@ def test_streamed_deltas_read_as_the_unstreamed_reply(engine, size):
         whole = plan.tool_calls(text)
         assert (content.strip(), calls and as_pairs(calls)) == ((whole[0], as_pairs(whole[1])) if whole
                                                                  else (text.strip(), None))
+
+
+def test_served_calls_have_mistral_ids_and_the_round_trip_renders(engine):
+    """Through the server and the official client: the call (its marker a special token that
+    the reply's text shows) comes back with a nine-character id, streamed alike, and sending
+    the result back with that id renders and answers."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from servers import serving
+
+    from resispec_gguf.config import DraftParams, SamplingParams
+    from resispec_gguf.surfaces.server import create_app
+
+    app = create_app(engine, model_name="tiny", draft_params=DraftParams(method="resispec"),
+                     sampling_defaults=SamplingParams(max_tokens=320))
+    with serving(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        kw = dict(model="tiny", messages=MSGS, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
+                  temperature=1.0)
+        for seed in range(6):
+            ch = client.chat.completions.create(seed=seed, **kw).choices[0]
+            if ch.finish_reason == "tool_calls":
+                break
+        assert ch.finish_reason == "tool_calls", ch  # the tiny random model may ramble until max_tokens
+        (call,) = ch.message.tool_calls
+        assert call.function.name == "add" and len(call.id) == 9 and call.id.isalnum()
+        chunks = [c for c in client.chat.completions.create(stream=True, seed=seed, **kw) if c.choices]
+        streamed_call = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+        assert "".join(d.function.arguments or "" for d in streamed_call) == call.function.arguments
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        back = MSGS + [ch.message, {"role": "tool", "tool_call_id": call.id, "content": "5"}]
+        r = client.chat.completions.create(model="tiny", messages=back, tools=TOOLS, tool_choice="none", max_tokens=8)
+        assert r.choices[0].finish_reason in ("stop", "length")
