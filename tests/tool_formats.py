@@ -27,9 +27,8 @@ MSGS = [{"role": "user", "content": "Weather in Oslo?"}]
 CALLS = [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
                                                           "arguments": {"city": "Oslo", "unit": "c"}}},
          {"id": "call_2", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]
-HISTORY = MSGS + [{"role": "assistant", "content": None,
-                   "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
-                                  for c in CALLS[:1]]},
+_SENT = [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}} for c in CALLS]
+HISTORY = MSGS + [{"role": "assistant", "content": None, "tool_calls": _SENT[:1]},
                   {"role": "tool", "tool_call_id": "call_1", "content": "12 C, clear"}]
 
 _CALLS_HERMES = ('{% for c in m.tool_calls %}\n<tool_call>\n{"name": "{{ c.function.name }}", "arguments": '

@@ -24,8 +24,9 @@ CALL_BEGIN = "<｜tool▁call▁begin｜>"
 CALL_END = "<｜tool▁call▁end｜>"
 SEP = "<｜tool▁sep｜>"
 
-_CALL = re.compile(re.escape(CALL_BEGIN) + r"\s*function\s*" + re.escape(SEP) + r"([^\n]+)\n```(?:json)?\s*\n?(.*?)\s*```\s*"
-                   + re.escape(CALL_END), re.S)
+# one call: its name, then its arguments' JSON (in a fence whose language may be missing)
+_CALL = re.compile(re.escape(CALL_BEGIN) + r"\s*function\s*" + re.escape(SEP) + r"([^\n]+)\n"
+                   r"```(?:json)?\s*\n?(.*?)\s*```\s*" + re.escape(CALL_END), re.S)
 
 
 class DeepSeekR1Format(ToolFormat):
@@ -35,7 +36,8 @@ class DeepSeekR1Format(ToolFormat):
     open = CALLS_BEGIN
     markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP, "<think>", "</think>")
     reasoning = ("<think>", "</think>")
-    example = f"{CALLS_BEGIN}{CALL_BEGIN}function{SEP}<function-name>\n```json\n<args-json-object>\n```{CALL_END}{CALLS_END}"
+    example = (f"{CALLS_BEGIN}{CALL_BEGIN}function{SEP}<function-name>\n```json\n<args-json-object>\n```"
+               f"{CALL_END}{CALLS_END}")
 
     def body_rules(self, req: ToolRequest) -> list[str]:
         calls = 'ds_call ("\\n"? ds_call)*' if req.parallel else "ds_call"
@@ -72,6 +74,6 @@ class DeepSeekR1Format(ToolFormat):
         return calls if calls and not text[pos:end].strip() else None
 
     def write_calls(self, calls: list[dict]) -> str:
-        return CALLS_BEGIN + "\n".join(
-            f"{CALL_BEGIN}function{SEP}{c['function']['name']}\n```json\n"
-            + json.dumps(c["function"]["arguments"], ensure_ascii=False) + f"\n```{CALL_END}" for c in calls) + CALLS_END
+        written = [f"{CALL_BEGIN}function{SEP}{c['function']['name']}\n```json\n"
+                   + json.dumps(c["function"]["arguments"], ensure_ascii=False) + f"\n```{CALL_END}" for c in calls]
+        return CALLS_BEGIN + "\n".join(written) + CALLS_END

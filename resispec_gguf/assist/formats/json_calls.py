@@ -196,8 +196,9 @@ def lazy_json_rules(req: ToolRequest, tag: str, key: str, prefix: str, suffix: s
 
 def args_rules(req: ToolRequest, rule: str) -> list[str]:
     """Lark rules ``{rule}_k``: the k-th allowed function's arguments under its schema."""
-    return [f"{rule}_{k}: %json {json.dumps({'x-guidance': JSON_DEFAULTS, **rebased(f['parameters'], '')}, ensure_ascii=False)}"
-            for k, f in enumerate(fn for fn in req.functions if fn["name"] in req.allowed)]
+    chosen = [f for f in req.functions if f["name"] in req.allowed]
+    return [f"{rule}_{k}: %json " + json.dumps({"x-guidance": JSON_DEFAULTS, **rebased(f["parameters"], "")},
+                                              ensure_ascii=False) for k, f in enumerate(chosen)]
 
 
 def json_call_rule(req: ToolRequest, rule: str, key: str = "arguments") -> str:
