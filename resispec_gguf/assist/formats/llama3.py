@@ -49,7 +49,8 @@ class Llama3Format(ToolFormat):
         rules = self.body_rules(req)
         if req.choice == "required":
             return "\n".join([f"start: {op}? body"] + rules) + "\n"
-        alternatives, more = lazy_json_rules(req, "l3", "parameters", r"[ \t\n]{0,8}")
+        tag = "" if self.open in self.special else r"(<\|python_tag\|>)?[ \t\n]{0,8}"  # the marker as text
+        alternatives, more = lazy_json_rules(req, "l3", "parameters", r"[ \t\n]{0,8}" + tag)
         if req.parallel:
             alternatives = [f"{a} ({_SEP} l3_call)*" for a in alternatives]
         starts = ["TEXT"] + alternatives + ([f"{op} body"] if self.open in self.special else [])
@@ -57,7 +58,7 @@ class Llama3Format(ToolFormat):
 
     def read_calls(self, text: str, allowed):
         found = json_calls(text, _ANY if allowed is None else allowed, _KEYS, anywhere=False, separators=";")
-        return found[1] if found and found[0] == len(text) - len(text.lstrip()) else None
+        return found[1] if found else None
 
     def unmarked_calls(self, text: str, allowed):
         return json_calls(text, allowed, _KEYS, anywhere=False, separators=";")
