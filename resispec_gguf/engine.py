@@ -15,7 +15,7 @@ import numpy as np
 from .assist import formats
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
-from .config import DraftParams, ModelParams, SamplingParams
+from .config import TOOL_FORMATS, DraftParams, ModelParams, OneOf, SamplingParams
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
@@ -55,6 +55,8 @@ class Engine:
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
+        if tool_format is not None:
+            OneOf(TOOL_FORMATS)("tool_format", tool_format)  # ConfigError, as ModelParams'
         self._tool_format_name = tool_format
         self._tool_format = None
 

@@ -36,7 +36,11 @@ def test_a_named_format_overrides_the_template(tmp_path_factory):
     assert type(fmt) is formats.Llama3Format and fmt.native and fmt.special == {}
 
 
-def test_an_unknown_format_is_a_one_line_error():
-    with pytest.raises(config.ConfigError) as e:
-        config.ModelParams(tool_format="chatml")
-    assert "tool_format must be one of hermes" in str(e.value) and "\n" not in str(e.value)
+def test_an_unknown_format_is_a_one_line_error(engine):
+    from resispec_gguf.engine import Engine
+
+    for make in (lambda: config.ModelParams(tool_format="chatml"),
+                 lambda: Engine(engine.target, chat_template=engine.chat_template, tool_format="chatml")):
+        with pytest.raises(config.ConfigError) as e:
+            make()
+        assert "tool_format must be one of hermes" in str(e.value) and "\n" not in str(e.value)
