@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .assist import formats
+from .assist import formats, reasoning
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
 from .config import TOOL_FORMATS, DraftParams, ModelParams, OneOf, SamplingParams
@@ -59,6 +59,7 @@ class Engine:
             OneOf(TOOL_FORMATS)("tool_format", tool_format)  # ConfigError, as ModelParams'
         self._tool_format_name = tool_format
         self._tool_format = None
+        self._reasoning = False  # not looked for yet
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -204,9 +205,11 @@ class Engine:
         """``Prompts.text_tokens``: a plain prompt's tokens (BOS added unless the text has it)."""
         return self.prompts.text_tokens(text)
 
-    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> list[int]:
-        """``Prompts.chat_tokens``: a chat rendered with the template, contents kept as text."""
-        return self.prompts.chat_tokens(messages, add_generation_prompt, tools)
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+                    template_kwargs: dict | None = None) -> list[int]:
+        """``Prompts.chat_tokens``: a chat rendered with the template, contents kept as text;
+        ``template_kwargs``: more template variables (``chat_template_kwargs``)."""
+        return self.prompts.chat_tokens(messages, add_generation_prompt, tools, template_kwargs)
 
     def token_piece(self, token: int) -> bytes:
         """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""
@@ -232,6 +235,13 @@ class Engine:
             if hasattr(self.target, "shown_specials"):  # the reply's text shows the format's markers
                 self.target.shown_specials = frozenset(self._tool_format.special.values())
         return self._tool_format
+
+    def reasoning_format(self):
+        """The target's thinking markers (``reasoning.detect_reasoning``; found once), None
+        for a model that does not think in a marked block."""
+        if self._reasoning is False:
+            self._reasoning = reasoning.detect_reasoning(self.target)
+        return self._reasoning
 
     def grammar_tokenizer(self):
         return self.grammars.tokenizer()

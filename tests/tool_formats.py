@@ -80,19 +80,21 @@ DEEPSEEK_R1 = (
     "{% elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% else %}{{ m.content }}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}")
 
-#: family -> (chat template, extra control tokens of its vocabulary)
+#: family -> (chat template, extra control tokens of its vocabulary); a reasoning family's
+#: vocabulary also holds the thinking markers, user-defined as in Qwen3's and R1's (``THINKS``)
 FAMILIES = {
     "generic": (tiny_gguf.CHAT_TEMPLATE, ()),
     "hermes": (HERMES, ("<tool_call>", "</tool_call>")),
-    "qwen3": (QWEN3, ("<tool_call>", "</tool_call>", "<think>", "</think>")),
+    "qwen3": (QWEN3, ("<tool_call>", "</tool_call>")),
     "llama3": (LLAMA3, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>")),
     "mistral": (MISTRAL, ("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
                           "[TOOL_RESULTS]", "[/TOOL_RESULTS]")),
     "deepseek_r1": (DEEPSEEK_R1, ("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜tool▁calls▁begin｜>",
                                   "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
                                   "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
-                                  "<｜tool▁output▁end｜>", "<think>", "</think>")),
+                                  "<｜tool▁output▁end｜>")),
 }
+THINKS = ("qwen3", "deepseek_r1")
 
 
 def write_family_pair(dirpath, family: str, special: bool = True):
@@ -100,7 +102,8 @@ def write_family_pair(dirpath, family: str, special: bool = True):
     markers as control tokens; without ``special`` the markers are plain text."""
     template, extra = FAMILIES[family]
     extra = extra if special else ()
-    common = dict(base_seed=0, chat_template=template, extra_tokens=extra)
+    common = dict(base_seed=0, chat_template=template, extra_tokens=extra,
+                  vocab_variant="think" if family in THINKS else "default")
     target = tiny_gguf.write_tiny_llama(f"{dirpath}/target.gguf", seed=0, name="tiny-target", **common)
     draft = tiny_gguf.write_tiny_llama(f"{dirpath}/draft.gguf", seed=1, noise=tiny_gguf.DEFAULT_DRAFT_NOISE,
                                        name="tiny-draft", **common)
@@ -154,17 +157,22 @@ def valid_call(call, functions=TOOLS) -> bool:
 
 def forced_calls(engine, tool_choice="required", parallel=None, seeds=range(6), max_tokens=320):
     """Replies under a forced ``tool_choice`` on the tiny pair (resispec): the parsed calls of
-    each that finished (the random model may ramble inside a string until max_tokens)."""
+    each that finished (the random model may ramble inside a string until max_tokens).  A
+    model that thinks first (its vocabulary has the markers) thinks 4 tokens at most, and the
+    calls are read from the answer after its thinking, as the surfaces read them (a reply that
+    ended inside its thinking, which the end token may do there, has no answer to read)."""
     from resispec_gguf.assist.plan import plan_chat
     from resispec_gguf.config import DraftParams, SamplingParams
 
-    plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=parallel)
+    budget = {"reasoning_budget": 4} if engine.reasoning_format() is not None else {}
+    plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=parallel, **budget)
     out = []
     for seed in seeds:
         r = engine.generate(plan.prompt, SamplingParams(temperature=1.0, seed=seed, max_tokens=max_tokens),
                             DraftParams(method="resispec"), constraint=plan.constraint)
-        if r.finish_reason != "length":
-            parsed = plan.tool_calls(r.text)
+        thinking, answer = plan.split(r.text)
+        if r.finish_reason != "length" and (answer or thinking is None):
+            parsed = plan.tool_calls(answer)
             out.append(None if parsed is None else parsed[1])
     return out
 

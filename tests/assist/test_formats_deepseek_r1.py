@@ -28,7 +28,7 @@ def engine(tmp_path_factory):
 def test_the_template_names_the_format(engine):
     fmt = engine.tool_format()
     assert type(fmt) is DeepSeekR1Format and fmt.native and fmt.reasoning == ("<think>", "</think>")
-    assert {"<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>", "<think>"} <= set(fmt.special)
+    assert {"<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"} <= set(fmt.special)
 
 
 def test_the_template_renders_tools_calls_and_results(engine):

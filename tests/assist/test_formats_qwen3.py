@@ -26,7 +26,7 @@ def engine(tmp_path_factory):
 def test_the_template_names_the_format(engine):
     fmt = engine.tool_format()
     assert type(fmt) is Qwen3Format and fmt.native and fmt.reasoning == ("<think>", "</think>")
-    assert set(fmt.special) == {"<tool_call>", "</tool_call>", "<think>", "</think>"}
+    assert set(fmt.special) == {"<tool_call>", "</tool_call>"}
 
 
 def test_the_template_renders_tools_calls_and_results(engine):

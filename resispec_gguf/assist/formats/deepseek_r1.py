@@ -1,7 +1,7 @@
 """DeepSeek-R1 and its distills: calls between ``<｜tool▁calls▁begin｜>`` and
 ``<｜tool▁calls▁end｜>``, each ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` then the
 arguments in a fenced json block and ``<｜tool▁call▁end｜>`` (calls one per line), after a
-``<think>…</think>`` reasoning part (``reasoning``, for the reasoning support).  Chosen when
+``<think>…</think>`` reasoning part (``assist.reasoning``'s; ``reasoning`` names it).  Chosen when
 the chat template mentions ``<｜tool▁calls▁begin｜>``.
 
 May import its ``formats`` neighbours and ``tools``; nothing above.
@@ -34,7 +34,7 @@ class DeepSeekR1Format(ToolFormat):
 
     name = "deepseek_r1"
     open = CALLS_BEGIN
-    markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP, "<think>", "</think>")
+    markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
     reasoning = ("<think>", "</think>")
     example = (f"{CALLS_BEGIN}{CALL_BEGIN}function{SEP}<function-name>\n```json\n<args-json-object>\n```"
                f"{CALL_END}{CALLS_END}")

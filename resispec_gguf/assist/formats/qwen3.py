@@ -1,7 +1,8 @@
 """Qwen3 and QwQ: Hermes ``<tool_call>`` calls, after a ``<think>…</think>`` reasoning part.
 Chosen when the chat template mentions both ``<tool_call>`` and ``<think>``.  The calls are
-read and constrained as Hermes'; ``reasoning`` names the thinking markers for the reasoning
-support (which returns that part apart and starts the constraint after it).
+read and constrained as Hermes'; the thinking block is ``assist.reasoning``'s (which finds
+its markers in the vocabulary, returns it apart and starts the constraint after it), and
+``reasoning`` names its markers here for the reader.
 
 May import its ``formats`` neighbours; nothing above.
 """
@@ -18,4 +19,3 @@ class Qwen3Format(HermesFormat):
 
     name = "qwen3"
     reasoning = ("<think>", "</think>")
-    markers = HermesFormat.markers + reasoning
