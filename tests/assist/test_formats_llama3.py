@@ -90,3 +90,15 @@ def test_streamed_deltas_read_as_the_unstreamed_reply(engine, size):
         whole = plan.tool_calls(text)
         assert (content.strip(), calls and as_pairs(calls)) == ((whole[0], as_pairs(whole[1])) if whole
                                                                  else (text.strip(), None))
+
+
+def test_with_a_typed_output_a_call_opens_with_the_python_tag(engine):
+    """The answer is JSON too: the first token tells a call from the answer."""
+    typed = {"type": "json_schema", "json_schema": {"name": "Sum", "schema": {
+        "type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"],
+        "additionalProperties": False}}}
+    plan = plan_chat(engine, MSGS, tools=TOOLS, response_format=typed)
+    assert follows(plan.constraint, tokens(engine, "<|python_tag|>" + CALL))
+    assert follows(plan.constraint, tokens(engine, '{"sum": 5}')) and not follows(plan.constraint, tokens(engine, CALL))
+    assert as_pairs(plan.tool_calls("<|python_tag|>" + CALL)[1]) == [("add", {"a": 2, "b": 3})]
+    assert plan.tool_calls('{"sum": 5}') is None
