@@ -159,8 +159,8 @@ def forced_calls(engine, tool_choice="required", parallel=None, seeds=range(6), 
     """Replies under a forced ``tool_choice`` on the tiny pair (resispec): the parsed calls of
     each that finished (the random model may ramble inside a string until max_tokens).  A
     model that thinks first (its vocabulary has the markers) thinks 4 tokens at most, and the
-    calls are read from the answer after its thinking, as the surfaces read them (a reply that
-    ended inside its thinking, which the end token may do there, has no answer to read)."""
+    calls are read from the answer after its thinking, as the surfaces read them (the end
+    token is refused inside the thinking: a forced call must still come)."""
     from resispec_gguf.assist.plan import plan_chat
     from resispec_gguf.config import DraftParams, SamplingParams
 
@@ -171,7 +171,8 @@ def forced_calls(engine, tool_choice="required", parallel=None, seeds=range(6), 
         r = engine.generate(plan.prompt, SamplingParams(temperature=1.0, seed=seed, max_tokens=max_tokens),
                             DraftParams(method="resispec"), constraint=plan.constraint)
         thinking, answer = plan.split(r.text)
-        if r.finish_reason != "length" and (answer or thinking is None):
+        if r.finish_reason != "length":
+            assert thinking is None or answer, f"the reply ended inside its thinking: {r.text!r}"
             parsed = plan.tool_calls(answer)
             out.append(None if parsed is None else parsed[1])
     return out
