@@ -20,6 +20,7 @@ from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
 from .spec import autotune, costs, loop
+from .spec import batch as batching
 from .spec.generation import Generation
 from .spec.protocol import Constraint, ModelBackend
 from .spec.stats import Result, Stats, TokenLogprob
@@ -257,6 +258,21 @@ class Engine:
         auto = autotune.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
                           auto=auto, constraint=state, logprobs=logprobs)
+
+    def generation(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+                   constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
+                   logprobs: int | None = None) -> Generation:
+        """One request, checked and ready to run, not started (``stream``'s arguments): for
+        ``batch`` or a loop of one's own."""
+        return self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
+
+    def batch(self, chunk: int = batching.DEFAULT_CHUNK) -> batching.Batch:
+        """A ``spec.batch.Batch`` over this engine's models, whose slots (``n_slots``) hold
+        that many requests stepped together; ``auto`` requests share each step's rows by the
+        cost curves.  Driven by whoever calls its ``step``."""
+        tables = (costs.cost_table(self._auto_curves()[0], autotune.TABLE_ROWS),
+                  costs.cost_table(self._auto_curves()[1], autotune.TABLE_ROWS))
+        return batching.Batch(self.target, self.draft, chunk=chunk, tables=tables, row_s=self._auto_row_seconds())
 
     def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
