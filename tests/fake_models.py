@@ -123,7 +123,7 @@ class MarkovModel:
             raise ValueError("bad decode request")
         base = len(self._nodes)
         if base + n + self.n_slots > self.n_seq_max:
-            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - n_slots = {self.n_seq_max - self.n_slots}")
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {self.n_seq_max - self.n_slots}")
         new = []
         for j, (tok, par, slot) in enumerate(zip(tokens, parents, slots)):
             if not (-1 <= par < base + j):
