@@ -183,6 +183,9 @@ class MarkovModel:
     def cost_key(self) -> str:
         return f"fake:{self._name}"
 
+    def close(self) -> None:
+        """Nothing to free (``Engine.close`` calls it)."""
+
     # ------------------------------------------------------------------ helpers
 
     def _bump(self) -> None:

@@ -55,8 +55,9 @@ DEFAULT_CHUNK = 256
 
 @dataclass(eq=False)
 class Request:
-    """One generation in a slot.  ``pieces``: text not yet taken by the caller (``take``);
-    ``done``: the reply is over (``gen.result()`` holds it)."""
+    """One generation in a slot.  ``pieces``: text not yet taken by the caller (``take``),
+    each with the count of ``gen.logprobs`` entries final when it was; ``done``: the reply is
+    over (``gen.result()`` holds it)."""
 
     gen: Generation
     slot: int
@@ -65,12 +66,20 @@ class Request:
     prefill_s: float = 0.0
     started: bool = False
     done: bool = False
-    pieces: list[str] = field(default_factory=list)
+    pieces: list[tuple[str, int]] = field(default_factory=list)
     t_start: float = 0.0
 
     def take(self) -> list[str]:
+        """The text pieces since the last take."""
+        return [text for text, _ in self.take_marked()]
+
+    def take_marked(self) -> list[tuple[str, int]]:
+        """``(text, n_logprobs)`` since the last take."""
         out, self.pieces = self.pieces, []
         return out
+
+    def _put(self, text: str) -> None:
+        self.pieces.append((text, len(self.gen.logprobs) if self.gen.logprobs is not None else 0))
 
 
 class _Part:
@@ -325,7 +334,8 @@ class Batch:
         seconds = time.perf_counter() - t_step
         for r in commits:
             r.gen.step_done(seconds)
-            r.pieces += r.gen.emit()
+            for piece in r.gen.emit():
+                r._put(piece)
         for r in reqs:
             if r.gen.finish_reason is not None:
                 self._close(r)
@@ -353,7 +363,7 @@ class Batch:
         if r.started:
             tail = gen.flush()
             if tail:
-                r.pieces.append(tail)
+                r._put(tail)
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
