@@ -152,6 +152,11 @@ class Engine:
     def last_result(self, value: Result | None) -> None:
         self._local.result = value
 
+    def kv_bytes(self) -> int:
+        """Bytes of both models' KV caches (``LlamaModel.kv_bytes``; 0 for a backend that
+        does not say)."""
+        return sum(int(getattr(m, "kv_bytes", lambda: 0)()) for m in (self.target, self.draft) if m is not None)
+
     def slots(self) -> tuple[int, int, int]:
         """``(busy, idle, waiting)``: slots running a request, free slots, requests waiting
         for one (all idle before the first ``submit``)."""

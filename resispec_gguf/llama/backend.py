@@ -392,9 +392,12 @@ class LlamaModel:
         return list(self._seqs[slot])
 
     def kv_bytes(self) -> int:
-        """Bytes of the context's KV cache (``llama_state_get_size`` counts it with the
-        outputs buffer; an upper bound of the KV memory)."""
-        return int(_ll.llama_state_get_size(self._ctx))
+        """Bytes of the KV cache: keys and values (F16, llama.cpp's default) of every layer
+        for every cell of the context (``n_slots * n_ctx`` cells)."""
+        layers = int(_ll.llama_model_n_layer(self._model))
+        head_dim = int(_ll.llama_model_n_embd(self._model)) // max(1, int(_ll.llama_model_n_head(self._model)))
+        cells = int(_ll.llama_n_ctx(self._ctx))
+        return 2 * layers * int(_ll.llama_model_n_head_kv(self._model)) * head_dim * 2 * cells
 
     def _decode_batch(self, n: int) -> None:
         self._batch.n_tokens = n

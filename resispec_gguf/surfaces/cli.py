@@ -169,8 +169,9 @@ def _cmd_serve(args) -> int:
             host = f"[{params.host}]" if ":" in params.host else params.host
             auth = "auth on" if params.api_key else "auth off, no --api-key"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors}; "
-                  f"{summary(engine.info())})", file=sys.stderr)
+            slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
+            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
+                  f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
             server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp)
     finally:
         sock.close()
@@ -279,11 +280,12 @@ def _checked_by(parser_name: str):
     return check
 
 
-def _command(sub, name: str, func, help: str) -> argparse.ArgumentParser:
-    """A subcommand run by ``func(args)``, with the model flags."""
+def _command(sub, name: str, func, help: str, defaults=None) -> argparse.ArgumentParser:
+    """A subcommand run by ``func(args)``, with the model flags (``defaults``: this
+    command's own defaults for some of them)."""
     p = sub.add_parser(name, help=help)
     p.set_defaults(func=func)
-    flags.add_settings(p, ModelParams, "models")
+    flags.add_settings(p, ModelParams, "models", defaults=defaults)
     return p
 
 
@@ -293,6 +295,8 @@ def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=No
 
 
 _BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
+# requests ``serve`` runs at once unless --parallel says otherwise (llama.cpp's server has 4 slots)
+SERVE_SLOTS = 4
 
 
 def _add_chat(sub) -> None:
@@ -313,7 +317,7 @@ def _add_generate(sub) -> None:
 
 
 def _add_serve(sub) -> None:
-    serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
+    serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server", defaults={"n_slots": SERVE_SLOTS})
     _speculation_flags(serve)
     flags.add_settings(serve, ServerParams, "server")
 

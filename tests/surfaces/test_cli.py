@@ -35,6 +35,8 @@ def test_help_lists_subcommands():
         (["chat", "--seed", "-3"], "seed must be >= 0"),
         (["serve", "--port", "70000"], "--port: port must be in [1, 65535]"),
         (["serve", "--max-queue", "-1"], "max_queue"),
+        (["serve", "--parallel", "0"], "--parallel: n_slots must be in [1, 32]"),
+        (["generate", "--parallel", "33", "hi"], "--parallel"),
         (["analyze", "-k", "1,99"], "-k: draws must be in [1, 64]"),
         (["bench", "--temperature", "1", "500"], "--temperature: temperature must be in [0, 100]"),
         (["bench", "--repeat", "0"], "--repeat"),
@@ -207,6 +209,7 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             line = p.stderr.readline()
             assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
             assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
+            assert "; 4 slots × 256 tokens, KV " in line and " MiB; " in line, line  # serve's default --parallel
             assert line.rstrip().endswith("; target on CPU; draft on CPU)"), line  # where the layers run
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             deadline = time.monotonic() + 20
