@@ -183,6 +183,8 @@ def _cmd_bench(args) -> int:
 
     if args.sweep is not None and args.methods is not None:
         raise UserError("give --sweep or --methods, not both")
+    if args.concurrency is not None:
+        return _bench_concurrency(args)
     methods = bench.parse_methods(args.methods or _BENCH_METHODS)
     prompts = bench.select_prompts(args.prompts, args.workload)
     model = flags.from_args(ModelParams, args)
@@ -194,6 +196,29 @@ def _cmd_bench(args) -> int:
     with _load(model, announce=True) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep)
+    return 0
+
+
+def _bench_concurrency(args) -> int:
+    import json
+
+    from . import bench, concurrency
+
+    if args.sweep is not None or args.plot or args.json_schema is not None:
+        raise UserError("--concurrency runs --methods only: no --sweep, --plot or --json-schema")
+    levels = args.concurrency
+    methods = bench.parse_methods(args.methods or "none,auto")
+    model = flags.from_args(ModelParams, args)
+    model = model.replace(n_slots=max(model.n_slots, max(levels)))
+    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
+    dp = flags.from_args(DraftParams, args)
+    prompts = bench.select_prompts(args.prompts, args.workload)
+    with _load(model, announce=True) as engine:
+        rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp)
+    print(concurrency.format_concurrency(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "rows": rows}, f, indent=2)
     return 0
 
 
@@ -261,6 +286,16 @@ def _output_file(text: str) -> str:
     if not os.access(text if os.path.exists(text) else folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
     return text
+
+
+def _levels(text: str) -> list[int]:
+    """bench's ``--concurrency`` list (``concurrency.parse_levels``), an error naming the flag."""
+    from .concurrency import parse_levels
+
+    try:
+        return parse_levels(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _checked_by(parser_name: str):
@@ -357,6 +392,10 @@ def _add_bench(sub) -> None:
     b.add_argument("--json-schema", default=None, metavar="FILE|JSON",
                    help="also run every method under this JSON schema (METHOD+schema rows: mask time per node, "
                         "speed against the same method unconstrained)")
+    b.add_argument("--concurrency", type=_levels, default=None, metavar="N[,N...]",
+                   help="instead: N clients at once sharing the prompts, for each N (e.g. 1,2,4), with --methods "
+                        "(default: none,auto); aggregate and per-request tokens/s, time to first token and "
+                        "end-to-end p50/p95 (--parallel is raised to the largest N)")
     b.set_defaults(grammar=None)
 
 

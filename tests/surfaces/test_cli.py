@@ -299,3 +299,16 @@ def test_doctor_is_one_screen_with_an_exit_status(tmp_path):
     assert any(line.startswith("crash check") and " ok: " in line for line in lines), r.stdout
     r = _run_env("doctor", "--ctx", 10, env={})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bench_concurrency_prints_a_row_per_method_and_level(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    out = tmp_path / "c.json"
+    r = run("bench", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "--workload", "code",
+            "--max-tokens", 6, "--concurrency", "1,2", "--json", out)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["method"], x["clients"]) for x in rows] == [("none", 1), ("none", 2), ("auto", 1), ("auto", 2)]
+    assert "agg tok/s" in r.stdout and "TTFT p95" in r.stdout
+    bad = run("bench", "--concurrency", "0")
+    assert bad.returncode == 2 and "--concurrency" in bad.stderr.strip().splitlines()[-1]
