@@ -23,9 +23,9 @@ from fake_models import LazyConstraint, PathConstraint
 from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-import law_harness
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
-                            _pair, check_law, exact_law)
+                            _pair, check_law, exact_law, sample_constrained)
+from law_harness import constrained_law as _constrained_law
 
 CONSTRAINT = PathConstraint(V, EOG)
 # free until the tokens 4, 3 (with PROMPT and LOOKUP_PROMPT, both ending in 3, 1, about 30% of
@@ -34,17 +34,11 @@ LAZY = LazyConstraint(V, EOG, trigger=(4, 3))
 
 
 def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint=CONSTRAINT) -> dict[tuple, float]:
-    return law_harness.constrained_law(target, prompt, sp, n, constraint)
+    return _constrained_law(target, prompt, sp, n, constraint)
 
 
 def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int, constraint=CONSTRAINT) -> Counter:
-    counts: Counter = Counter()
-    for seed in range(runs):
-        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
-        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-        assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
-        counts[seq] += 1
-    return counts
+    return sample_constrained(engine, prompt, sp, dp, runs, constraint)
 
 
 CASES = (
