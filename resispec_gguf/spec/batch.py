@@ -98,11 +98,13 @@ class _Part:
 
 
 def share_rows(accepts: Sequence[float], drafts: Sequence[bool], base_rows: int, cap: int, target_s: np.ndarray,
-               draft_s: np.ndarray, row_s: float = 0.0, overhead_s: float = 0.0) -> list[int]:
+               draft_s: np.ndarray, row_s: float = 0.0, overhead_s: float = 0.0,
+               base_tokens: float | None = None) -> list[int]:
     """Tree rows for each offering request: ``accepts[i]`` its acceptance per node (its
     k-th row worth ``accepts[i] ** k`` tokens), ``drafts[i]`` whether its rows need draft
     calls, at most ``cap`` each, beside ``base_rows`` rows the step holds anyway (every
-    request's root, the fixed-shape trees).  The rows are ranked best first across requests
+    request's root, the fixed-shape trees) worth ``base_tokens`` (default ``base_rows``: a
+    token per request; more for a fixed tree).  The rows are ranked best first across requests
     and the count with the best expected tokens per predicted second is kept (every count is
     tried: a cost curve need not be concave); ties keep fewer rows.
 
@@ -120,7 +122,7 @@ def share_rows(accepts: Sequence[float], drafts: Sequence[bool], base_rows: int,
     nt, nd = len(target_s) - 1, len(draft_s) - 1
     counts = np.zeros(n, np.int64)
     best_k, best_ratio = 0, -1.0
-    value = float(base_rows)  # a lower bound on tokens: one per request and row held anyway
+    value = float(base_rows if base_tokens is None else base_tokens)
     for k in range(0, len(order) + 1):
         if k:
             i = owner[order[k - 1]]
@@ -267,7 +269,7 @@ class Batch:
         accepts = [r.gen.auto.tuner.accept for r in offers]
         drafts = [r.gen.uses_draft for r in offers]
         counts = share_rows(accepts, drafts, base, min(cap, MAX_TREE_NODES), self.tables[0], self.tables[1],
-                            self.row_s)
+                            self.row_s, base_tokens=len(reqs))
         return dict(zip(offers, counts))
 
     def _step(self, reqs: list[Request]) -> list[Request]:

@@ -218,9 +218,12 @@ def _bench_concurrency(args) -> int:
     with _load(model, announce=True) as engine:
         rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp)
     print(concurrency.format_concurrency(rows))
+    rss = bench._peak_rss_mb()
+    print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "rows": rows}, f, indent=2)
+            json.dump({"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "peak_rss_mb": rss,
+                       "rows": rows}, f, indent=2)
     return 0
 
 
