@@ -167,6 +167,9 @@ class LlamaModel:
         self._seqs: list[list[int]] = [[] for _ in range(self.n_slots)]  # committed tokens per slot, in order
         self._nodes = Forest(self.n_slots)  # this step's uncommitted nodes
         self._local = threading.local()  # per-thread out-buffers: the server detokenises on two threads
+        # special tokens whose text the reply shows (a tool format's markers, such as Mistral's
+        # [TOOL_CALLS]: llama.cpp's "preserved tokens"); other special tokens add no text
+        self.shown_specials: frozenset[int] = frozenset()
         self._generation = 0
         self._specials = None
         self._max_piece = None
@@ -332,7 +335,9 @@ class LlamaModel:
         return list(buf[:n])
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
-        """Bytes this token contributes to the text (possibly part of a UTF-8 character)."""
+        """Bytes this token contributes to the text (possibly part of a UTF-8 character); a
+        special token adds its text when ``special`` or when it is one of ``shown_specials``."""
+        special = special or int(token) in self.shown_specials
         piece = getattr(self._local, "piece", None)
         if piece is None:
             piece = self._local.piece = ctypes.create_string_buffer(256)
