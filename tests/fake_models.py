@@ -38,28 +38,40 @@ class MarkovModel:
 
     ``rows``: ``{context tuple (length order): float32 [V] logits}``, or a callable
     ``context -> logits``.  A context shorter than ``order`` (at the very start) is padded on
-    the left with token 0.
+    the left with token 0.  ``n_slots``: committed sequences (``protocol.SlotBackend``); the
+    single-sequence calls act on slot 0.
     """
 
-    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov"):
+    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov", n_slots=1):
         self.n_vocab = int(n_vocab)
         self.order = int(order)
         self.n_ctx = int(n_ctx)
         self.n_seq_max = int(n_seq_max)
+        self.n_slots = int(n_slots)
         self.n_threads = 1
         self._eog = frozenset(eog)
         self._rows = rows
         self._name = name
-        self.cached: list[int] = []
-        self._nodes: list[tuple[int, int, int]] = []  # (token, parent, position)
+        self._seqs: list[list[int]] = [[] for _ in range(self.n_slots)]  # committed tokens per slot
+        self._nodes: list[tuple[int, int, int, int]] = []  # (token, parent, position, slot)
         self._generation = 0
         self.calls = 0  # decode calls
 
     # ------------------------------------------------------------------ protocol
 
     @property
+    def cached(self) -> list[int]:
+        return self._seqs[0]
+
+    @property
     def n_past(self) -> int:
-        return len(self.cached)
+        return len(self._seqs[0])
+
+    def slot_past(self, slot: int) -> int:
+        return len(self._seqs[slot])
+
+    def slot_tokens(self, slot: int) -> list[int]:
+        return list(self._seqs[slot])
 
     def row(self, context) -> np.ndarray:
         ctx = tuple(context)[-self.order:]
@@ -68,52 +80,68 @@ class MarkovModel:
         return out
 
     def sync_prefix(self, tokens) -> int:
+        return self.sync_slot(0, tokens)
+
+    def sync_slot(self, slot: int, tokens) -> int:
         self._bump()
         self._nodes.clear()
         if len(tokens) > self.n_ctx:
             raise ContextFullError("prompt does not fit")
         want = list(tokens[:-1])
         common = 0
-        for a, b in zip(self.cached, want):
+        for a, b in zip(self._seqs[slot], want):
             if a != b:
                 break
             common += 1
-        self.cached = want
+        self._seqs[slot] = want
         return common
 
     def _context(self, node: int) -> list[int]:
         """Committed tokens plus the node's ancestors and itself, last ``order`` of them."""
         path = []
+        cached = self._seqs[self._nodes[node][3]]
         while node >= 0:
-            tok, par, _ = self._nodes[node]
+            tok, par, _, _ = self._nodes[node]
             path.append(tok)
             node = par
             if len(path) >= self.order:
                 break
         path.reverse()
         if len(path) < self.order:
-            path = self.cached[max(0, len(self.cached) - (self.order - len(path))):] + path
+            path = cached[max(0, len(cached) - (self.order - len(path))):] + path
         return path
 
     def decode(self, tokens, parents, want_logits=None):
+        return self.decode_slots(tokens, parents, [0] * len(tokens), want_logits)
+
+    def decode_slots(self, tokens, parents, slots, want_logits=None):
         tokens = [int(t) for t in tokens]
         parents = [int(p) for p in parents]
+        slots = [int(s) for s in slots]
         n = len(tokens)
-        if n == 0 or len(parents) != n:
+        if n == 0 or len(parents) != n or len(slots) != n:
             raise ValueError("bad decode request")
         base = len(self._nodes)
-        if base + n + 1 > self.n_seq_max:
-            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {self.n_seq_max - 1}")
+        if base + n + self.n_slots > self.n_seq_max:
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {self.n_seq_max - self.n_slots}")
         new = []
-        for j, (tok, par) in enumerate(zip(tokens, parents)):
+        for j, (tok, par, slot) in enumerate(zip(tokens, parents, slots)):
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
+            if not 0 <= slot < self.n_slots:
+                raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
             if not 0 <= tok < self.n_vocab:
                 raise ValueError(f"token {tok} outside the vocabulary")
-            pos = self.n_past if par < 0 else (self._nodes[par][2] if par < base else new[par - base][2]) + 1
-            new.append((tok, par, pos))
-        if max(p for _, _, p in new) + 1 > self.n_ctx or self.n_past + base + n > self.n_ctx:
-            raise ContextFullError("the context is full")
+            parent = None if par < 0 else (self._nodes[par] if par < base else new[par - base])
+            if parent is not None and parent[3] != slot:
+                raise ValueError(f"node {base + j} of slot {slot} has a parent in slot {parent[3]}")
+            pos = len(self._seqs[slot]) if parent is None else parent[2] + 1
+            new.append((tok, par, pos, slot))
+        for slot in set(slots):
+            mine = sum(1 for node in self._nodes + new if node[3] == slot)
+            deepest = max(p for _, _, p, s in new if s == slot)
+            if deepest + 1 > self.n_ctx or len(self._seqs[slot]) + mine > self.n_ctx:
+                raise ContextFullError("the context is full")
         self._nodes.extend(new)
         want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
         rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
@@ -122,14 +150,19 @@ class MarkovModel:
         return _Rows(self, self._generation, rows)
 
     def commit(self, path) -> None:
-        prev = -1
-        for i in path:
-            if self._nodes[i][1] != prev:
-                raise ValueError(f"commit path is not a chain from the committed sequence: {list(path)}")
-            prev = i
-        self.cached.extend(self._nodes[i][0] for i in path)
-        if len(self.cached) > self.n_ctx:
-            raise AssertionError("committed past the context")
+        self.commit_slots({0: path})
+
+    def commit_slots(self, paths) -> None:
+        for slot, path in paths.items():
+            prev = -1
+            for i in path:
+                if self._nodes[i][1] != prev or self._nodes[i][3] != slot:
+                    raise ValueError(f"commit path is not a chain from slot {slot}'s sequence: {list(path)}")
+                prev = i
+        for slot, path in paths.items():
+            self._seqs[slot].extend(self._nodes[i][0] for i in path)
+            if len(self._seqs[slot]) > self.n_ctx:
+                raise AssertionError("committed past the context")
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
@@ -137,7 +170,8 @@ class MarkovModel:
         self._bump()
 
     def reset(self) -> None:
-        self.cached.clear()
+        for seq in self._seqs:
+            seq.clear()
         self.drop_uncommitted()
 
     def is_eog(self, token: int) -> bool:
@@ -148,6 +182,9 @@ class MarkovModel:
 
     def cost_key(self) -> str:
         return f"fake:{self._name}"
+
+    def close(self) -> None:
+        """Nothing to free (``Engine.close`` calls it)."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -363,6 +400,10 @@ class Clocked:
     def decode(self, tokens, parents, want_logits=None):
         self.clock[0] += self.curve(len(tokens))
         return self.m.decode(tokens, parents, want_logits)
+
+    def decode_slots(self, tokens, parents, slots, want_logits=None):
+        self.clock[0] += self.curve(len(tokens))
+        return self.m.decode_slots(tokens, parents, slots, want_logits)
 
 
 def noisy_markov_pair(n_vocab, *, eog, n_ctx=256, seed=3, noise=0.3):

@@ -59,7 +59,7 @@ from .costs import CostCurve, cost_table
 
 
 # rows a step may ever hold (root + MAX_TREE_NODES), with room for the look-ahead's projections
-_TABLE_ROWS = 512
+_TABLE_ROWS = TABLE_ROWS = 512
 
 
 @njit(cache=True)

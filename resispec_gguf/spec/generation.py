@@ -58,13 +58,16 @@ _DRAFT_CATCH_UP = 32
 @dataclass(frozen=True)
 class Room:
     """What the models hold when a step is planned (``ModelBackend``'s ``n_ctx``,
-    ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft."""
+    ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft.
+    ``tree_nodes``: the most non-root nodes the target may evaluate for this request (a
+    share of a step that serves several, ``batch``)."""
 
     target_ctx: int
     target_past: int
     draft_ctx: int = 0
     draft_past: int = 0
     draft_nodes: int = 0
+    tree_nodes: int = MAX_TREE_NODES
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ class Generation:
             yield DraftSync(seq)
             draft_past = len(seq) - 1
             self.draft_pending = [seq[-1]]
-        max_nodes = min(MAX_TREE_NODES, room.target_ctx - room.target_past - 1)
+        max_nodes = min(MAX_TREE_NODES, room.tree_nodes, room.target_ctx - room.target_past - 1)
         max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
         self._tree, self._draft_index = yield from self._grow_tree(kind, max_nodes, max_expanded)
         return Decode(self._tree.tokens, self._tree.parent)
