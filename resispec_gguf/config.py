@@ -42,6 +42,9 @@ AUTO_DEPTH, AUTO_BUDGET = 16, 32
 # below this it aborts the whole process.  (llama.cpp then rounds the context up to a
 # multiple of 256 cells anyway.)
 MIN_CTX = MAX_TREE_NODES + 2
+# requests served at once (``--parallel``): each needs a sequence of its own, and its tree
+# shares what is left of llama.cpp's 256 sequences with the others
+MAX_SLOTS = 32
 
 
 class ConfigError(UserError, ValueError):
@@ -400,6 +403,9 @@ class DraftParams(_Settings):
         return self.method in SPEC_METHODS and not self.lookup
 
 
+#: The tool-call formats (``assist.formats``), for ``--tool-format``.
+TOOL_FORMATS = ("hermes", "generic", "llama3", "mistral", "qwen3", "deepseek_r1")
+
 _CTX_WHY = f"the engine opens {MIN_CTX} sequences and llama.cpp needs a batch row for each"
 
 
@@ -437,7 +443,10 @@ class ModelParams(_Settings):
     None: all cores.  ``flash_attn`` None: llama.cpp decides (on where supported).
     ``verbose``: let llama.cpp's own logging through.  ``rpc``: ``HOST:PORT[,HOST:PORT...]``
     of ggml RPC workers (``rpc-worker``) that hold the target's offloaded layers
-    (``n_gpu_layers``) instead of local devices; the draft stays local.
+    (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
+    how the target writes tool calls (None: read from its chat template).  ``n_slots``:
+    requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
+    own in one shared cache (``n_slots * n_ctx`` cells per model).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -453,9 +462,14 @@ class ModelParams(_Settings):
     flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: llama.cpp decides, "
                                                                  "on where supported)")
     verbose: bool = setting(False, "--verbose", help="show llama.cpp's own logging and auto's choices")
+    tool_format: str | None = setting(None, "--tool-format", help="how the model writes tool calls: "
+                                      + ", ".join(TOOL_FORMATS) + " (default: read from its chat template)",
+                                      check=OneOf(TOOL_FORMATS), unset=(), metavar="NAME")
     rpc: str | None = setting(None, "--rpc", help="put the target's offloaded layers (-ngl) on these ggml RPC "
                                                   "workers, split by their memory (default: none, local devices)",
                               check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")
+    n_slots: int = setting(1, "--parallel", help="requests served at once, each with its own --ctx tokens",
+                           check=Range(1, MAX_SLOTS))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The engine sees only ``protocol.Constraint``: a compiled constraint whose ``star
 per-request state answering "which tokens may follow this path" as a packed bitmask.  This
 module implements it on llguidance (its Earley parser, its JSON-schema compiler, its token
 trie built from the model's own vocabulary).  What it may not do: sample, touch a model, or
-know about requests and tool formats (``tools.py`` writes the grammars for tool calls).
+know about requests and tool formats (``formats`` writes the grammars for tool calls).
 
 A state's answer depends on its path alone: the matcher holds the committed tokens, and a
 question about a tree path consumes the path, computes the mask and rolls the path back, so
@@ -288,6 +288,27 @@ class GrammarState:
         if not out.any():
             out[:] = self.g._end_mask
         return out
+
+    def forced(self, path: Sequence[int]) -> list[int]:
+        """The tokens llguidance spells the bytes the grammar forces after ``path`` with
+        (``protocol.ForcingState``; its canonical tokenisation, dropping a last token that
+        the next bytes could extend), within the vocabulary; empty when nothing is forced."""
+        path = [int(t) for t in path]
+        if any(t in self._end for t in path):
+            return []
+        if path and not self.m.consume_tokens(path):
+            raise self._failed("at a drafted token")
+        try:
+            out = [] if self.m.is_stopped() else self.m.compute_ff_tokens()
+        finally:
+            if path:
+                self.m.rollback(len(path))
+        keep = []
+        for t in out:  # an end token or one the model lacks ends the candidate chain
+            if not 0 <= t < self.g.n_vocab or t in self._end:
+                break
+            keep.append(int(t))
+        return keep
 
     def advance(self, tokens: Sequence[int]) -> None:
         tokens = [int(t) for t in tokens if int(t) not in self._end]

@@ -31,13 +31,14 @@ INNER = PathConstraint(V, EOG)
 class Thinking:
     """The exact rule of ``After(INNER, CLOSE, open=OPEN, phase, budget)`` after a history:
     the block opens only with OPEN as the first token (phase BEFORE), holds at most
-    ``budget`` tokens, and after CLOSE the tokens follow INNER from the token after it."""
+    ``budget`` tokens and never ends (EOG is refused inside it: INNER has not been met),
+    and after CLOSE the tokens follow INNER from the token after it."""
 
     def __init__(self, phase: str, budget: int = -1):
         self.phase, self.budget = phase, budget
 
     def constraint(self) -> After:
-        return After(INNER, CLOSE, V, open=OPEN, phase=self.phase, budget=self.budget)
+        return After(INNER, CLOSE, V, open=OPEN, phase=self.phase, budget=self.budget, ends=(EOG,))
 
     def allowed(self, history) -> list[int]:
         h = list(history)
@@ -54,7 +55,7 @@ class Thinking:
             return INNER.allowed(body[body.index(CLOSE) + 1:])
         if 0 <= self.budget <= len(body):
             return [CLOSE]
-        return list(range(V))
+        return [x for x in range(V) if x != EOG]
 
 
 def _ids(mask) -> list[int]:
@@ -97,6 +98,15 @@ def test_no_inner_constraint_leaves_everything_but_the_budget_free():
     assert not state.is_stopped()
 
 
+def test_the_end_tokens_are_free_only_without_an_inner_constraint():
+    """A reply that ends inside the block would never meet the inner constraint (a forced
+    tool call, a schema): its end tokens are refused there; with no inner constraint they are
+    allowed (a budget alone lets the reply end while thinking)."""
+    inner = After(INNER, CLOSE, V, open=OPEN, phase=FREE, ends=(EOG,)).start()
+    assert EOG not in _ids(inner.mask([0])) and CLOSE in _ids(inner.mask([0]))
+    assert EOG in _ids(After(None, CLOSE, V, open=OPEN, phase=FREE, ends=(EOG,)).start().mask([0]))
+
+
 def test_a_union_with_a_wider_inner_mask_keeps_its_words():
     """The inner mask may be longer than the vocabulary's words (llguidance pads to its own
     vocabulary): the first mask of BEFORE is their union, as long as the longer one."""
@@ -123,6 +133,26 @@ def test_a_trigger_fed_to_the_inner_constraint():
         assert _ids(state.mask(path)) == INNER.allowed(path[k:]), path
     state.advance([0, trigger, 1])
     assert _ids(state.mask([])) == INNER.allowed([trigger, 1])
+
+
+def test_forced_tokens_are_the_inner_ones_past_the_block_and_the_close_at_the_budget():
+    """``forced`` (the engine's free candidates): nothing while the text is free or the
+    block may still open, ``close`` once the budget is spent, then the inner constraint's
+    own forced tokens on the tokens past ``close``; an inner one without them forces
+    nothing."""
+    from fake_models import SpelledConstraint
+
+    spelled = SpelledConstraint(V, EOG)
+    state = After(spelled, CLOSE, V, open=OPEN, phase=BEFORE, budget=2).start()
+    assert state.forced([]) == [] and state.forced([OPEN]) == [] and state.forced([OPEN, 1]) == []
+    assert state.forced([OPEN, 1, 2]) == [CLOSE]  # the budget is spent: only the close may follow
+    assert state.forced([OPEN, CLOSE]) == spelled.forced([]) == [2]
+    assert state.forced([OPEN, CLOSE, 0]) == spelled.forced([0]) == [1]
+    assert state.forced([2]) == spelled.forced([2])  # no block: the inner constraint at once
+    fed = After(spelled, 0, V, feed_close=True).start()  # the close token ("a") is the inner's first
+    assert fed.forced([1, 0]) == spelled.forced([0]) == [1]
+    assert After(None, CLOSE, V).start().forced([CLOSE]) == []
+
 
 
 @pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V)])
@@ -208,7 +238,7 @@ class _BudgetBlind(After):
         def mask(path):
             phase, _, inner = state._walk(path)
             if phase == FREE:
-                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else range(V), V)
+                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else [x for x in range(V) if x != EOG], V)
             return state.inner.mask(inner)
 
         state.mask = mask
@@ -220,7 +250,7 @@ def test_a_budget_blind_to_the_path_is_caught():
     tree path overruns the budget, and the check rejects the output."""
     target, draft = _pair()
     sp, spec = TEMPERATURES["T1"], SPECS["budget-2"]
-    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2)
+    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2, ends=(EOG,))
     law = constrained_law(target, PROMPT, sp, N_TOKENS, spec)
     check_law(sample_constrained(Engine(target, draft), PROMPT, sp, DraftParams(method="none"), RUNS, broken),
               law, "budget-blind/none")
