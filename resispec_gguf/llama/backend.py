@@ -468,9 +468,12 @@ class LlamaModel:
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
+        # Every id but 0 in the cache is one of this step's nodes', so removing those ids
+        # is llama_memory_seq_keep(0); it is several times cheaper, because seq_keep
+        # re-indexes every committed cell (a cost that grows with the context), seq_rm only
+        # the cells that carry the id.
         if len(self._nodes):
-            _ll.llama_memory_seq_keep(self._mem, 0)
-            self._nodes.clear()
+            self._forget_nodes(0)
 
     def reset(self) -> None:
         self.drop_uncommitted()
