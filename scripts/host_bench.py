@@ -207,8 +207,8 @@ def measure(engine, prompt, sp, dp, reps: int) -> dict:
     for how, targets in (("unprofiled", _targets()[:2]), ("profiled", _targets())):
         prof = Sections()
         with prof.wrapping(targets):
-            for r in range(reps):
-                split = split_of(prof.seconds, _generate(engine, prompt, sp.replace(seed=sp.seed + r), dp))
+            for _ in range(reps):
+                split = split_of(prof.seconds, _generate(engine, prompt, sp, dp))  # one trajectory
                 if how not in runs or split["host"] < runs[how]["host"]:
                     runs[how] = split
     best = runs["profiled"]
