@@ -442,9 +442,9 @@ class LlamaModel:
         if depth_end > self.n_ctx or self.n_past + base + n > self.n_ctx:
             self._forget_nodes(base)
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
-        ids, counts, anchors = self._nodes.cells(base)
-        for j, anchor_seq in enumerate(anchors):
-            _ll.llama_memory_seq_cp(self._mem, anchor_seq, base + j + 1, -1, -1)
+        ids, counts, copies = self._nodes.cells(base)
+        for src, dst, end in copies:
+            _ll.llama_memory_seq_cp(self._mem, src, dst, -1, end)
         self._tok[:n] = tokens
         self._pos[:n] = self._nodes.pos[base:]
         self._nseq[:n] = counts
@@ -459,8 +459,8 @@ class LlamaModel:
         return LogitsRows(self, self._generation, np.flatnonzero(out))
 
     def _forget_nodes(self, keep: int) -> None:
-        for sid in self._nodes.forget(keep):
-            _ll.llama_memory_seq_rm(self._mem, sid, -1, -1)
+        for sid, start in self._nodes.forget(keep):
+            _ll.llama_memory_seq_rm(self._mem, sid, start, -1)
 
     def commit(self, path) -> None:
         """Append the uncommitted nodes ``path`` (a chain from a -1-parent node) to sequence

@@ -5,12 +5,17 @@ sequence or off a node decoded earlier in the same step; ``commit`` keeps one ro
 chain of them.  ``Forest`` keeps those nodes (sequence id, parent, position, token) and works
 out the layout below; ``backend`` makes the llama.cpp calls it implies.
 
-KV layout.  Sequence 0 holds the committed tokens.  Every uncommitted node gets its own
-sequence id ``s``; its cell carries ``s`` plus the ids of all its descendants decoded in the
-same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
-cache, or sequence 0) is copied to ``s``.  llama.cpp masks attention by a token's first
-sequence id, so each node sees exactly the committed prefix and its own ancestors.  This needs
-``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
+KV layout.  Sequence 0 holds the committed tokens.  An uncommitted node's first child takes
+over its parent's sequence id (so a chain of nodes is one sequence); every other node, and
+every node hanging off the committed sequence, opens a new id ``s``.  A node's cell carries
+its id plus the ids of all its descendants decoded in the same batch, and before the decode
+each new id gets a copy of the node's *anchor* (its nearest ancestor already in the cache, or
+sequence 0) up to the anchor's position.  llama.cpp masks attention by a token's first
+sequence id and by position, and the nodes sharing an id form one root-to-leaf chain, so each
+node sees exactly the committed prefix and its own ancestors.  Sharing ids saves copies: each
+copy adds the id to every committed cell (its cost grows with the context), and a chain needs
+one instead of one per node.  This needs ``kv_unified=True`` (tokens carrying several
+sequence ids fail to decode otherwise).
 
 Python and NumPy: imports nothing from the package, never llama_cpp.
 """
@@ -24,14 +29,18 @@ __all__ = ["Forest"]
 
 class Forest:
     """This step's uncommitted nodes in the order they were decoded: node ``i`` has sequence
-    id ``seq[i]`` (``i + 1``), parent ``parent[i]`` (an earlier node, or -1 for the committed
-    sequence), position ``pos[i]`` and token ``tok[i]``."""
+    id ``seq[i]`` (its parent's for the parent's first child, else a new one, ids counting
+    from 1), parent ``parent[i]`` (an earlier node, or -1 for the committed sequence),
+    position ``pos[i]`` and token ``tok[i]``."""
 
     def __init__(self):
         self.seq: list[int] = []
         self.parent: list[int] = []
         self.pos: list[int] = []
         self.tok: list[int] = []
+        self._opens: list[bool] = []  # node i opened its id (else took over its parent's)
+        self._handed: list[bool] = []  # node i's id went to a child already
+        self._next_id = 1
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -57,38 +66,60 @@ class Forest:
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
             pos = n_past if par < 0 else self.pos[par] + 1
+            opens = par < 0 or self._handed[par]
+            if opens:
+                sid, self._next_id = self._next_id, self._next_id + 1
+            else:
+                sid, self._handed[par] = self.seq[par], True
             self.parent.append(par)
             self.pos.append(pos)
-            self.seq.append(base + j + 1)
+            self.seq.append(sid)
             self.tok.append(int(tokens[j]))
+            self._opens.append(opens)
+            self._handed.append(False)
             depth_end = max(depth_end, pos + 1)
         return depth_end
 
-    def cells(self, base: int) -> tuple[np.ndarray, list[int], list[int]]:
-        """The batch of the nodes from ``base`` on: ``(ids, counts, anchors)``, per node the
-        sequence ids its cell carries (``ids[j, :counts[j]]``: its own first, then every
-        descendant's in the batch; int32, zero-padded) and its anchor's sequence id (the
-        nearest ancestor decoded before ``base``, or 0: the committed sequence)."""
+    def cells(self, base: int) -> tuple[np.ndarray, list[int], list[tuple[int, int, int]]]:
+        """The batch of the nodes from ``base`` on: ``(ids, counts, copies)``.  Per node, the
+        sequence ids its cell carries (``ids[j, :counts[j]]``: its own first, then every id
+        its descendants in the batch open; int32, zero-padded).  ``copies``: per id a node of
+        the batch opens, ``(src, dst, end)``: copy sequence ``src`` (the node's anchor's: the
+        nearest ancestor decoded before ``base``, or 0 for the committed sequence) to ``dst``
+        at positions below ``end`` (-1: all; the anchor's own position + 1 otherwise, which
+        leaves out the anchor's descendants that share its id)."""
         n = len(self.seq) - base
-        seqs = [[base + j + 1] for j in range(n)]
-        anchors = []
+        seqs = [[self.seq[base + j]] for j in range(n)]
+        copies = []
         for j in range(n):
+            if not self._opens[base + j]:  # the parent's id: its ancestors in the batch carry it already
+                continue
+            sid = self.seq[base + j]
             a = self.parent[base + j]
-            sid = base + j + 1
             while a >= base:
                 seqs[a - base].append(sid)
                 a = self.parent[a]
-            anchors.append(0 if a < 0 else self.seq[a])
+            copies.append((0, sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
         ids = np.zeros((n, max(len(s) for s in seqs)), np.int32)
         for j, s in enumerate(seqs):
             ids[j, : len(s)] = s
-        return ids, [len(s) for s in seqs], anchors
+        return ids, [len(s) for s in seqs], copies
 
-    def forget(self, keep: int) -> list[int]:
-        """Drop the nodes from ``keep`` on; returns their sequence ids."""
-        gone = self.seq[keep:]
-        for lst in (self.seq, self.parent, self.pos, self.tok):
+    def forget(self, keep: int) -> list[tuple[int, int]]:
+        """Drop the nodes from ``keep`` on; returns what leaves the cache with them: ``(id,
+        from)`` per sequence id, ``from`` -1 for an id one of them opened (all of it), else
+        the first dropped position of an id a kept node opened."""
+        gone, seen = [], set()
+        for i in range(keep, len(self.seq)):
+            sid = self.seq[i]
+            if sid not in seen:
+                seen.add(sid)
+                gone.append((sid, -1 if self._opens[i] else self.pos[i]))
+            if not self._opens[i] and self.parent[i] < keep:
+                self._handed[self.parent[i]] = False
+        for lst in (self.seq, self.parent, self.pos, self.tok, self._opens, self._handed):
             del lst[keep:]
+        self._next_id = 1 + max((s for s, o in zip(self.seq, self._opens) if o), default=0)
         return gone
 
     def chain(self, path) -> list[int]:
@@ -103,5 +134,6 @@ class Forest:
         return path
 
     def clear(self) -> None:
-        for lst in (self.seq, self.parent, self.pos, self.tok):
+        for lst in (self.seq, self.parent, self.pos, self.tok, self._opens, self._handed):
             lst.clear()
+        self._next_id = 1
