@@ -25,8 +25,8 @@ backend's own work around each decode), split into
 Sections are timed by wrapping those functions for the duration of the run (exclusive
 times: a section nested in another counts once, in the inner one), so the engine carries no
 timing code and pays nothing when this does not run.  The wrappers cost about a
-microsecond a call, which lands in ``rest``; the unprofiled column is the same step timed
-without them.  Times are the process's CPU time unless ``--wall``: on a machine shared with
+microsecond a call, which lands in the sections and in ``rest``; the unprofiled column is
+the same step timed with only ``llama_decode`` wrapped.  Times are the process's CPU time unless ``--wall``: on a machine shared with
 other work, wall time counts their slices too.  Nothing is asserted.
 
     python scripts/host_bench.py                           # V = 32000, 151936, 262144
