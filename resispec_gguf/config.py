@@ -403,6 +403,29 @@ class DraftParams(_Settings):
 _CTX_WHY = f"the engine opens {MIN_CTX} sequences and llama.cpp needs a batch row for each"
 
 
+# the most tokens a reasoning budget may name (as the server's max_tokens bound)
+MAX_REASONING_BUDGET = 1_000_000
+
+
+@dataclass(frozen=True)
+class ReasoningParams(_Settings):
+    """What a reasoning model's thinking (a ``<think>…</think>`` block) becomes.
+
+    ``reasoning_format``: ``auto`` returns the thinking apart from the answer (OpenAI-style
+    ``reasoning_content``) when the model has thinking markers; ``none`` leaves it in the
+    text.  ``reasoning_budget``: the most tokens the thinking may take before only its
+    closing marker is allowed (-1: no limit; 0: no thinking, and the template is asked for
+    none with ``enable_thinking`` false).  A model without thinking markers ignores both.
+    """
+
+    reasoning_format: str = setting("auto", "--reasoning-format", help="auto: return a reasoning model's thinking "
+                                                                       "apart from the answer; none: leave it in "
+                                                                       "the text", check=OneOf(("none", "auto")))
+    reasoning_budget: int = setting(-1, "--reasoning-budget", help="end a reasoning model's thinking after N tokens "
+                                                                   "(-1: no limit, 0: no thinking)",
+                                    check=Range(-1, MAX_REASONING_BUDGET), metavar="N")
+
+
 @dataclass(frozen=True)
 class ModelParams(_Settings):
     """Which models to load and how (``Engine.load``).

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .assist import tools
+from .assist import reasoning, tools
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
 from .config import DraftParams, ModelParams, SamplingParams
@@ -55,6 +55,7 @@ class Engine:
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
         self._tool_format = None
+        self._reasoning = False  # not looked for yet
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -200,9 +201,11 @@ class Engine:
         """``Prompts.text_tokens``: a plain prompt's tokens (BOS added unless the text has it)."""
         return self.prompts.text_tokens(text)
 
-    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> list[int]:
-        """``Prompts.chat_tokens``: a chat rendered with the template, contents kept as text."""
-        return self.prompts.chat_tokens(messages, add_generation_prompt, tools)
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+                    template_kwargs: dict | None = None) -> list[int]:
+        """``Prompts.chat_tokens``: a chat rendered with the template, contents kept as text;
+        ``template_kwargs``: more template variables (``chat_template_kwargs``)."""
+        return self.prompts.chat_tokens(messages, add_generation_prompt, tools, template_kwargs)
 
     def token_piece(self, token: int) -> bytes:
         """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""
@@ -224,6 +227,13 @@ class Engine:
         if self._tool_format is None:
             self._tool_format = tools.detect_format(self.chat_template, self.target, self.grammars.tokenizer())
         return self._tool_format
+
+    def reasoning_format(self):
+        """The target's thinking markers (``reasoning.detect_reasoning``; found once), None
+        for a model that does not think in a marked block."""
+        if self._reasoning is False:
+            self._reasoning = reasoning.detect_reasoning(self.target)
+        return self._reasoning
 
     def grammar_tokenizer(self):
         return self.grammars.tokenizer()

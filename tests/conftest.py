@@ -90,3 +90,19 @@ def noisy_pair(tmp_path_factory) -> tuple[Path, Path]:
     """A pair whose draft is much noisier (acceptance ~0.4): fallbacks are frequent, which
     gives the engine's exactness tests power against a wrong residual."""
     return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("noisy"), seed=1, noise=0.6)
+
+
+@pytest.fixture(scope="session")
+def think_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """``tiny_pair``'s models with thinking markers (``tiny_gguf.THINK_TOKENS``) and a
+    Qwen3-style template: the model opens its thinking, ``enable_thinking`` false closes it."""
+    return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("think"), vocab_variant="think",
+                                     chat_template=tiny_gguf.THINK_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def open_think_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """As ``think_pair``, with a DeepSeek-R1-distill-style template that opens the thinking
+    block in the generation prompt."""
+    return tiny_gguf.write_tiny_pair(tmp_path_factory.mktemp("open-think"), vocab_variant="think",
+                                     chat_template=tiny_gguf.OPEN_THINK_TEMPLATE)

@@ -1,6 +1,7 @@
 """The exactness harness: Markov fake pairs with a known exact output law, the grids of
 configurations the law tests run (methods, tree policies, temperatures, room regimes, cost
-regimes), and the checks (``check_law``).  Used by test_exactness.py, test_constraint.py and
+regimes), the checks (``check_law``) and the law under a constraint (``constrained_law``,
+``sample_constrained``).  Used by test_exactness.py, test_constraint.py, test_lazy.py and
 scripts/exactness_report.py; a helper module, not a test file.
 Exactness through the engine, at scale, on Markov fake models (see fake_models.py).
 
@@ -75,6 +76,51 @@ ROWS = (1, 2, 4, 8, 16, 32)
 FLAT = CostCurve(ROWS, (1.0,) * len(ROWS))  # a batch costs what one row costs (a GPU)
 CPU_T = CostCurve(ROWS, (1.0, 1.3, 1.7, 3.0, 3.8, 7.0))  # the 2-core CPU's target
 CPU_D = CostCurve(ROWS, (0.44, 0.55, 0.75, 1.3, 1.7, 3.1))
+
+
+def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint) -> dict[tuple, float]:
+    """``{sequence: probability}`` of the first ``n`` tokens under plain constrained sampling
+    with ``constraint`` (any object with ``allowed(history)``, the fakes' exact rule); a
+    sequence ending in EOG (sampled, or forced by a complete constraint) stops."""
+    law: dict[tuple, float] = {}
+
+    def rec(prefix, prob):
+        if len(prefix) == n:
+            law[prefix] = prob
+            return
+        allowed = constraint.allowed(prefix)
+        if allowed == [EOG]:
+            law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob
+            return
+        row = target.row(list(prompt) + list(prefix))
+        masked = sampling.mask_logits(row, sampling.bitmask_from_ids(allowed, V))
+        if sp.greedy:
+            p = np.zeros(V)
+            p[int(np.argmax(masked))] = 1.0
+        else:
+            p = sampling.probs_dense(masked, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+        assert set(np.flatnonzero(p)) <= set(allowed)
+        for x in np.flatnonzero(p):
+            if x == EOG:
+                law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob * p[x]
+            else:
+                rec(prefix + (int(x),), prob * p[x])
+
+    rec((), 1.0)
+    return law
+
+
+def sample_constrained(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int,
+                       constraint) -> Counter:
+    """The first ``N_TOKENS`` tokens (EOG appended when the reply ended) of ``runs`` seeded
+    replies under ``constraint``."""
+    counts: Counter = Counter()
+    for seed in range(runs):
+        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
+        counts[seq] += 1
+    return counts
 
 
 def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3):

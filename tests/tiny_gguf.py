@@ -49,6 +49,9 @@ __all__ = [
     "write_tiny_llama",
     "write_tiny_pair",
     "FIM_TOKENS",
+    "THINK_TOKENS",
+    "THINK_TEMPLATE",
+    "OPEN_THINK_TEMPLATE",
     "write_incompatible_draft",
     "write_not_gguf",
     "write_truncated_gguf",
@@ -64,6 +67,29 @@ N_VOCAB = 262
 #: The ``"fim"`` vocabulary variant's extra control tokens (Qwen2.5-Coder's spellings), ids
 #: ``N_VOCAB`` on: prefix, suffix, middle, pad, repo name, file separator.
 FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
+
+#: The ``"think"`` variant's thinking markers, ids ``N_VOCAB`` and ``N_VOCAB + 1``: user-defined
+#: tokens whose piece is their text, as Qwen3's and DeepSeek-R1's GGUFs hold them.
+THINK_TOKENS = ("<think>", "</think>")
+
+#: A Qwen3-style template: the model opens its thinking itself, and ``enable_thinking`` false
+#: closes an empty block in the generation prompt.
+THINK_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}"
+    "{% endif %}"
+)
+
+#: A DeepSeek-R1-distill-style template: the generation prompt opens the thinking block.
+OPEN_THINK_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
 
 #: Relative noise of the draft in ``write_tiny_pair`` (acceptance ~0.73, see module docstring).
 DEFAULT_DRAFT_NOISE = 0.15
@@ -98,6 +124,9 @@ def _vocab(variant: str = "default") -> tuple[list[str], list[int], list[float]]
     elif variant == "fim":  # same as default, plus fill-in-the-middle tokens
         tokens += list(FIM_TOKENS)
         types += [gguf.TokenType.CONTROL] * len(FIM_TOKENS)
+    elif variant == "think":  # same as default, plus a reasoning model's thinking markers
+        tokens += list(THINK_TOKENS)
+        types += [gguf.TokenType.USER_DEFINED] * len(THINK_TOKENS)
     elif variant not in ("default", "reversed_bytes"):
         raise ValueError(f"unknown vocab variant {variant!r}")
     scores = [0.0] * len(tokens)
@@ -150,6 +179,7 @@ def write_tiny_llama(
     base_seed: int | None = None,
     vocab_variant: str = "default",
     name: str = "tiny-llama",
+    chat_template: str = CHAT_TEMPLATE,
 ) -> Path:
     """Write an F32 llama-architecture GGUF to ``path`` and return it as a ``Path``.
 
@@ -157,8 +187,10 @@ def write_tiny_llama(
     matrix gets added ``noise * init_std * N(0, 1)`` drawn from ``seed`` (norm weights stay
     ones).  Same arguments give byte-identical files.  ``vocab_variant``: ``"default"``,
     ``"reversed_bytes"`` (byte tokens in reverse order: same size/type/specials, different
-    token text from id 3), ``"extra_tokens"`` (200 extra tokens at the end) or ``"fim"``
-    (``FIM_TOKENS`` at the end, as control tokens).
+    token text from id 3), ``"extra_tokens"`` (200 extra tokens at the end), ``"fim"``
+    (``FIM_TOKENS`` at the end, as control tokens) or ``"think"`` (``THINK_TOKENS`` at the
+    end, user-defined).  ``chat_template``: the GGUF's template (``CHAT_TEMPLATE``,
+    ``THINK_TEMPLATE``, ``OPEN_THINK_TEMPLATE``).
     """
     if n_embd % n_head or n_head % n_head_kv:
         raise ValueError("n_embd must divide by n_head and n_head by n_head_kv")
@@ -194,7 +226,7 @@ def write_tiny_llama(
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
     w.add_add_space_prefix(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(chat_template)
 
     for tname, shape, std in _tensor_shapes(n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab):
         if std is None:
@@ -214,14 +246,15 @@ def write_tiny_llama(
 
 
 def write_tiny_pair(dirpath: str | Path, seed: int = 0,
-                    noise: float = DEFAULT_DRAFT_NOISE, vocab_variant: str = "default") -> tuple[Path, Path]:
+                    noise: float = DEFAULT_DRAFT_NOISE, vocab_variant: str = "default",
+                    chat_template: str = CHAT_TEMPLATE) -> tuple[Path, Path]:
     """Write ``target.gguf`` and ``draft.gguf`` (same base weights + noise, same vocabulary
-    variant) into ``dirpath``."""
+    variant and template) into ``dirpath``."""
     dirpath = Path(dirpath)
-    target = write_tiny_llama(dirpath / "target.gguf", seed=seed, base_seed=seed,
-                              name="tiny-llama-target", vocab_variant=vocab_variant)
-    draft = write_tiny_llama(dirpath / "draft.gguf", seed=seed + 1, base_seed=seed,
-                             noise=noise, name="tiny-llama-draft", vocab_variant=vocab_variant)
+    target = write_tiny_llama(dirpath / "target.gguf", seed=seed, base_seed=seed, name="tiny-llama-target",
+                              vocab_variant=vocab_variant, chat_template=chat_template)
+    draft = write_tiny_llama(dirpath / "draft.gguf", seed=seed + 1, base_seed=seed, noise=noise,
+                             name="tiny-llama-draft", vocab_variant=vocab_variant, chat_template=chat_template)
     return target, draft
 
 

@@ -5,8 +5,11 @@ by ``chat_format``, a fill-in-the-middle layout by ``fim``), tokenized so that o
 template's own text can become control tokens.  ``grammar`` is the one adapter to the grammar
 engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` owns
 everything about tool calls: the formats models write them in, their grammars, parsing and
-streaming.  ``plan`` turns a chat request (tools, tool_choice, response_format) into a prompt
-and a constraint; the surfaces then run it on the engine.
+streaming.  ``reasoning`` owns a reasoning model's thinking block: its markers, the reply
+split into reasoning and answer, and the constraint that lets it think before a grammar
+applies (``lazy.After``: a constraint that starts after a closing token).  ``plan`` turns a
+chat request (tools, tool_choice, response_format, reasoning fields) into a prompt and a
+constraint; the surfaces then run it on the engine.
 
 Everything here works on a model's vocabulary and text and asks the engine for nothing but
 what it is handed (the flow is surfaces → assist → engine, never back).  May import:

@@ -1,6 +1,7 @@
 """Chat messages and templates: check OpenAI-style messages (``check_messages``), render a
 model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
-``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``), and split a
+``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``, and a request's
+``chat_template_kwargs``), and split a
 rendered chat into the template's own text and the messages' contents, so that only the
 template's text can become control tokens (``Engine.chat_tokens``).
 
@@ -188,17 +189,21 @@ def split_special(segments: list[tuple[str, bool]], specials) -> list[str | int]
 
 
 def render(template: str | None, messages, *, bos_token="", eos_token="", add_generation_prompt=True,
-           tools=None) -> str:
+           tools=None, extra: dict | None = None) -> str:
+    """``template`` (None: ChatML) applied to ``messages``; ``extra``: more template variables
+    (a request's ``chat_template_kwargs``, such as ``enable_thinking``), set under the
+    renderer's own."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
         tmpl = env.from_string(template or CHATML)
-        return tmpl.render(
-            messages=check_messages(messages),
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-            raise_exception=_raise,
-            tools=tools,
-        )
+        return tmpl.render({
+            **(extra or {}),
+            "messages": check_messages(messages),
+            "bos_token": bos_token,
+            "eos_token": eos_token,
+            "add_generation_prompt": add_generation_prompt,
+            "raise_exception": _raise,
+            "tools": tools,
+        })
     except jinja2.exceptions.TemplateError as e:
         raise UserError(f"the chat template failed: {e}") from None

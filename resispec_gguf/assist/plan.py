@@ -1,13 +1,15 @@
-"""Chat planning: a chat request's messages, ``tools``/``tool_choice``/``parallel_tool_calls``
-and ``response_format`` made into what the engine runs (``plan_chat``: the prompt's tokens
-and a constraint), and how to read tool calls back out of the reply (``ChatPlan``).  Tools
+"""Chat planning: a chat request's messages, ``tools``/``tool_choice``/``parallel_tool_calls``,
+``response_format`` and reasoning fields made into what the engine runs (``plan_chat``: the
+prompt's tokens and a constraint), and how to read the reply's reasoning and tool calls back
+out of it (``ChatPlan``).  Tools
 under "auto" together with a JSON ``response_format`` make a reply that is calls or the final
 answer in that JSON (``CallsOrAnswer`` reads which).
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
 in as an argument and is used through its public methods only (``chat_tokens``, ``check_constraint``,
-``tool_format``, ``compile_constraint``); what a tool format is, is ``tools``'.
+``tool_format``, ``reasoning_format``, ``compile_constraint``); what a tool format is, is
+``tools``', and what a thinking block is, ``reasoning``'.
 
 May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
 ``llama`` or a surface.
@@ -18,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FieldError
+from . import reasoning as _reasoning
 from . import tools as _tools
 from .chat_format import check_messages
 from .grammar import GrammarError
@@ -32,11 +35,13 @@ class RequestError(FieldError):
 
 @dataclass
 class ChatOptions:
-    """A chat request's checked tool and format fields: what tools may be called, and the
-    JSON schema the reply must follow (None: text; True: any JSON object)."""
+    """A chat request's checked tool and format fields: what tools may be called, the JSON
+    schema the reply must follow (None: text; True: any JSON object), and what becomes of a
+    reasoning model's thinking (``reasoning.ReasoningRequest``)."""
 
     tools: _tools.ToolRequest
     schema: object = None
+    reasoning: _reasoning.ReasoningRequest = _reasoning.ReasoningRequest()
 
     @property
     def final(self):
@@ -59,17 +64,30 @@ class ChatOptions:
 @dataclass
 class ChatPlan:
     """A request made ready for the engine: its prompt, its constraint (None: free text),
-    and, when tools may be called, how to read calls back out of the reply."""
+    when tools may be called, how to read calls back out of the reply, and, on a reasoning
+    model whose thinking is returned apart, its markers and where the reply starts
+    (``reasoning.ReasoningFormat.phase``)."""
 
     prompt: list[int]
     constraint: object = None
     tools: _tools.ToolRequest | None = None
     format: _tools.HermesFormat | None = None
     final: object = None  # ``ChatOptions.final``: the reply is calls or JSON under it
+    reasoning: _reasoning.ReasoningFormat | None = None
+    phase: str = "after"
 
     @property
     def tools_active(self) -> bool:
         return self.tools is not None and self.tools.active
+
+    def split(self, text: str) -> tuple[str | None, str]:
+        """``(reasoning, content)`` of a finished reply (``reasoning.split_reasoning``):
+        reasoning None when the reply had no thinking block or it is not returned apart."""
+        return _reasoning.split_reasoning(self.reasoning, self.phase, text)
+
+    def reasoning_stream(self) -> _reasoning.ReasoningStream | None:
+        """The streamed form of ``split``; None when the text is not split."""
+        return None if self.reasoning is None else _reasoning.ReasoningStream(self.reasoning, self.phase)
 
     def _reader(self):
         """What reads calls out of the reply: the format, or, when the reply may instead be
@@ -143,34 +161,50 @@ def response_schema(response_format):
 
 
 def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
-                       functions=None, function_call=None) -> ChatOptions:
-    """A chat request's tool and format fields, checked without a model
-    (``RequestError``/``ToolError`` naming the field)."""
+                       functions=None, function_call=None, *, reasoning=None, reasoning_format=None,
+                       reasoning_budget=None, chat_template_kwargs=None) -> ChatOptions:
+    """A chat request's tool, format and reasoning fields, checked without a model
+    (``RequestError``/``ToolError``/``FieldError`` naming the field); ``reasoning``: the
+    ``config.ReasoningParams`` the request's own reasoning fields override."""
     if tool_choice is None and function_call is not None:  # the legacy spelling
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
                        else function_call)
     functions_ = _tools.check_tools(tools, functions)
     req = _tools.check_tool_choice(tool_choice, functions_, parallel_tool_calls)
-    return ChatOptions(req, response_schema(response_format))
+    schema = response_schema(response_format)
+    thinking = _reasoning.check_reasoning(reasoning, reasoning_format=reasoning_format,
+                                          reasoning_budget=reasoning_budget, chat_template_kwargs=chat_template_kwargs)
+    return ChatOptions(req, schema, thinking)
 
 
 def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
-              functions=None, function_call=None, checked: ChatOptions | None = None) -> ChatPlan:
+              functions=None, function_call=None, checked: ChatOptions | None = None, **reasoning) -> ChatPlan:
     """The prompt and constraint for a chat request on ``engine``.  ``checked``:
     ``check_chat_options``' result when the caller has it already; ``messages`` may come
-    checked (``chat_format.Messages``): they are checked once per request."""
+    checked (``chat_format.Messages``): they are checked once per request.  ``reasoning``:
+    ``check_chat_options``' reasoning keywords.  On a reasoning model the constraint starts
+    when the thinking ends (``reasoning.constrain``)."""
     options = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
-                                            functions, function_call)
+                                            functions, function_call, **reasoning)
     req = options.tools
     msgs = check_messages(messages)
     fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
     constraint = _constraint(engine, options, fmt)  # first: a constraint that cannot work names its field
+    variables = options.reasoning.template_variables()
+    extra = {"template_kwargs": variables} if variables else {}
     if fmt is not None:  # the format renders tools, earlier calls and their results
         msgs, shown = _tools.prepare_messages(msgs, req, fmt)
-        prompt = engine.chat_tokens(msgs, tools=shown)
+        prompt = engine.chat_tokens(msgs, tools=shown, **extra)
     else:
-        prompt = engine.chat_tokens(msgs)
-    return ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final)
+        prompt = engine.chat_tokens(msgs, **extra)
+    plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final)
+    thinks = engine.reasoning_format()
+    if thinks is not None:
+        plan.phase = thinks.phase(prompt, engine.token_piece)
+        plan.constraint = _reasoning.constrain(thinks, constraint, plan.phase, options.reasoning.budget,
+                                               engine.n_vocab)
+        plan.reasoning = thinks if options.reasoning.split else None
+    return plan
 
 
 def _constraint(engine, options: ChatOptions, fmt):

@@ -63,9 +63,10 @@ class Prompts:
             return ""
         return self.vocab.token_text(token).decode("utf-8", "replace")
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+                    template_kwargs: dict | None = None) -> str:
         """The chat template applied to ``messages`` (and ``tools``, OpenAI's tool objects,
-        for templates that render them)."""
+        for templates that render them); ``template_kwargs``: more template variables."""
         return render(
             self.chat_template,
             messages,
@@ -73,6 +74,7 @@ class Prompts:
             eos_token=self.special_text(self.vocab.eos),
             add_generation_prompt=add_generation_prompt,
             tools=tools,
+            extra=template_kwargs,
         )
 
     @property
@@ -102,7 +104,8 @@ class Prompts:
         bos = self.special_text(self.vocab.bos)
         return self.vocab.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
-    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> list[int]:
+    def chat_tokens(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+                    template_kwargs: dict | None = None) -> list[int]:
         """The prompt for a chat: the template rendered with a generation prompt, tokenized so
         that only the template's own text can become control tokens.
 
@@ -116,16 +119,17 @@ class Prompts:
         does more with a content than paste it in (or trim it), the contents are placed where
         the marks are, unchanged, if any of them holds control text.  Like ``text_tokens`` it
         refuses a prompt longer than ``max_prompt_bytes`` before tokenizing it.
+        ``template_kwargs``: more template variables (``render_chat``).
         """
         msgs = cf.check_messages(messages)
         contents = [m["content"] for m in msgs]
         self.check_prompt_size("".join(contents))
-        rendered = self.render_chat(msgs, add_generation_prompt, tools)
+        rendered = self.render_chat(msgs, add_generation_prompt, tools, template_kwargs)
         self.check_prompt_size(rendered)  # other fields a template may print are text too
         specials = self.vocab.special_tokens()
         nonce = cf.new_nonce()
         marked = self.render_chat(cf.Messages({**m, "content": cf.mark(nonce, i)} for i, m in enumerate(msgs)),
-                                  add_generation_prompt, tools)
+                                  add_generation_prompt, tools, template_kwargs)
         segments = cf.content_segments(rendered, marked, nonce, contents)
         if segments is None:
             if not any(text in c for c in contents for text, *_ in specials):

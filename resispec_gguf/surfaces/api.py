@@ -42,6 +42,9 @@ def create_chat_completion(
     response_format: dict | None = None,
     logprobs: bool = False,
     top_logprobs: int | None = None,
+    reasoning_format: str | None = None,
+    reasoning_budget: int | None = None,
+    chat_template_kwargs: dict | None = None,
 ):
     """Chat completion in OpenAI's shape: a dict, or an iterator of chunk dicts when
     ``stream=True``.  The extra ``speculative`` key carries the step statistics.  A sampling
@@ -50,7 +53,11 @@ def create_chat_completion(
     ``response_format`` are OpenAI's: calls come back as ``message.tool_calls`` with
     finish_reason "tool_calls", JSON formats are enforced by a grammar (exactly, under
     speculation).  ``logprobs``/``top_logprobs``: as OpenAI's (the target's own
-    log-probabilities at T = 1 before filters)."""
+    log-probabilities at T = 1 before filters).  On a reasoning model (thinking markers in its
+    vocabulary) the thinking comes back as ``message.reasoning_content`` (streamed:
+    ``delta.reasoning_content``) unless ``reasoning_format`` is "none"; ``reasoning_budget``
+    (-1: no limit) ends it after that many tokens; ``chat_template_kwargs`` are template
+    variables (``{"enable_thinking": False}``)."""
     given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, max_tokens=max_tokens,
                  stop=stop, seed=seed)
     sp = SamplingParams(**{k: v for k, v in given.items() if v is not None})
@@ -58,7 +65,8 @@ def create_chat_completion(
         raise ValueError("top_logprobs needs logprobs=True")
     n_lp = (top_logprobs or 0) if logprobs else None
     plan = plan_chat(engine, messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                     response_format=response_format)
+                     response_format=response_format, reasoning_format=reasoning_format,
+                     reasoning_budget=reasoning_budget, chat_template_kwargs=chat_template_kwargs)
     meta = new_meta(model, chat=True)
     if not stream:
         result = engine.generate(plan.prompt, sp, draft, constraint=plan.constraint, logprobs=n_lp)

@@ -13,8 +13,9 @@ import json
 import sys
 
 from .. import config
-from ..config import DraftParams, SamplingParams
-from .display import stats_line, stats_report
+from ..assist.plan import plan_chat
+from ..config import DraftParams, ReasoningParams, SamplingParams
+from .display import dimmed, stats_line, stats_report
 from ..engine import Stats
 from ..errors import ContextFullError, UserError
 
@@ -25,6 +26,7 @@ HELP = """commands:
   /stats             totals for this session and acceptance per tree depth
   /set NAME VALUE    change a setting, e.g. /set temp 0.7, /set method specinfer
                      names: {names}, system
+  /set reasoning on|off  show a reasoning model's thinking (dimmed) or hide it
   /save FILE         write the conversation to FILE as JSON
   /exit              quit (so does Ctrl-D)
 Ctrl-C stops a reply."""
@@ -62,9 +64,13 @@ def apply_setting(sp: SamplingParams, dp: DraftParams, name: str, value: str):
 class ChatSession:
     """Conversation state and turn handling, separate from terminal I/O for testing."""
 
-    def __init__(self, engine, sp: SamplingParams, dp: DraftParams, system: str | None, out=sys.stdout, err=sys.stderr):
+    def __init__(self, engine, sp: SamplingParams, dp: DraftParams, system: str | None, out=sys.stdout, err=sys.stderr,
+                 reasoning: ReasoningParams | None = None):
         self.engine = engine
         self.sp, self.dp = sp, dp
+        self.reasoning = reasoning or ReasoningParams()
+        self.show_reasoning = True  # /set reasoning on|off
+        self._thinking = False  # the reply's thinking is being shown
         self.system = system
         self.messages: list[dict] = []
         self.total = Stats(method=dp.method)
@@ -79,13 +85,14 @@ class ChatSession:
     def say(self, text: str) -> None:
         self.last_user = text
         messages = self._all_messages() + [{"role": "user", "content": text}]
+        self._thinking = False
         try:
-            prompt = self.engine.chat_tokens(messages)
-            stream = self.engine.stream(prompt, self.sp, self.dp)
+            plan = plan_chat(self.engine, messages, reasoning=self.reasoning)
+            split = plan.reasoning_stream()
+            stream = self.engine.stream(plan.prompt, self.sp, self.dp, constraint=plan.constraint)
             try:
                 for piece in stream:
-                    self.out.write(piece)
-                    self.out.flush()
+                    self._show(*(split.push(piece) if split else ("", piece)))
             except KeyboardInterrupt:
                 stream.close()  # the result says "interrupted"
         except ContextFullError as e:
@@ -93,14 +100,37 @@ class ChatSession:
             print(f"{e} — /reset starts a new conversation; /retry sends your message again.", file=self.err)
             return
         res = self.engine.last_result
+        if split:
+            self._show(*split.finish(res.text))
         self.out.write("\n")
         if res.finish_reason == "interrupted":
             print("[stopped]", file=self.err)
-        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": res.text}]
+        answer = plan.split(res.text)[1]  # the thinking stays out of the conversation, as templates want
+        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
         self.total.merge(res.stats)
         line = stats_line(res.stats)
         print(f"\x1b[2m{line}\x1b[0m" if self.dim else line, file=self.out)
         self.out.flush()
+
+    def _show(self, thinking: str, answer: str) -> None:
+        """Write a piece of the reply: its thinking dimmed (unless hidden), then its answer."""
+        if thinking and self.show_reasoning:
+            self.out.write(dimmed(thinking, self.dim))
+            self._thinking = True
+        if answer:
+            if self._thinking:
+                self.out.write("\n\n")
+                self._thinking = False
+            self.out.write(answer)
+        self.out.flush()
+
+    def _set_reasoning(self, value: str) -> None:
+        word = value.strip().lower()
+        if word not in ("on", "off"):
+            print("usage: /set reasoning on|off", file=self.err)
+            return
+        self.show_reasoning = word == "on"
+        print(f"[reasoning {'shown' if self.show_reasoning else 'hidden'}]", file=self.out)
 
     def command(self, line: str) -> bool:
         """Handle a slash command; returns False when the session should end."""
@@ -126,6 +156,8 @@ class ChatSession:
             elif parts[1] == "system":
                 self.system = parts[2]
                 print("[system prompt set]", file=self.out)
+            elif parts[1] == "reasoning":
+                self._set_reasoning(parts[2])
             else:
                 try:
                     sp, dp = apply_setting(self.sp, self.dp, parts[1], parts[2])
@@ -176,10 +208,12 @@ def _read_lines(interactive: bool):
             yield line.rstrip("\n")
 
 
-def run_chat(engine, sp: SamplingParams, dp: DraftParams, system: str | None = None) -> int:
-    """The chat loop on a loaded engine: turns from the terminal, or one per line of stdin."""
+def run_chat(engine, sp: SamplingParams, dp: DraftParams, system: str | None = None,
+             reasoning: ReasoningParams | None = None) -> int:
+    """The chat loop on a loaded engine: turns from the terminal, or one per line of stdin;
+    ``reasoning``: what a reasoning model's thinking becomes (shown dimmed, by default)."""
     interactive = sys.stdin.isatty()
-    session = ChatSession(engine, sp, dp, system)
+    session = ChatSession(engine, sp, dp, system, reasoning=reasoning)
     if interactive:
         print("resispec-gguf chat — /help for commands, Ctrl-D to quit", file=sys.stderr)
     for line in _read_lines(interactive):

@@ -1,11 +1,12 @@
 """One streamed reply as OpenAI chunks, for the server and the in-process API alike.
 
 ``pieces`` runs a plan on the engine (text pieces, with their logprobs entries when asked
-for); a ``ChunkStream`` turns them into chunks: the role chunk of a chat, content held back
+for); a ``ChunkStream`` turns them into chunks: the role chunk of a chat, a reasoning model's
+thinking as ``delta.reasoning_content`` (``reasoning.ReasoningStream``), content held back
 while it may be a tool call (``tools.ToolStream``), each chunk's logprobs, and at the end the
 rest of the content, the calls, the finish_reason and the ``usage``/``speculative`` extras.
 
-May import ``assist`` (plans and tool streams) and the shapes and logprobs surfaces; never
+May import ``assist`` (plans, reasoning and tool streams) and the shapes and logprobs surfaces; never
 the server, ``llama`` or the engine's models.
 """
 
@@ -47,7 +48,9 @@ class ChunkStream:
         if usage not in USAGE_PLACES:
             raise ValueError(f"usage must be one of {USAGE_PLACES}, got {usage!r}")
         self.chat, self.meta, self.logprobs, self.usage = chat, meta, logprobs, usage
+        self.plan = plan
         self.held = plan.tool_stream()
+        self.thinking = plan.reasoning_stream() if chat else None  # None: the text is not split
         self._pending: list = []  # logprobs entries of text not sent yet
         self._sent = 0  # logprobs entries sent
 
@@ -65,21 +68,29 @@ class ChunkStream:
         if self.logprobs is not None:
             piece, entries = piece
             self._pending += entries
+        thinking = ""
+        if self.thinking is not None:
+            thinking, piece = self.thinking.push(piece)
         out = self.held.push(piece)
-        if not out:
+        parts = ([(None, thinking)] if thinking else []) + ([(out, None)] if out else [])
+        if not parts:
             return []
         if self.logprobs is None:
-            return [self._chunk(out, None)]
+            return [self._chunk(c, None, reasoning=r) for c, r in parts]
         self._sent += len(self._pending)
-        chunk = self._chunk(out, None, logprobs=self.logprobs.format(self._pending))
-        self._pending = []
-        return [chunk]
+        lp, self._pending = self.logprobs.format(self._pending), []  # on the first chunk
+        return [self._chunk(c, None, reasoning=r, logprobs=lp if i == 0 else None) for i, (c, r) in enumerate(parts)]
 
     def finish(self, result) -> list[dict]:
-        """The chunks that end the stream: held-back content or the tool calls, then the
-        chunk with finish_reason (and the usage chunk)."""
-        rest, calls = self.held.finish(result.text)
-        out = [self._chunk(rest, None)] if rest else []
+        """The chunks that end the stream: the rest of the thinking, held-back content or the
+        tool calls, then the chunk with finish_reason (and the usage chunk)."""
+        text, out = result.text, []
+        if self.thinking is not None:
+            thinking, _ = self.thinking.finish(text)
+            out += [self._chunk(None, None, reasoning=thinking)] if thinking else []
+            text = self.plan.split(text)[1]
+        rest, calls = self.held.finish(text)
+        out += [self._chunk(rest, None)] if rest else []
         reason = finish_reason(result.finish_reason)
         if calls is not None:
             out += [self._chunk(None, None, tool_calls=entries) for entries in tool_call_deltas(calls)]

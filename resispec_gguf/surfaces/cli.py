@@ -15,7 +15,7 @@ import os
 import sys
 
 from . import flags
-from ..config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
+from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
 from ..errors import UserError
 
 
@@ -148,8 +148,9 @@ def _cmd_chat(args) -> int:
     from .chat import run_chat
 
     model, sp, dp = _speculation(args)
+    reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
-        return run_chat(engine, sp, dp, args.system)
+        return run_chat(engine, sp, dp, args.system, reasoning)
 
 
 def _cmd_serve(args) -> int:
@@ -159,6 +160,7 @@ def _cmd_serve(args) -> int:
         raise UserError(f"the server needs its extra: pip install 'resispec-gguf[server]' ({e.name} missing)") from None
     model, sp, dp = _speculation(args)
     params = flags.from_args(ServerParams, args)
+    reasoning = flags.from_args(ReasoningParams, args)
     if params.model_name is None:
         params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
     sock = server.listen(params.host, params.port)  # a taken port: one line, before anything else
@@ -171,7 +173,7 @@ def _cmd_serve(args) -> int:
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
             print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors}; "
                   f"{summary(engine.info())})", file=sys.stderr)
-            server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp)
+            server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
     finally:
         sock.close()
     return 0
@@ -298,6 +300,7 @@ _BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
 def _add_chat(sub) -> None:
     chat = _command(sub, "chat", _cmd_chat, "interactive multi-turn chat (lines piped on stdin are turns)")
     _speculation_flags(chat)
+    flags.add_settings(chat, ReasoningParams, "reasoning")
     chat.add_argument("--system", default=None, help="system prompt")
 
 
@@ -315,6 +318,7 @@ def _add_generate(sub) -> None:
 def _add_serve(sub) -> None:
     serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
     _speculation_flags(serve)
+    flags.add_settings(serve, ReasoningParams, "reasoning")
     flags.add_settings(serve, ServerParams, "server")
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from ..engine import Stats
 
-__all__ = ["stats_line", "stats_report"]
+__all__ = ["dimmed", "stats_line", "stats_report"]
+
+
+def dimmed(text: str, on: bool) -> str:
+    """``text`` in the terminal's dim style when ``on`` (a terminal), else as it is."""
+    return f"\x1b[2m{text}\x1b[0m" if on and text else text
 
 
 def _tau(st: Stats) -> str:

@@ -59,16 +59,20 @@ def _header(meta: dict, obj: str) -> dict:
 def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = None, *,
                       logprobs: dict | None = None) -> dict:
     """A non-streaming ``chat.completion`` / ``text_completion`` with a ``speculative`` extra;
-    with a ``plan`` whose tools may be called, calls in the reply become ``tool_calls``;
+    with a ``plan`` whose tools may be called, calls in the reply become ``tool_calls``; a
+    reasoning model's thinking, when the plan returns it apart, is ``reasoning_content``;
     ``logprobs``: the choice's (from ``LogprobsFormatter``), if asked for."""
     reason = finish_reason(result.finish_reason)
     if chat:
-        message = {"role": "assistant", "content": result.text}
-        parsed = plan.tool_calls(result.text) if plan is not None else None
+        thinking, text = plan.split(result.text) if plan is not None else (None, result.text)
+        message = {"role": "assistant", "content": text}
+        parsed = plan.tool_calls(text) if plan is not None else None
         if parsed is not None:
             content, calls = parsed
             message = {"role": "assistant", "content": content or None, "tool_calls": [c.as_dict() for c in calls]}
             reason = with_calls(reason)
+        if thinking is not None:
+            message["reasoning_content"] = thinking
         choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
     else:
         choice = {"index": 0, "text": result.text, "logprobs": logprobs, "finish_reason": reason}
@@ -81,12 +85,15 @@ def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = No
 
 
 def chunk_object(chat: bool, meta: dict, content: str | None, finish: str | None, *, role: bool = False,
-                 tool_calls: list | None = None, logprobs: dict | None = None) -> dict:
+                 tool_calls: list | None = None, logprobs: dict | None = None, reasoning: str | None = None) -> dict:
     """One streaming chunk (``chat.completion.chunk`` delta, or ``text_completion`` text);
     ``tool_calls``: the delta's tool-call entries (``tool_call_deltas``); ``logprobs``: those of
-    the chunk's tokens, if asked for."""
+    the chunk's tokens, if asked for; ``reasoning``: a piece of the thinking
+    (``delta.reasoning_content``)."""
     if chat:
         delta = {} if content is None else {"content": content}
+        if reasoning is not None:
+            delta["reasoning_content"] = reasoning
         if role:
             delta = {"role": "assistant", **delta}
         if tool_calls is not None:

@@ -43,6 +43,14 @@ def test_render_uses_chatml_without_a_template_and_passes_the_specials():
     assert cf.render(tmpl, msgs, bos_token="<s>", eos_token="</s>") == "<s>Hi</s>"
 
 
+def test_extra_variables_reach_the_template_under_the_renderers_own():
+    template = "{{ 'off' if enable_thinking is false else 'on' }}:{{ messages | length }}"
+    msgs = [{"role": "user", "content": "hi"}]
+    assert cf.render(template, msgs) == "on:1"
+    assert cf.render(template, msgs, extra={"enable_thinking": False}) == "off:1"
+    assert cf.render(template, msgs, extra={"messages": [1, 2, 3]}) == "on:1"  # the renderer's own win
+
+
 def test_template_errors_are_user_errors():
     with pytest.raises(UserError, match="template failed: no system"):
         cf.render("{{ raise_exception('no system') }}", [{"role": "user", "content": "x"}])

@@ -24,7 +24,8 @@ from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
-                            _pair, check_law, exact_law)
+                            _pair, check_law, exact_law, sample_constrained)
+from law_harness import constrained_law as _constrained_law
 
 CONSTRAINT = PathConstraint(V, EOG)
 # free until the tokens 4, 3 (with PROMPT and LOOKUP_PROMPT, both ending in 3, 1, about 30% of
@@ -33,44 +34,11 @@ LAZY = LazyConstraint(V, EOG, trigger=(4, 3))
 
 
 def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint=CONSTRAINT) -> dict[tuple, float]:
-    """``{sequence: probability}`` of the first ``n`` tokens under plain constrained
-    sampling; a sequence ending in EOG (sampled, or forced by a complete constraint) stops."""
-    law: dict[tuple, float] = {}
-
-    def rec(prefix, prob):
-        if len(prefix) == n:
-            law[prefix] = prob
-            return
-        allowed = constraint.allowed(prefix)
-        if allowed == [EOG]:
-            law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob
-            return
-        row = target.row(list(prompt) + list(prefix))
-        masked = sampling.mask_logits(row, sampling.bitmask_from_ids(allowed, V))
-        if sp.greedy:
-            p = np.zeros(V)
-            p[int(np.argmax(masked))] = 1.0
-        else:
-            p = sampling.probs_dense(masked, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
-        assert set(np.flatnonzero(p)) <= set(allowed)
-        for x in np.flatnonzero(p):
-            if x == EOG:
-                law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob * p[x]
-            else:
-                rec(prefix + (int(x),), prob * p[x])
-
-    rec((), 1.0)
-    return law
+    return _constrained_law(target, prompt, sp, n, constraint)
 
 
 def sample(engine: Engine, prompt, sp: SamplingParams, dp: DraftParams, runs: int, constraint=CONSTRAINT) -> Counter:
-    counts: Counter = Counter()
-    for seed in range(runs):
-        res = engine.generate(prompt, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
-        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-        assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
-        counts[seq] += 1
-    return counts
+    return sample_constrained(engine, prompt, sp, dp, runs, constraint)
 
 
 CASES = (

@@ -94,6 +94,9 @@ class ScriptedEngine:
     def chat_tokens(self, messages, tools=None):
         return [1, 2, 3]
 
+    def reasoning_format(self):  # a model without thinking markers
+        return None
+
     def check_constraint(self, json_schema):
         return None
 

@@ -128,3 +128,30 @@ def test_a_full_context_is_a_message(engine):
     s, out, err = _session(engine)
     s.say("word " * 600)
     assert "/reset" in err.getvalue() and s.messages == []
+
+
+def test_reasoning_is_shown_dimmed_and_kept_out_of_the_conversation(open_think_pair):
+    """A reasoning model (its template opens the thinking; a budget of 3 closes it): the
+    thinking is written dimmed on a terminal, hidden after ``/set reasoning off``, and the
+    conversation keeps only the answer."""
+    from resispec_gguf.config import ReasoningParams
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(open_think_pair[0]), str(open_think_pair[1]), n_ctx=512, n_threads=1,
+                     progress=False) as e:
+        out, err = _Out(), io.StringIO()
+        s = ChatSession(e, SP.replace(max_tokens=8), DP, None, out=out, err=err,
+                        reasoning=ReasoningParams(reasoning_budget=3))
+        s.dim = True
+        s.say("Think")
+        thinking, answer = e.last_result.text.split("</think>")
+        shown = out.getvalue()
+        assert "\x1b[2m" in shown and "</think>" not in shown
+        assert s.messages[-1] == {"role": "assistant", "content": answer.lstrip()}
+        s.command("/set reasoning off")
+        s.command("/set reasoning maybe")
+        assert "[reasoning hidden]" in out.getvalue() and "usage: /set reasoning on|off" in err.getvalue()
+        before = len(out.getvalue())
+        s.say("Again")
+        reply = out.getvalue()[before:].rsplit("\x1b[2m[", 1)[0]  # before the dim stats line
+        assert "\x1b[2m" not in reply and e.last_result.text.split("</think>")[1].lstrip() in reply

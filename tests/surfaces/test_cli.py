@@ -45,6 +45,9 @@ def test_help_lists_subcommands():
         (["generate", "--target", "/nonexistent/model.gguf", "hi"], "not found"),
         (["generate", "--target", "hf:onlyrepo", "hi"], "hf:"),
         (["models", "fetch", "no-such-preset"], "preset"),
+        (["serve", "--reasoning-budget", "-2"], "--reasoning-budget: reasoning_budget must be in [-1, 1000000]"),
+        (["chat", "--reasoning-budget", "many"], "reasoning_budget must be an integer"),
+        (["chat", "--reasoning-format", "deepseek"], "reasoning_format must be one of none, auto"),
     ],
 )
 def test_bad_values_give_one_line_errors(args, needle):

@@ -37,11 +37,11 @@ import pytest
 import rpc_workers
 from resispec_gguf.surfaces import cli, flags
 from resispec_gguf import config
-from resispec_gguf.config import DraftParams, ModelParams, SamplingParams, ServerParams, WorkerParams
+from resispec_gguf.config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-SETTINGS = (ModelParams, SamplingParams, DraftParams, ServerParams, WorkerParams)
+SETTINGS = (ModelParams, SamplingParams, DraftParams, ReasoningParams, ServerParams, WorkerParams)
 PORT = "{port}"  # replaced by a free port when the case runs
 RPC = "{rpc}"  # replaced by two loopback workers' endpoints when the case runs
 
@@ -249,12 +249,14 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("generate-grammar", ("generate", *pair, "-n", "6", "--grammar", str(tmp / "yes-no.gbnf"), "Answer:"),
              constrained("yes\n|no\n", 6)),
         Case("chat-defaults", ("chat", *pair), chatted(1, "auto", 512), stdin="Hello\n"),
-        Case("chat-every-flag", ("chat", *pair, *MODEL_B, *SAMPLING_B, *DRAFT_B, "--system", "Answer briefly."),
+        Case("chat-every-flag", ("chat", *pair, *MODEL_B, *SAMPLING_B, *DRAFT_B, "--system", "Answer briefly.",
+                                "--reasoning-format", "none", "--reasoning-budget", "4"),
              chatted(2, "specinfer", 3), stdin="Hello\n/stats\nAgain\n"),
         Case("serve-defaults", ("serve", *pair, "--port", PORT), served),
         Case("serve-every-flag", ("serve", *pair, *MODEL_A, *SAMPLING_B, *DRAFT_A, "--host", "localhost", "--port",
                                   PORT, "--api-key", "k3y", "--max-queue", "2", "--cors-origin", "http://example.test",
-                                  "--cors-origin", "https://other.test:8443", "--model-name", "tiny-e2e"), served),
+                                  "--cors-origin", "https://other.test:8443", "--model-name", "tiny-e2e",
+                                  "--reasoning-format", "none", "--reasoning-budget", "8"), served),
         # bench's true defaults (22 prompts, 6 methods, 2 temperatures, 128 tokens) take half a
         # minute even on the tiny pair: one workload and 4 tokens, the rest as it comes
         Case("bench-defaults", ("bench", *pair, "--workload", "chat", "-n", "4"),

@@ -2,7 +2,7 @@
 (``stats_report``), with "-" wherever nothing was measured."""
 
 from resispec_gguf.engine import Stats
-from resispec_gguf.surfaces.display import stats_line, stats_report
+from resispec_gguf.surfaces.display import dimmed, stats_line, stats_report
 
 
 def _speculated() -> Stats:
@@ -41,3 +41,8 @@ def test_stats_report_without_speculation_has_three_lines():
         "time: draft 0.00s  target 0.00s  overhead 1.00s  prompt 0.00s",
     ]  # steps by kind only with auto's note; depths only once a draw was verified
     assert stats_report(Stats()).splitlines()[1] == "tau -  tokens/s 0.0  acceptance -  nodes/step 0.0"
+
+
+def test_dimmed_only_on_a_terminal():
+    assert dimmed("hmm", True) == "\x1b[2mhmm\x1b[0m"
+    assert dimmed("hmm", False) == "hmm" and dimmed("", True) == ""

@@ -39,8 +39,8 @@ cancellation), ``app`` (routes, SSE, responses) and ``errors`` (what an error be
 the wire).  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
 logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
 ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
-``n_ctx``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,
-``compile_constraint``), never ``llama`` or the models behind the engine.
+``n_ctx``, ``n_vocab``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,
+``reasoning_format``, ``compile_constraint``), never ``llama`` or the models behind the engine.
 """
 
 from .app import MAX_BODY_BYTES, TOKENIZER_THREADS, create_app, listen, serve

@@ -32,7 +32,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ...config import DraftParams, SamplingParams, ServerParams
+from ...config import DraftParams, ReasoningParams, SamplingParams, ServerParams
 from ...errors import UserError
 from ..chunks import ChunkStream
 from ..logprobs import LogprobsFormatter
@@ -87,8 +87,10 @@ async def _events_from(job: Job, event):
 
 
 class _Server:
-    def __init__(self, engine, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams):
+    def __init__(self, engine, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams,
+                 reasoning: ReasoningParams):
         self.engine = engine
+        self.reasoning = reasoning
         self.model_name = params.model_name or "resispec-gguf"
         self.draft_params = draft_params
         self.sampling_defaults = sampling_defaults
@@ -202,7 +204,8 @@ class _Server:
 
     async def _complete(self, request: Request, kind: str) -> Response:
         body = await self._read_body(request)
-        req = fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx)
+        req = fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx,
+                           self.reasoning)
         self._check_fim(req)
         job = Job(self.engine, req, asyncio.get_running_loop())
         if not self.worker.admit(job, self.max_queue + 1):
@@ -323,12 +326,14 @@ def create_app(
     *,
     draft_params: DraftParams | None = None,
     sampling_defaults: SamplingParams | None = None,
+    reasoning: ReasoningParams | None = None,
     **settings,
 ) -> Starlette:
     """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
     fields as arguments: ``model_name``, ``api_key``, ``max_queue``, ``cors_origins``) say.
 
-    ``draft_params``/``sampling_defaults`` apply to every request unless it overrides them;
+    ``draft_params``/``sampling_defaults``/``reasoning`` (a reasoning model's thinking:
+    ``config.ReasoningParams``) apply to every request unless it overrides them;
     ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
     wait behind the running one before the server answers 503; ``cors_origins``: the web origins
     (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
@@ -341,7 +346,7 @@ def create_app(
     draft_params = draft_params if draft_params is not None else DraftParams()
     sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
     engine.check_draft_params(draft_params)
-    srv = _Server(engine, params, draft_params, sampling_defaults)
+    srv = _Server(engine, params, draft_params, sampling_defaults, reasoning or ReasoningParams())
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -397,14 +402,15 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve(engine, params: ServerParams | None = None, *, sock: socket.socket | None = None,
           draft_params: DraftParams | None = None, sampling_defaults: SamplingParams | None = None,
-          **settings) -> None:
+          reasoning: ReasoningParams | None = None, **settings) -> None:
     """Serve ``engine`` with uvicorn until interrupted, on ``params``' host and port (or
     ``sock``, a socket from ``listen``); the rest as ``create_app``.  When this returns no
     request uses the engine any more, so the caller may close it."""
     import uvicorn
 
     params = _server_params(params, settings)
-    app = create_app(engine, params, draft_params=draft_params, sampling_defaults=sampling_defaults)
+    app = create_app(engine, params, draft_params=draft_params, sampling_defaults=sampling_defaults,
+                     reasoning=reasoning)
     sock = sock if sock is not None else listen(params.host, params.port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     try:

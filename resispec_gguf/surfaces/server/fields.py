@@ -18,7 +18,7 @@ from typing import Any
 
 from ...assist.chat_format import Messages, check_messages, utf8_size
 from ...assist.plan import ChatOptions, check_chat_options
-from ...config import ConfigError, DraftParams, SamplingParams
+from ...config import ConfigError, DraftParams, ReasoningParams, SamplingParams
 from ...errors import FieldError
 from .errors import ApiError, bad
 
@@ -69,14 +69,15 @@ class Request:
         return self.options.constraint_param if self.options else "response_format"
 
 
-def parse(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+def parse(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int,
+          rp0: ReasoningParams | None = None) -> Request:
     """A ``kind`` ("chat", "completion" or "infill") request from its JSON body, or the 400
-    naming its first bad field.  ``sp0``/``dp0``: the server's settings, which fields
+    naming its first bad field.  ``sp0``/``dp0``/``rp0``: the server's settings, which fields
     override; ``limit``: prompts of more UTF-8 bytes cannot fit ``n_ctx`` tokens."""
     try:
         if kind == "infill":
             return _parse_infill(body, sp0, dp0, limit, n_ctx)
-        return _parse_request(body, kind, sp0, dp0, limit, n_ctx)
+        return _parse_request(body, kind, sp0, dp0, limit, n_ctx, rp0)
     except FieldError as e:  # messages, tools, response_format, text that is not Unicode
         raise bad(str(e), e.param, "invalid_value") from None
 
@@ -324,7 +325,8 @@ def _stream_fields(body: dict) -> tuple[bool, bool]:
     return stream, bool(_boolean(opts or {}, "include_usage"))
 
 
-def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int,
+                   rp0: ReasoningParams | None = None) -> Request:
     """A chat or completion request: every field, in a fixed order (the first bad one is
     named)."""
     chat = kind == "chat"
@@ -340,7 +342,10 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     options = None
     if chat:
         options = check_chat_options(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"),
-                                     body.get("response_format"), body.get("functions"), body.get("function_call"))
+                                     body.get("response_format"), body.get("functions"), body.get("function_call"),
+                                     reasoning=rp0, reasoning_format=_string(body, "reasoning_format"),
+                                     reasoning_budget=_integer(body, "reasoning_budget"),
+                                     chat_template_kwargs=body.get("chat_template_kwargs"))
     return Request(kind, prompt, sp, dp, stream, include_usage, options, logprobs=_logprobs_option(body, chat))
 
 

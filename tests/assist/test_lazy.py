@@ -1,0 +1,246 @@
+"""``lazy.After``: a constraint that starts after a free block (a reasoning model's thinking),
+and a budget that closes the block.
+
+Unit tests of its masks on the paths it is asked about, then exactness through the real
+engine on the Markov fakes of law_harness.py: the joint law of the first 4 tokens, around
+the switch from the free block to the inner constraint (``fake_models.PathConstraint``), is
+plain sampling under the same masks, for every method, with and without lookup, auto and
+lookup alone, with a budget of 2 (the closing token forced at the third token when the model
+has not closed the block by then); and for a block the model may open itself.  A budget
+counted on the committed tokens alone (blind to the node's path) is shown to be rejected.  The reference rule
+(``Thinking.allowed``) is written from the phases' definition, apart from the class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fake_models import PathConstraint
+from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
+                         _pair, check_law, constrained_law, sample_constrained)
+from resispec_gguf.assist.lazy import AFTER, BEFORE, FREE, After
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.engine import Engine
+from resispec_gguf.kernels.masks import bitmask_from_ids
+
+OPEN, CLOSE = 4, 3
+INNER = PathConstraint(V, EOG)
+
+
+class Thinking:
+    """The exact rule of ``After(INNER, CLOSE, open=OPEN, phase, budget)`` after a history:
+    the block opens only with OPEN as the first token (phase BEFORE), holds at most
+    ``budget`` tokens, and after CLOSE the tokens follow INNER from the token after it."""
+
+    def __init__(self, phase: str, budget: int = -1):
+        self.phase, self.budget = phase, budget
+
+    def constraint(self) -> After:
+        return After(INNER, CLOSE, V, open=OPEN, phase=self.phase, budget=self.budget)
+
+    def allowed(self, history) -> list[int]:
+        h = list(history)
+        if self.phase == AFTER:
+            return INNER.allowed(h)
+        body = h
+        if self.phase == BEFORE:
+            if not h:
+                return sorted(set(INNER.allowed([])) | {OPEN})
+            if h[0] != OPEN:
+                return INNER.allowed(h)
+            body = h[1:]
+        if CLOSE in body:
+            return INNER.allowed(body[body.index(CLOSE) + 1:])
+        if 0 <= self.budget <= len(body):
+            return [CLOSE]
+        return list(range(V))
+
+
+def _ids(mask) -> list[int]:
+    bits = np.unpackbits(np.asarray(mask, np.int32).view(np.uint8), bitorder="little")
+    return [int(i) for i in np.flatnonzero(bits[:V])]
+
+
+@pytest.mark.parametrize("phase,budget", [(FREE, -1), (BEFORE, -1), (FREE, 2), (BEFORE, 0), (AFTER, 1)])
+def test_masks_follow_the_rule_on_every_path(phase, budget):
+    """Every path of up to 5 tokens the masks allow, asked from every committed prefix: the
+    mask is the rule's, whatever was committed before (paths are asked from the state
+    without leaking into it)."""
+    spec = Thinking(phase, budget)
+
+    def paths(prefix, depth):
+        yield prefix
+        if depth and spec.allowed(prefix) != [EOG]:
+            for x in spec.allowed(prefix):
+                if x != EOG:
+                    yield from paths(prefix + [x], depth - 1)
+
+    for committed in paths([], 2):
+        state = spec.constraint().start()
+        state.advance(committed)
+        for path in paths([], 3):
+            full = committed + path
+            if any(full[i] not in spec.allowed(full[:i]) for i in range(len(full))):
+                continue
+            assert _ids(state.mask(path)) == spec.allowed(full), (committed, path)
+        assert state.is_stopped() == (spec.allowed(committed) == [EOG])
+
+
+def test_no_inner_constraint_leaves_everything_but_the_budget_free():
+    state = After(None, CLOSE, V, open=OPEN, phase=BEFORE, budget=1).start()
+    assert _ids(state.mask([])) == list(range(V))
+    assert _ids(state.mask([OPEN])) == list(range(V))
+    assert _ids(state.mask([OPEN, 0])) == [CLOSE]
+    assert _ids(state.mask([OPEN, 0, CLOSE])) == list(range(V))
+    state.advance([OPEN, 0, CLOSE, 1])
+    assert not state.is_stopped()
+
+
+def test_a_union_with_a_wider_inner_mask_keeps_its_words():
+    """The inner mask may be longer than the vocabulary's words (llguidance pads to its own
+    vocabulary): the first mask of BEFORE is their union, as long as the longer one."""
+
+    class Wide:
+        def start(self):
+            return self
+
+        def mask(self, path):
+            return bitmask_from_ids([1, 40], 64)
+
+    m = After(Wide(), CLOSE, V, open=OPEN, phase=BEFORE).start().mask([])
+    assert len(m) == 2 and _ids(m) == [1, OPEN]
+
+
+def test_a_trigger_fed_to_the_inner_constraint():
+    """``feed_close``: free text until the trigger, which is the inner constraint's first
+    token (a tool call whose grammar starts at its opening marker)."""
+    trigger = 2  # a token INNER allows first
+    state = After(INNER, trigger, V, feed_close=True).start()
+    assert _ids(state.mask([0, 1])) == list(range(V))
+    for path in ([trigger], [0, trigger, 1], [0, trigger, 1, 0]):
+        k = path.index(trigger)
+        assert _ids(state.mask(path)) == INNER.allowed(path[k:]), path
+    state.advance([0, trigger, 1])
+    assert _ids(state.mask([])) == INNER.allowed([trigger, 1])
+
+
+@pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V)])
+def test_bad_settings_are_refused(bad):
+    kw = {"open": OPEN, "phase": FREE, **bad}
+    with pytest.raises(ValueError):
+        After(None, CLOSE, V, **kw)
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+def _case(method, lookup):
+    """``(target, engine, prompt, draft params)``: auto on GPU-like costs (lookup always
+    considered), lookup chains alone (no draft model), or a fixed method's tree."""
+    target, draft = _pair()
+    prompt = LOOKUP_PROMPT if lookup or method in ("auto", "lookup only") else PROMPT
+    if method == "auto":
+        return target, Engine(target, draft, cost_curves=COST_REGIMES["gpu"]), prompt, \
+            DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4)
+    if method == "lookup only":
+        return target, Engine(target, None), prompt, DraftParams(method="chain", depth=3, budget=6, lookup=True)
+    dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4, lookup=lookup)
+    return target, Engine(target, draft), prompt, dp
+
+
+def _switched(seq, spec: Thinking) -> bool:
+    """Whether ``seq`` closed the block and went on under the inner constraint."""
+    body = list(seq)
+    if spec.phase == BEFORE:
+        if not body or body[0] != OPEN:
+            return False
+        body = body[1:]
+    return CLOSE in body and body.index(CLOSE) + 1 < len(body)
+
+
+SPECS = {"after-thinking": Thinking(FREE), "may-open": Thinking(BEFORE), "budget-2": Thinking(FREE, 2)}
+
+
+def test_the_laws_cross_the_switch():
+    """The law tests below only mean something where the switch is crossed often: real mass
+    on sequences that close the block and go on under the inner mask, and, with a budget,
+    on sequences whose close was forced."""
+    target, _ = _pair()
+    sp = TEMPERATURES["T1"]
+    for prompt in (PROMPT, LOOKUP_PROMPT):
+        for name, spec in SPECS.items():
+            law = constrained_law(target, prompt, sp, N_TOKENS, spec)
+            assert abs(sum(law.values()) - 1.0) < 1e-9
+            assert sum(p for s, p in law.items() if _switched(s, spec)) >= 0.15, name
+        budget = SPECS["budget-2"]
+        law = constrained_law(target, prompt, sp, N_TOKENS, budget)
+        forced = sum(p for s, p in law.items() if len(s) >= 3 and CLOSE not in s[:2] and EOG not in s[:2])
+        assert forced >= 0.2 and all(s[2] == CLOSE for s in law if len(s) >= 3 and CLOSE not in s[:2]
+                                     and EOG not in s[:2])
+
+
+CASES = [(m, False) for m in METHODS] + [("resispec", True), ("chain", True), ("auto", False),
+                                          ("lookup only", True)]
+# every case with a budget of 2 in a block the prompt opened (the close comes by itself in
+# the first two tokens, or is forced at the third); a block the model may open, for a few
+LAW_CASES = ([(m, lookup, "budget-2") for m, lookup in CASES]
+             + [(m, lookup, "may-open") for m, lookup in (("resispec", False), ("chain", True), ("auto", False))])
+
+
+@pytest.mark.parametrize("method,lookup,name", LAW_CASES)
+def test_the_output_law_around_the_switch_is_exact(method, lookup, name):
+    target, engine, prompt, dp = _case(method, lookup)
+    spec, sp = SPECS[name], TEMPERATURES["T1"]
+    counts = sample_constrained(engine, prompt, sp, dp, RUNS, spec.constraint())
+    assert sum(c for s, c in counts.items() if _switched(s, spec)) >= 0.1 * RUNS
+    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, spec), f"after/{name}/{method}/{lookup}")
+
+
+class _BudgetBlind(After):
+    """A broken budget: a node's mask counts the block's committed tokens only, not those on
+    the node's path (right without speculation, where every mask is asked with an empty
+    path)."""
+
+    def start(self):
+        state = super().start()
+
+        def mask(path):
+            phase, _, inner = state._walk(path)
+            if phase == FREE:
+                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else range(V), V)
+            return state.inner.mask(inner)
+
+        state.mask = mask
+        return state
+
+
+def test_a_budget_blind_to_the_path_is_caught():
+    """The law test has the power to see a budget counted on the committed tokens alone: a
+    tree path overruns the budget, and the check rejects the output."""
+    target, draft = _pair()
+    sp, spec = TEMPERATURES["T1"], SPECS["budget-2"]
+    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2)
+    law = constrained_law(target, PROMPT, sp, N_TOKENS, spec)
+    check_law(sample_constrained(Engine(target, draft), PROMPT, sp, DraftParams(method="none"), RUNS, broken),
+              law, "budget-blind/none")
+    dp = DraftParams(method="resispec", draws=3, depth=3, budget=6, draft_support=4)
+    counts = sample_constrained(Engine(target, draft), PROMPT, sp, dp, RUNS, broken)
+    with pytest.raises(AssertionError, match="probability 0|joint p"):
+        check_law(counts, law, "budget-blind/resispec")
+
+
+@pytest.mark.parametrize("method", ("none",) + METHODS + ("auto",))
+def test_greedy_is_plain_greedy_under_the_same_masks(method):
+    sp = SamplingParams(temperature=0.0)
+    n = 8
+    for spec in SPECS.values():
+        for lookup, prompt in ((False, PROMPT), (True, LOOKUP_PROMPT)):
+            target, draft = _pair()
+            law = constrained_law(target, prompt, sp, n, spec)
+            assert len(law) == 1
+            dp = DraftParams(method=method, draws=3, depth=3, budget=6, draft_support=4,
+                             lookup=lookup and method not in ("none", "auto"))
+            engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
+            res = engine.generate(prompt, sp.replace(max_tokens=n), dp, constraint=spec.constraint())
+            assert [tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())] == list(law)

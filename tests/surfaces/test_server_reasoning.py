@@ -1,0 +1,212 @@
+"""Reasoning models through the server and the Python API, end to end on tiny GGUFs whose
+vocabulary holds ``<think>``/``</think>``: ``message.reasoning_content`` and
+``delta.reasoning_content`` (the streamed parts reassemble to the non-streamed ones),
+``reasoning_format``, ``reasoning_budget`` and ``chat_template_kwargs`` per request and as
+the server's settings, bad values as 400s naming the field, and a model without markers
+answering exactly as before.  Servers and helpers as in servers.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+from resispec_gguf import create_chat_completion  # noqa: E402
+from resispec_gguf.config import DraftParams, ReasoningParams, SamplingParams  # noqa: E402
+from resispec_gguf.engine import Engine  # noqa: E402
+from resispec_gguf.surfaces.server import create_app  # noqa: E402
+from servers import MESSAGES, api_error, serving  # noqa: E402
+
+
+def _load(pair) -> Engine:
+    return Engine.load(str(pair[0]), str(pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False)
+
+
+@pytest.fixture(scope="module")
+def open_engine(open_think_pair):
+    e = _load(open_think_pair)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def open_server(open_engine):
+    app = create_app(open_engine, model_name="think", draft_params=DraftParams(),
+                     sampling_defaults=SamplingParams(max_tokens=16), reasoning=ReasoningParams(reasoning_budget=5))
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def think_engine(think_pair):
+    e = _load(think_pair)
+    yield e
+    e.close()
+
+
+def _chat(url, **body):
+    return httpx.post(f"{url}/v1/chat/completions", json={"messages": MESSAGES, **body}, timeout=60)
+
+
+def _streamed(url, **body) -> tuple[list[dict], list[dict]]:
+    """``(deltas, chunks)`` of a streamed chat."""
+    chunks = []
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={"messages": MESSAGES, "stream": True, **body},
+                      timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    return [c["choices"][0]["delta"] for c in chunks if c["choices"]], chunks
+
+
+def _joined(deltas, key):
+    return "".join(d.get(key) or "" for d in deltas)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reasoning_content_streamed_and_not(open_server, open_engine, seed):
+    """The server's budget (5) closes the block the template opened; the thinking comes back
+    apart from the answer, and the streamed deltas reassemble to exactly the same parts."""
+    r = _chat(open_server, seed=seed)
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    assert "reasoning_content" in msg and "</think>" not in msg["content"] and "</think>" not in msg["reasoning_content"]
+    deltas, chunks = _streamed(open_server, seed=seed)
+    assert _joined(deltas, "reasoning_content") == msg["reasoning_content"]
+    assert _joined(deltas, "content") == msg["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == r.json()["choices"][0]["finish_reason"]
+    # the same reply with the thinking left in the text
+    raw = _chat(open_server, seed=seed, reasoning_format="none").json()["choices"][0]["message"]
+    assert "reasoning_content" not in raw and "</think>" in raw["content"]
+    assert raw["content"].split("</think>")[0].strip() == msg["reasoning_content"]
+    deltas, _ = _streamed(open_server, seed=seed, reasoning_format="none")
+    assert _joined(deltas, "reasoning_content") == "" and _joined(deltas, "content") == raw["content"]
+
+
+def test_a_request_sets_its_own_budget(open_server, open_engine):
+    r = _chat(open_server, seed=4, reasoning_budget=2, max_tokens=12, logprobs=True)
+    assert r.status_code == 200, r.text
+    tokens = [e["token"] for e in r.json()["choices"][0]["logprobs"]["content"]]
+    assert "</think>" in tokens[:3]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"chat_template_kwargs": "enable_thinking=false"}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": [{"enable_thinking": False}]}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs.add_generation_prompt"),
+    ({"reasoning_budget": -2}, "reasoning_budget"),
+    ({"reasoning_budget": 10**9}, "reasoning_budget"),
+    ({"reasoning_budget": "5"}, "reasoning_budget"),
+    ({"reasoning_format": "deepseek"}, "reasoning_format"),
+    ({"reasoning_format": 1}, "reasoning_format"),
+])
+def test_bad_reasoning_fields_are_400s_naming_the_field(open_server, body, param):
+    api_error(_chat(open_server, **body), 400, param)
+
+
+def test_chat_template_kwargs_reach_the_template(think_engine):
+    """Qwen3-style: ``enable_thinking`` false closes an empty block in the prompt, so the
+    reply has no thinking (and the prompt is longer by that block)."""
+    app = create_app(think_engine, model_name="qwen3ish", sampling_defaults=SamplingParams(max_tokens=8))
+    with serving(app) as url:
+        on = _chat(url, seed=1).json()
+        off = _chat(url, seed=1, chat_template_kwargs={"enable_thinking": False}).json()
+        budget0 = _chat(url, seed=1, reasoning_budget=0).json()
+    assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
+    assert budget0["usage"]["prompt_tokens"] == off["usage"]["prompt_tokens"]
+    assert "reasoning_content" not in off["choices"][0]["message"]
+
+
+def test_a_model_without_markers_answers_as_before(tiny_pair):
+    """No thinking markers: no reasoning_content anywhere, and the reasoning fields change
+    nothing (the same seed gives the same text)."""
+    e = _load(tiny_pair)
+    try:
+        app = create_app(e, model_name="tiny", sampling_defaults=SamplingParams(max_tokens=10))
+        with serving(app) as url:
+            plain = _chat(url, seed=3).json()
+            fields = _chat(url, seed=3, reasoning_budget=1, reasoning_format="auto").json()
+            deltas, _ = _streamed(url, seed=3)
+    finally:
+        e.close()
+    assert plain["choices"][0]["message"] == fields["choices"][0]["message"]
+    assert "reasoning_content" not in plain["choices"][0]["message"]
+    assert all("reasoning_content" not in d for d in deltas)
+    assert _joined(deltas, "content") == plain["choices"][0]["message"]["content"]
+
+
+def test_the_python_api_splits_alike(open_engine):
+    kw = dict(seed=7, max_tokens=14, reasoning_budget=4)
+    whole = create_chat_completion(open_engine, MESSAGES, **kw)["choices"][0]["message"]
+    chunks = list(create_chat_completion(open_engine, MESSAGES, stream=True, **kw))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert whole["reasoning_content"] == _joined(deltas, "reasoning_content")
+    assert whole["content"] == _joined(deltas, "content")
+    with pytest.raises(Exception, match="chat_template_kwargs must be an object"):
+        create_chat_completion(open_engine, MESSAGES, chat_template_kwargs="x")
+
+
+def test_a_forced_call_opens_right_after_the_thinking(open_engine):
+    """tool_choice "required" on a reasoning model, streamed and not (same seed): the same
+    thinking, then the call the grammar opens (the tiny model never finishes one in 60
+    tokens: the reply is cut, and the partial call is its content, streamed or not)."""
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    kw = dict(seed=2, max_tokens=60, reasoning_budget=3, tools=[add], tool_choice="required")
+    whole = create_chat_completion(open_engine, MESSAGES, **kw)["choices"][0]
+    chunks = list(create_chat_completion(open_engine, MESSAGES, stream=True, **kw))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert whole["message"]["reasoning_content"] == _joined(deltas, "reasoning_content")
+    assert whole["message"]["content"].startswith("<tool_call>")  # the call opened right after the thinking
+    assert _joined(deltas, "content") == whole["message"]["content"]  # a call cut short stays text
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["finish_reason"] == "length"
+
+
+class _Scripted:
+    """The real engine with a scripted reply (the tiny model never finishes a call): its
+    template, vocabulary, formats and constraints are the real ones."""
+
+    def __init__(self, real, pieces):
+        self.real, self.pieces, self.last_result = real, pieces, None
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+        from resispec_gguf.engine import Result, Stats
+
+        try:
+            yield from self.pieces
+        finally:
+            self.last_result = Result(tokens=[7] * len(self.pieces), text="".join(self.pieces), finish_reason="eos",
+                                      stats=Stats(method="none", prompt_tokens=len(prompt)), seed=0)
+
+    def generate(self, prompt, sampling=None, draft=None, constraint=None, logprobs=None):
+        for _ in self.stream(prompt, sampling, draft, constraint):
+            pass
+        return self.last_result
+
+
+REPLY = ["Add", " one.\n</th", "ink>\n\n<tool", '_call>\n{"name": "add", "arguments": {"a"', ": 1}}\n</tool_call>"]
+
+
+def test_a_finished_call_after_the_thinking_reads_alike_streamed_or_not(open_engine):
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    engine = _Scripted(open_engine, REPLY)
+    whole = create_chat_completion(engine, MESSAGES, tools=[add], reasoning_budget=9)["choices"][0]
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["reasoning_content"] == "Add one."
+    (call,) = whole["message"]["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("add", {"a": 1})
+    chunks = list(create_chat_completion(engine, MESSAGES, tools=[add], reasoning_budget=9, stream=True))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert _joined(deltas, "reasoning_content") == "Add one." and _joined(deltas, "content") == ""
+    calls = [t for d in deltas for t in d.get("tool_calls") or []]
+    assert "".join(t["function"]["arguments"] for t in calls) == call["function"]["arguments"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
