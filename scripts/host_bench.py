@@ -31,6 +31,10 @@ other work, wall time counts their slices too.  Nothing is asserted.
 
     python scripts/host_bench.py                           # V = 32000, 151936, 262144
     python scripts/host_bench.py --vocab 151936 --tokens 64 --json host.json
+    python scripts/host_bench.py --target default --tokens 32 --reps 1   # the real default pair
+
+``--target`` runs the same on real models (a code prompt): slower, since their decodes are
+real, but the same split.
 """
 
 from __future__ import annotations
@@ -231,12 +235,23 @@ def split_of(seconds: dict, st) -> dict:
             "steps": steps, "tau": st.tau, "nodes_per_step": st.nodes_per_step}
 
 
+def _shapes_on(engine, label, prompt, tokens: int, reps: int, seed: int, shapes) -> list[dict]:
+    from resispec_gguf.config import DraftParams, SamplingParams
+
+    engine.prepare()
+    out = []
+    for name, dkw in shapes:
+        sp, dp = SamplingParams(max_tokens=tokens, seed=seed), DraftParams(**dkw)
+        out.append({"vocab": label, "shape": name, **measure(engine, prompt, sp, dp, reps)})
+    return out
+
+
 def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, folder: Path | None = None,
         prompt_len: int = 160) -> list[dict]:
     """``[{"vocab", "shape", "host", "decode", "parts", "unprofiled", ...}]``: ms per step."""
     import numpy as np
 
-    from resispec_gguf.config import MAX_TREE_NODES, DraftParams, SamplingParams
+    from resispec_gguf.config import MAX_TREE_NODES
     from resispec_gguf.engine import Engine
     from resispec_gguf.llama.backend import LlamaModel
 
@@ -247,11 +262,8 @@ def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, 
         opts = dict(n_ctx=2048, n_batch=512, n_threads=threads, n_seq_max=MAX_TREE_NODES + 2)
         engine = Engine(LlamaModel(tpath, **opts), LlamaModel(dpath, **opts), cost_curves=_gpu_like_curves())
         try:
-            engine.prepare()
             prompt = np.random.default_rng(seed).integers(3, v, prompt_len).tolist()
-            for name, dkw in shapes:
-                sp, dp = SamplingParams(max_tokens=tokens, seed=seed), DraftParams(**dkw)
-                out.append({"vocab": v, "shape": name, **measure(engine, prompt, sp, dp, reps)})
+            out += _shapes_on(engine, v, prompt, tokens, reps, seed, shapes)
         finally:
             engine.close()
         for p in (tpath, dpath):
@@ -259,15 +271,43 @@ def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, 
     return out
 
 
+# a code prompt for real models (about 160 tokens, as bench's)
+CODE_PROMPT = ("Write a Python function `merge_intervals(intervals)` that takes a list of (start, end) pairs, "
+               "merges every pair that overlaps or touches, and returns the merged list sorted by start. "
+               "Handle an empty list, unsorted input and intervals given as lists instead of tuples. "
+               "Then write three pytest tests for it: one with overlapping intervals, one with touching "
+               "intervals and one with nested intervals. Explain the time complexity in one sentence "
+               "and keep the code under forty lines.\n\n```python\n")
+
+
+def run_real(target: str, draft: str | None, tokens: int, reps: int, threads: int, seed: int,
+             shapes=SHAPES) -> list[dict]:
+    """``run`` on real models (a path or preset, as ``--target``/``--draft`` take them),
+    prompted with ``CODE_PROMPT``."""
+    from resispec_gguf.config import ModelParams
+    from resispec_gguf.engine import Engine
+    from resispec_gguf.llama import loading
+
+    named = {"target": target, "draft": draft}
+    t, d = loading.open_pair(ModelParams(**{k: v for k, v in named.items() if v is not None}, n_threads=threads),
+                             progress=False)
+    engine = Engine(t, d, cost_curves=_gpu_like_curves())
+    try:
+        return _shapes_on(engine, Path(t.path).stem[:24], t.tokenize(CODE_PROMPT), tokens, reps, seed, shapes)
+    finally:
+        engine.close()
+
+
 def print_table(rows: list[dict], title: str = "") -> None:
     if title:
         print(title)
     print("host: the profiled run's, split into the parts; unprof: host without the wrappers; bench: bench's "
           "overhead_ms_per_step (unprofiled); decode: ms in llama_decode")
-    print(f"{'V':>7} {'shape':<19} {'unprof':>6} {'bench':>6} {'host':>6} " + " ".join(f"{p:>6}" for p in PARTS)
+    w = max(7, *(len(str(r["vocab"])) for r in rows))
+    print(f"{'V':>{w}} {'shape':<19} {'unprof':>6} {'bench':>6} {'host':>6} " + " ".join(f"{p:>6}" for p in PARTS)
           + f" {'decode':>7} {'nodes':>5} {'tau':>4}")
     for r in rows:
-        print(f"{r['vocab']:>7} {r['shape']:<19} {r['unprofiled']:6.3f} {r['bench_unprofiled']:6.3f} {r['host']:6.3f} "
+        print(f"{r['vocab']:>{w}} {r['shape']:<19} {r['unprofiled']:6.3f} {r['bench_unprofiled']:6.3f} {r['host']:6.3f} "
               + " ".join(f"{r['parts'][p]:6.3f}" for p in PARTS)
               + f" {r['decode']:7.2f} {r['nodes_per_step']:5.1f} {r['tau']:4.2f}")
 
@@ -281,6 +321,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shapes", help="comma-separated subset of: " + ", ".join(n for n, _ in SHAPES))
     ap.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    ap.add_argument("--target", help="measure these real models instead (a path or preset, e.g. default: its "
+                                     "draft comes with it) on a code prompt; --vocab is then ignored")
+    ap.add_argument("--draft", help="with --target: the draft model (a path or preset)")
     ap.add_argument("--package", metavar="DIR", help="measure the resispec_gguf of the checkout DIR instead of this one")
     ap.add_argument("--before", metavar="DIR", help="first run the same measurement on the checkout DIR (in a child "
                                                     "process), then on this one: a before/after table in one run")
@@ -303,10 +346,14 @@ def main(argv=None):
         wanted = [s.strip() for s in args.shapes.split(",")]
         shapes = tuple(s for s in SHAPES if s[0] in wanted)
     vocabs = [int(x) for x in args.vocab.split(",")]
-    rows = run(vocabs, args.tokens, args.reps, args.threads, args.seed, shapes)
+    if args.target:
+        rows = run_real(args.target, args.draft, args.tokens, args.reps, args.threads, args.seed, shapes)
+    else:
+        rows = run(vocabs, args.tokens, args.reps, args.threads, args.seed, shapes)
     import resispec_gguf
 
-    print_table(rows, f"host ms per step on llama.cpp (thin random models, {'wall' if args.wall else 'CPU'} time), "
+    models = f"--target {args.target}" if args.target else "thin random models"
+    print_table(rows, f"host ms per step on llama.cpp ({models}, {'wall' if args.wall else 'CPU'} time), "
                       f"T 0.8, {args.tokens} tokens, best of {args.reps}, {args.threads} thread(s); "
                       f"package {Path(resispec_gguf.__file__).parent}")
     if args.json:
