@@ -400,6 +400,9 @@ class DraftParams(_Settings):
         return self.method in SPEC_METHODS and not self.lookup
 
 
+#: The tool-call formats (``assist.formats``), for ``--tool-format``.
+TOOL_FORMATS = ("hermes", "generic", "llama3", "mistral", "qwen3", "deepseek_r1")
+
 _CTX_WHY = f"the engine opens {MIN_CTX} sequences and llama.cpp needs a batch row for each"
 
 
@@ -437,7 +440,8 @@ class ModelParams(_Settings):
     None: all cores.  ``flash_attn`` None: llama.cpp decides (on where supported).
     ``verbose``: let llama.cpp's own logging through.  ``rpc``: ``HOST:PORT[,HOST:PORT...]``
     of ggml RPC workers (``rpc-worker``) that hold the target's offloaded layers
-    (``n_gpu_layers``) instead of local devices; the draft stays local.
+    (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
+    how the target writes tool calls (None: read from its chat template).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -453,6 +457,9 @@ class ModelParams(_Settings):
     flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: llama.cpp decides, "
                                                                  "on where supported)")
     verbose: bool = setting(False, "--verbose", help="show llama.cpp's own logging and auto's choices")
+    tool_format: str | None = setting(None, "--tool-format", help="how the model writes tool calls: "
+                                      + ", ".join(TOOL_FORMATS) + " (default: read from its chat template)",
+                                      check=OneOf(TOOL_FORMATS), unset=(), metavar="NAME")
     rpc: str | None = setting(None, "--rpc", help="put the target's offloaded layers (-ngl) on these ggml RPC "
                                                   "workers, split by their memory (default: none, local devices)",
                               check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")

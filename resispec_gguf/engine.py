@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .assist import reasoning, tools
+from .assist import formats, reasoning
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
-from .config import DraftParams, ModelParams, SamplingParams
+from .config import TOOL_FORMATS, DraftParams, ModelParams, OneOf, SamplingParams
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
@@ -40,11 +40,12 @@ class Engine:
     """
 
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
-                 chat_template: str | None = None, cost_curves=None):
+                 chat_template: str | None = None, cost_curves=None, tool_format: str | None = None):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
         ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
-        first auto request."""
+        first auto request.  ``tool_format``: a ``formats.FORMATS`` name that overrides the
+        tool-call format read from the chat template."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
@@ -54,6 +55,9 @@ class Engine:
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
+        if tool_format is not None:
+            OneOf(TOOL_FORMATS)("tool_format", tool_format)  # ConfigError, as ModelParams'
+        self._tool_format_name = tool_format
         self._tool_format = None
         self._reasoning = False  # not looked for yet
 
@@ -80,7 +84,7 @@ class Engine:
         from .llama import loading  # here: importing the package must not load llama_cpp
 
         t, d = loading.open_pair(params, progress=progress)
-        engine = cls(t, d, chat_template=t.chat_template())
+        engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format)
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -223,9 +227,13 @@ class Engine:
         self.grammars.check(json_schema)
 
     def tool_format(self):
-        """How this model writes tool calls (``tools.detect_format``; found once)."""
+        """How this model writes tool calls (``formats.detect_format``, or the format named at
+        load; found once)."""
         if self._tool_format is None:
-            self._tool_format = tools.detect_format(self.chat_template, self.target, self.grammars.tokenizer())
+            self._tool_format = formats.detect_format(self.chat_template, self.target, self.grammars.tokenizer(),
+                                                      self._tool_format_name)
+            if hasattr(self.target, "shown_specials"):  # the reply's text shows the format's markers
+                self.target.shown_specials = frozenset(self._tool_format.special.values())
         return self._tool_format
 
     def reasoning_format(self):

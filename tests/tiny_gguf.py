@@ -108,7 +108,7 @@ _LAYER_GAIN = 1.0
 _OUTPUT_GAIN = 2.5
 
 
-def _vocab(variant: str = "default") -> tuple[list[str], list[int], list[float]]:
+def _vocab(variant: str = "default", extra_tokens=()) -> tuple[list[str], list[int], list[float]]:
     tokens = ["<unk>", "<s>", "</s>"]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     byte_values = range(256) if variant == "default" else range(255, -1, -1)
@@ -129,6 +129,8 @@ def _vocab(variant: str = "default") -> tuple[list[str], list[int], list[float]]
         types += [gguf.TokenType.USER_DEFINED] * len(THINK_TOKENS)
     elif variant not in ("default", "reversed_bytes"):
         raise ValueError(f"unknown vocab variant {variant!r}")
+    tokens += list(extra_tokens)
+    types += [gguf.TokenType.CONTROL] * len(extra_tokens)
     scores = [0.0] * len(tokens)
     scores[SPACE_ID] = -1.0
     return tokens, [int(t) for t in types], scores
@@ -180,6 +182,7 @@ def write_tiny_llama(
     vocab_variant: str = "default",
     name: str = "tiny-llama",
     chat_template: str = CHAT_TEMPLATE,
+    extra_tokens: tuple[str, ...] = (),
 ) -> Path:
     """Write an F32 llama-architecture GGUF to ``path`` and return it as a ``Path``.
 
@@ -190,13 +193,15 @@ def write_tiny_llama(
     token text from id 3), ``"extra_tokens"`` (200 extra tokens at the end), ``"fim"``
     (``FIM_TOKENS`` at the end, as control tokens) or ``"think"`` (``THINK_TOKENS`` at the
     end, user-defined).  ``chat_template``: the GGUF's template (``CHAT_TEMPLATE``,
-    ``THINK_TEMPLATE``, ``OPEN_THINK_TEMPLATE``).
+    ``THINK_TEMPLATE``, ``OPEN_THINK_TEMPLATE``); ``extra_tokens``: more control tokens
+    after the variant's (a family's tool or turn markers, such as ``<|eom_id|>``; llama.cpp
+    ends generation at those it knows by text).
     """
     if n_embd % n_head or n_head % n_head_kv:
         raise ValueError("n_embd must divide by n_head and n_head by n_head_kv")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, types, scores = _vocab(vocab_variant)
+    tokens, types, scores = _vocab(vocab_variant, extra_tokens)
     n_vocab = len(tokens)
     base_rng = np.random.default_rng([base_seed if base_seed is not None else seed, 0])
     noise_rng = np.random.default_rng([seed, 1])

@@ -3,13 +3,14 @@
 ``prompts`` builds every prompt from text (plain, a chat rendered with the model's template
 by ``chat_format``, a fill-in-the-middle layout by ``fim``), tokenized so that only the
 template's own text can become control tokens.  ``grammar`` is the one adapter to the grammar
-engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` owns
-everything about tool calls: the formats models write them in, their grammars, parsing and
-streaming.  ``reasoning`` owns a reasoning model's thinking block: its markers, the reply
-split into reasoning and answer, and the constraint that lets it think before a grammar
-applies (``lazy.After``: a constraint that starts after a closing token).  ``plan`` turns a
-chat request (tools, tool_choice, response_format, reasoning fields) into a prompt and a
-constraint; the surfaces then run it on the engine.
+engine (llguidance): JSON schemas and grammars → per-path token masks.  ``tools`` checks
+tool requests and streams replies that may call; ``formats`` holds the formats models write
+calls in (one module per family: markers, grammars, parsing, rendering).  ``reasoning`` owns
+a reasoning model's thinking block: its markers, the reply split into reasoning and answer,
+and the constraint that lets it think before a grammar applies (``lazy.After``: a constraint
+that starts after a closing token).  ``plan`` turns a chat request (tools, tool_choice,
+response_format, reasoning fields) into a prompt and a constraint; the surfaces then run it
+on the engine.
 
 Everything here works on a model's vocabulary and text and asks the engine for nothing but
 what it is handed (the flow is surfaces → assist → engine, never back).  May import:

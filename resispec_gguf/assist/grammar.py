@@ -4,7 +4,7 @@ The engine sees only ``protocol.Constraint``: a compiled constraint whose ``star
 per-request state answering "which tokens may follow this path" as a packed bitmask.  This
 module implements it on llguidance (its Earley parser, its JSON-schema compiler, its token
 trie built from the model's own vocabulary).  What it may not do: sample, touch a model, or
-know about requests and tool formats (``tools.py`` writes the grammars for tool calls).
+know about requests and tool formats (``formats`` writes the grammars for tool calls).
 
 A state's answer depends on its path alone: the matcher holds the committed tokens, and a
 question about a tree path consumes the path, computes the mask and rolls the path back, so

@@ -7,7 +7,9 @@ from the token after it.  Three phases, read from the path's tokens alone:
 * ``BEFORE`` — the block may still open: the ``open`` token enters it, any other token is
   the inner constraint's first (the mask is the inner's first mask plus ``open``);
 * ``FREE`` — inside the block: every token is allowed (the inner constraint never sees
-  them), until ``budget`` of them have been emitted, after which only ``close`` is;
+  them) but, when there is an inner constraint, the ``ends`` tokens (end of generation: a
+  reply that ends inside the block never meets the inner constraint), until ``budget`` of
+  them have been emitted, after which only ``close`` is;
 * ``AFTER`` — past ``close``: the inner constraint's mask, on the tokens after ``close``
   (no inner: every token).
 
@@ -45,10 +47,11 @@ class After:
     closed already).  ``budget``: the most tokens the block may hold before only ``close`` is
     allowed (-1: no limit).  ``feed_close``: the closing token is also the inner constraint's
     first token (a tool call whose grammar starts at its opening marker), rather than the
-    block's last."""
+    block's last.  ``ends``: the end-of-generation tokens, refused inside the block when there
+    is an inner constraint."""
 
     def __init__(self, inner: Constraint | None, close: int, n_vocab: int, *, open: int | None = None,
-                 phase: str = FREE, budget: int = -1, feed_close: bool = False):
+                 phase: str = FREE, budget: int = -1, feed_close: bool = False, ends=()):
         if phase not in _PHASES:
             raise ValueError(f"phase must be one of {_PHASES}, got {phase!r}")
         if phase == BEFORE and open is None:
@@ -59,6 +62,8 @@ class After:
         self.n_vocab, self.phase, self.budget = int(n_vocab), phase, int(budget)
         self.feed_close = bool(feed_close)
         self._all = bitmask_from_ids(range(self.n_vocab), self.n_vocab)
+        ends = [int(t) for t in ends if 0 <= int(t) < self.n_vocab] if inner is not None else []
+        self._free = bitmask_from_ids(sorted(set(range(self.n_vocab)) - set(ends)), self.n_vocab) if ends else self._all
         self._close_only = bitmask_from_ids([self.close], self.n_vocab)
 
     def start(self) -> "AfterState":
@@ -108,7 +113,7 @@ class AfterState:
         s = self.spec
         phase, count, inner = self._walk(path)
         if phase == FREE:
-            return s._close_only.copy() if 0 <= s.budget <= count else s._all.copy()
+            return s._close_only.copy() if 0 <= s.budget <= count else s._free.copy()
         if self.inner is None:
             return s._all.copy()
         first = self.inner.mask(inner)

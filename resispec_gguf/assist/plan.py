@@ -9,7 +9,7 @@ answer in that JSON (``CallsOrAnswer`` reads which).
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
 in as an argument and is used through its public methods only (``chat_tokens``, ``check_constraint``,
 ``tool_format``, ``reasoning_format``, ``compile_constraint``); what a tool format is, is
-``tools``', and what a thinking block is, ``reasoning``'.
+``formats``', and what a thinking block is, ``reasoning``'.
 
 May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
 ``llama`` or a surface.
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..errors import FieldError
 from . import reasoning as _reasoning
 from . import tools as _tools
+from .formats import ToolFormat
 from .chat_format import check_messages
 from .grammar import GrammarError
 
@@ -71,7 +72,7 @@ class ChatPlan:
     prompt: list[int]
     constraint: object = None
     tools: _tools.ToolRequest | None = None
-    format: _tools.HermesFormat | None = None
+    format: ToolFormat | None = None
     final: object = None  # ``ChatOptions.final``: the reply is calls or JSON under it
     reasoning: _reasoning.ReasoningFormat | None = None
     phase: str = "after"
@@ -115,7 +116,7 @@ class CallsOrAnswer:
     string.  Streamed, only a reply that is (or may still become) a call opening is held
     back, so the answer's JSON streams as text.  Stands in for the format in ``ToolStream``."""
 
-    def __init__(self, fmt: _tools.HermesFormat):
+    def __init__(self, fmt: ToolFormat):
         self.fmt, self.open = fmt, fmt.open
 
     def _may_call(self, text: str) -> bool:
@@ -127,6 +128,10 @@ class CallsOrAnswer:
         if not text.lstrip().startswith(self.open):
             return None
         return self.fmt.parse(text, allowed, parallel)
+
+    def calls_start(self, text: str, allowed=None) -> int:
+        """Where the calls begin in a reply ``parse`` read calls from: at its marker."""
+        return self.fmt.calls_start(text, allowed)
 
     def pending(self, text: str, allowed=None, start: int = 0) -> int:
         """All of ``text`` is held while it may be a call; nothing once it cannot (for good:
@@ -193,7 +198,7 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     variables = options.reasoning.template_variables()
     extra = {"template_kwargs": variables} if variables else {}
     if fmt is not None:  # the format renders tools, earlier calls and their results
-        msgs, shown = _tools.prepare_messages(msgs, req, fmt)
+        msgs, shown = fmt.prepare_messages(msgs, req)
         prompt = engine.chat_tokens(msgs, tools=shown, **extra)
     else:
         prompt = engine.chat_tokens(msgs, **extra)

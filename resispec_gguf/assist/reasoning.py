@@ -23,7 +23,7 @@ Pure Python: the vocabulary comes in as an object (``tokenize``, ``token_piece``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import ConfigError, ReasoningParams
 from ..errors import FieldError
@@ -46,6 +46,9 @@ class ReasoningFormat:
     end: str
     start_id: int
     end_id: int
+    # the vocabulary's end-of-generation tokens (refused inside a constrained block); a format
+    # is its markers, so they take no part in comparisons
+    ends: tuple = field(default=(), compare=False)
 
     def phase(self, prompt, piece) -> str:
         """Where a reply to ``prompt`` (token ids) starts: ``lazy.FREE`` when the prompt ends
@@ -75,8 +78,17 @@ def detect_reasoning(vocab) -> ReasoningFormat | None:
                 break
             ids.append(int(found[0]))
         else:
-            return ReasoningFormat(start, end, *ids)
+            return ReasoningFormat(start, end, *ids, _end_tokens(vocab))
     return None
+
+
+def _end_tokens(vocab) -> tuple:
+    """The end-of-generation tokens among the vocabulary's special tokens and its eos."""
+    ids = {int(t) for _, t, *_ in getattr(vocab, "special_tokens", list)()}
+    eos = getattr(vocab, "eos", None)
+    if isinstance(eos, int) and eos >= 0:
+        ids.add(eos)
+    return tuple(sorted(t for t in ids if vocab.is_eog(t)))
 
 
 def split_reasoning(fmt: ReasoningFormat | None, phase: str, text: str) -> tuple[str | None, str]:
@@ -174,7 +186,7 @@ def constrain(fmt: ReasoningFormat, inner, phase: str, budget: int, n_vocab: int
     when the prompt closed the block already."""
     if phase == AFTER or (inner is None and budget < 0):
         return inner
-    return After(inner, fmt.end_id, n_vocab, open=fmt.start_id, phase=phase, budget=budget)
+    return After(inner, fmt.end_id, n_vocab, open=fmt.start_id, phase=phase, budget=budget, ends=fmt.ends)
 
 
 def check_template_kwargs(value, param: str = "chat_template_kwargs") -> dict | None:

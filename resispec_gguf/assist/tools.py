@@ -1,29 +1,19 @@
-"""Tool calls: checking OpenAI-style ``tools`` and tool messages, the grammar that constrains a
-call, reading calls back out of a reply and holding back streamed text that may be one.  All
-knowledge of tool-call formats lives here.
-
-Formats (one small class each):
-
-* ``hermes`` — Qwen2.5 / Hermes / most ChatML models: the model writes
-  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` (several for parallel
-  calls).  Used when the model's chat template mentions ``<tool_call>``; the template itself
-  renders the tool list, earlier calls and tool results.  A reply with no ``<tool_call>``
-  that ends in calls written as JSON alone (a fenced json block or a bare object naming an
-  offered function: ``json_calls``) calls too, as Qwen2.5-Coder writes under "auto".
-* ``generic`` — a template with no tool support: the same ``<tool_call>`` blocks, described
-  to the model in a system message this module writes; earlier calls and tool results are
-  rendered as message text.
+"""Tool calls, whatever the format: checking OpenAI-style ``tools``, ``tool_choice`` and tool
+messages (``ToolRequest``), the call object and its JSON schema (``call_schema``, with local
+``$ref``s rebased where the parameters are placed), and streaming a reply while holding back
+what may be a call (``ToolStream``).  How each model family writes its calls — markers,
+grammars, parsing, rendering — is the ``formats`` package's; ``ToolStream`` asks a format
+only ``pending``, ``parse`` and ``calls_start``.
 
 How a call is constrained (``tool_choice``): ``"required"`` or a named function — the whole
 reply is one call (or, with ``parallel_tool_calls``, several) whose ``name`` is one of the
 allowed functions and whose ``arguments`` are valid under that function's JSON schema;
 ``"auto"`` — free text, and once the model opens a call, the call is constrained (a lazily
-triggered grammar), or, with a JSON ``response_format`` (``grammar``'s ``final``), calls or
-that JSON, no free text; ``"none"`` — no constraint, no tools shown.
+triggered grammar), or, with a JSON ``response_format`` (a format grammar's ``final``), calls
+or that JSON, no free text; ``"none"`` — no constraint, no tools shown.
 
-Pure Python: no model, no engine (``detect_format`` is handed the vocabulary).  The grammars
-are llguidance Lark text (``grammar.py`` compiles them).  May import ``errors`` and its
-``assist`` neighbours; never the engine, ``llama`` or a surface.
+Pure Python: no model, no engine.  May import ``errors`` and its ``assist`` neighbours;
+never the engine, ``llama`` or a surface.
 """
 
 from __future__ import annotations
@@ -34,11 +24,10 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import FieldError
-from .chat_format import Messages, MessageError, utf8_size
 from .grammar import JSON_DEFAULTS
 
 __all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", "check_tool_choice",
-           "choose_format", "detect_format", "prepare_messages", "HermesFormat", "GenericFormat"]
+           "check_tool_messages", "call_schema", "new_call", "new_call_id", "rebased"]
 
 MAX_TOOLS = 128
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # whole names only: fullmatch
@@ -219,337 +208,35 @@ def rebased(schema, pointer: str):
     return out
 
 
-def _call_option(f: dict, at: str) -> dict:
+def _call_option(f: dict, at: str, key: str) -> dict:
     """One function's call object, placed at JSON pointer ``at`` of the call schema."""
     return {
         "type": "object",
-        "properties": {"name": {"const": f["name"]}, "arguments": rebased(f["parameters"], at + "/properties/arguments")},
-        "required": ["name", "arguments"],
+        "properties": {"name": {"const": f["name"]}, key: rebased(f["parameters"], f"{at}/properties/{key}")},
+        "required": ["name", key],
         "additionalProperties": False,
     }
 
 
-def _call_schema(functions: list[dict], allowed: list[str]) -> dict:
-    """The JSON schema of one call's object: {"name": one of allowed, "arguments": its schema}."""
+def call_schema(functions: list[dict], allowed: list[str], key: str = "arguments") -> dict:
+    """The JSON schema of one call's object: {"name": one of allowed, ``key``: its arguments}
+    (``key`` "arguments" as Hermes writes it, "parameters" as Llama 3.x does)."""
     chosen = [f for f in functions if f["name"] in allowed]
     if len(chosen) == 1:
-        schema = _call_option(chosen[0], "")
+        schema = _call_option(chosen[0], "", key)
     else:
-        schema = {"anyOf": [_call_option(f, f"/anyOf/{i}") for i, f in enumerate(chosen)]}
+        schema = {"anyOf": [_call_option(f, f"/anyOf/{i}", key) for i, f in enumerate(chosen)]}
     return {"x-guidance": JSON_DEFAULTS, **schema}
 
 
-def _new_call(name: str, args) -> ToolCall:
-    """A call with a fresh id (clients match tool results to calls by it), arguments as JSON text."""
-    return ToolCall("call_" + uuid.uuid4().hex[:24], name, json.dumps(args, ensure_ascii=False))
+def new_call_id() -> str:
+    """A fresh call id, as OpenAI's look (clients match tool results to calls by it)."""
+    return "call_" + uuid.uuid4().hex[:24]
 
 
-# A call written as JSON alone, as Qwen2.5-Coder writes its calls under tool_choice "auto":
-# ```json\n{"name": ..., "arguments": {...}}\n``` or a bare {"name": ...} object.  Read only
-# where nothing but calls and whitespace follows (an example object amid prose stays prose);
-# with ``partial`` (streaming) an unfinished run is "maybe", and each "no" is final: no more
-# text makes a call of it, so what streamed out as text is never read back as a call.
-
-_WS = " \t\r\n"
-_DECODER = json.JSONDecoder()
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
-
-
-def _head(text: str, i: int, allowed) -> str:
-    """Whether the object at ``text[i]`` opens ``{"name": "<an offered function>"``: "call",
-    "maybe" (text ends before saying) or "no".  Read from the text, not the decoded value,
-    so that streaming can tell as early as the text can."""
-    for token in ("{", '"name"', ":", '"'):
-        i = _skip_ws(text, i)
-        part = text[i:i + len(token)]
-        if not token.startswith(part):
-            return "no"
-        if len(part) < len(token):
-            return "maybe"
-        i += len(token)
-    end = text.find('"', i)
-    if end < 0:
-        return "maybe" if any(a.startswith(text[i:]) for a in allowed) else "no"
-    return "call" if text[i:end] in allowed else "no"
-
-
-def _as_call(obj, allowed) -> ToolCall | None:
-    """A decoded ``{"name": ..., "arguments": {...}}`` (arguments maybe as JSON text) as a call."""
-    if not isinstance(obj, dict) or list(obj) != ["name", "arguments"] or obj["name"] not in allowed:
-        return None
-    args = obj["arguments"]
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
-    return _new_call(obj["name"], args) if isinstance(args, dict) else None
-
-
-def _json_object(text: str, i: int, allowed, partial: bool):
-    """``(end, state, call)`` for the object at ``text[i]``."""
-    head = _head(text, i, allowed)
-    if head == "no":
-        return i, "no", None
-    try:
-        obj, end = _DECODER.raw_decode(text, i)
-    except json.JSONDecodeError:  # unfinished, or malformed: only the end of the reply tells
-        return i, "maybe" if partial else "no", None
-    call = _as_call(obj, allowed) if head == "call" else None
-    return end, "call" if call else "no", call
-
-
-def _fence_open(text: str, i: int, partial: bool):
-    """``(after, state)`` for the language line of a fence whose ``` ends at ``i``: json or none."""
-    end = text.find("\n", i)
-    lang = (text[i:] if end < 0 else text[i:end]).strip().lower()
-    if end < 0:
-        return i, "maybe" if partial and "json".startswith(lang) else "no"
-    return end + 1, "call" if lang in ("", "json") else "no"
-
-
-def _json_run(text: str, i: int, allowed, partial: bool):
-    """``(state, calls)`` for ``text[i:]``: "call" when it is JSON calls (fenced or bare) and
-    whitespace only, "maybe" (``partial``) when it may still become so, else "no"."""
-    calls = []
-    while True:
-        i = _skip_ws(text, i)
-        rest = text[i:i + 3]
-        if i == len(text):
-            return ("call" if calls else "maybe" if partial else "no"), calls
-        if rest != "```" and rest == text[i:] and "```".startswith(rest):
-            return ("maybe" if partial else "no"), calls
-        fenced = rest == "```"
-        if fenced:
-            i, state = _fence_open(text, i + 3, partial)
-            if state != "call":
-                return state, calls
-            i = _skip_ws(text, i)
-        i, state, call = _json_object(text, i, allowed, partial)
-        if state != "call":
-            return state, calls
-        calls.append(call)
-        if fenced:
-            i = _skip_ws(text, i)
-            close = text[i:i + 3]
-            if close != "```":
-                return ("maybe" if partial and close == text[i:] and "```".startswith(close) else "no"), calls
-            i += 3
-
-
-def _json_starts(text: str, start: int = 0):
-    """Where a JSON call may begin: a fence or an object at the start of the reply or of a line."""
-    i = start
-    while i < len(text):
-        if (i == 0 or text[i - 1] == "\n") and text[i] in "`{":
-            yield i
-        nl = text.find("\n", i)
-        if nl < 0:
-            return
-        i = nl + 1
-
-
-def json_calls(text: str, allowed) -> tuple[int, list[ToolCall]] | None:
-    """``(start, calls)``: the JSON calls that end the reply, and where they begin; None when
-    the reply does not end so.  Only functions in ``allowed`` (none: no call) count."""
-    if not allowed:
-        return None
-    for i in _json_starts(text):
-        state, calls = _json_run(text, i, allowed, False)
-        if state == "call":
-            return i, calls
-    return None
-
-
-def json_pending(text: str, allowed, start: int = 0) -> int:
-    """Where streamed text may be the beginning of JSON calls (from ``start`` on); ``len(text)``
-    when nowhere."""
-    if allowed:
-        for i in _json_starts(text, start):
-            if _json_run(text, i, allowed, True)[0] != "no":
-                return i
-    return len(text)
-
-
-class HermesFormat:
-    """``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` blocks."""
-
-    name = "hermes"
-    open = "<tool_call>"
-    close = "</tool_call>"
-    bare_calls = True  # a call written as JSON alone (fenced or bare) is read too: ``json_calls``
-
-    def __init__(self, special_open: bool = False, special_close: bool = False):
-        # whether the markers are single special tokens of the vocabulary (the grammar then
-        # names the token, <tool_call>, rather than its text)
-        self.special_open, self.special_close = special_open, special_close
-
-    def _marker(self, text: str, special: bool) -> str:
-        return text if special else json.dumps(text)
-
-    def grammar(self, req: ToolRequest, final=None) -> str:
-        """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json).  ``final``:
-        under "auto", a JSON schema (True: any object) the reply may follow instead of calling
-        (tools with a typed output): the first token chooses, and free text is not allowed."""
-        schema = json.dumps(_call_schema(req.functions, req.allowed), ensure_ascii=False)  # its size as sent
-        op, cl = self._marker(self.open, self.special_open), self._marker(self.close, self.special_close)
-        calls = 'call ("\\n" call)*' if req.parallel else "call"
-        if req.choice == "required":
-            start = [f"start: {calls}"]
-        elif final is not None:  # a call marker or the answer's JSON, from the first token
-            answer = {"x-guidance": JSON_DEFAULTS, **({"type": "object"} if final is True else final)}
-            start = [f"start: {calls} | final", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
-        elif self.special_open:  # free text cannot contain a special token: the call starts at it
-            start = [f"start: TEXT ({calls})?"]
-        else:  # a text marker: free text up to the first marker (lazy), then calls
-            more = ' ("\\n" call)*' if req.parallel else ""
-            start = [f"start: TEXT | first_call{more}",
-                     f'first_call: call_head "\\n" call_body "\\n" {cl}',
-                     f"call_head[lazy]: TEXT {op}"]
-        rules = start + [f'call: {op} "\\n" call_body "\\n" {cl}', f"call_body: %json {schema}"]
-        if req.choice != "required" and final is None:
-            rules.append(r"TEXT: /(.|\n)*/")
-        return "\n".join(rules) + "\n"
-
-    _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-
-    def parse(self, text: str, allowed=None, parallel: bool = True) -> tuple[str, list[ToolCall]] | None:
-        """``(content, calls)`` when ``text`` holds complete, well-formed calls; None when it
-        holds none (or a malformed one: it is then left as text).  A reply with no
-        ``<tool_call>`` marker may still call in JSON alone (``json_calls``): Qwen2.5-Coder
-        and others write their calls so under ``tool_choice`` "auto".  No grammar limits
-        those to one, so without ``parallel`` only the first is kept (the grammar's one)."""
-        if self.open not in text:
-            found = json_calls(text, allowed) if self.bare_calls else None
-            if found is None:
-                return None
-            return text[:found[0]].strip(), found[1] if parallel else found[1][:1]
-        calls = []
-        for m in self._BLOCK.finditer(text):
-            try:
-                obj = json.loads(m.group(1))
-            except json.JSONDecodeError:
-                return None
-            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-                return None
-            if allowed is not None and obj["name"] not in allowed:
-                return None
-            args = obj.get("arguments", obj.get("parameters", {}))
-            if isinstance(args, str):  # some models write the arguments as a JSON string
-                try:
-                    args = json.loads(args)
-                except json.JSONDecodeError:
-                    return None
-            calls.append(_new_call(obj["name"], args))
-        if not calls:
-            return None
-        content = self._BLOCK.sub("", text)
-        cut = content.find(self.open)  # a call cut short by max_tokens is not content
-        if cut >= 0:
-            content = content[:cut]
-        return content.strip(), calls
-
-    def pending(self, text: str, allowed=None, start: int = 0) -> int:
-        """Where streamed text must be held back: the index of a call marker (or of a tail
-        that may begin one) in ``text``, or of a JSON call that may be under way
-        (``json_pending``, looked for from ``start``: what went out before it was no call);
-        ``len(text)`` when none."""
-        i = text.find(self.open)
-        if i < 0:
-            i = len(text)
-            for k in range(min(len(self.open) - 1, len(text)), 0, -1):
-                if self.open.startswith(text[-k:]):
-                    i = len(text) - k
-                    break
-        if self.bare_calls and allowed is not None:
-            i = min(i, json_pending(text, allowed, start))
-        return i
-
-
-class GenericFormat(HermesFormat):
-    """Hermes blocks for a template that knows no tools: the tool list and the call format
-    go into a system message, earlier calls and results into message text."""
-
-    name = "generic"
-
-    def system_text(self, req: ToolRequest) -> str:
-        lines = ["You may call functions to answer. The functions, as JSON schemas:", "<tools>"]
-        for f in req.functions:
-            if f["name"] in req.allowed:
-                lines.append(json.dumps({"type": "function", "function": f}, ensure_ascii=False))
-        lines += ["</tools>",
-                  "To call a function, reply with a JSON object of its name and arguments inside "
-                  "<tool_call></tool_call> tags:",
-                  '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>']
-        return "\n".join(lines)
-
-
-def template_knows_tools(template: str | None) -> bool:
-    return bool(template) and "tools" in template and "<tool_call>" in template
-
-
-def choose_format(template: str | None, special_open: bool = False, special_close: bool = False) -> HermesFormat:
-    """The tool-call format for a chat template."""
-    if template_knows_tools(template):
-        return HermesFormat(special_open, special_close)
-    return GenericFormat(special_open, special_close)
-
-
-def _as_text(m: dict, fmt: HermesFormat) -> dict:
-    """A message for a template that knows no tools: calls as blocks, results as user text."""
-    if m.get("tool_calls"):
-        blocks = [f"{fmt.open}\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
-                                               ensure_ascii=False) + f"\n{fmt.close}"
-                  for c in m["tool_calls"]]
-        return {"role": "assistant", "content": "\n".join(([m["content"]] if m.get("content") else []) + blocks)}
-    if m.get("role") == "tool":
-        return {"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"}
-    return m
-
-
-def prepare_messages(messages: Messages, req: ToolRequest | None, fmt: HermesFormat) -> tuple[Messages, list | None]:
-    """``(messages, tools)`` to render, from checked ``messages`` (``check_messages``): with the
-    hermes format the template gets the tools (OpenAI's shape) and renders calls and results
-    itself; with the generic format the tools and the call format become a system message,
-    and calls and results become text (whose JSON parts are checked here, as
-    ``check_messages`` would check them: the result is ``Messages``)."""
-    messages = check_tool_messages(messages)
-    shown = req is not None and req.active
-    if not isinstance(fmt, GenericFormat):
-        if not shown:
-            return Messages(messages), None
-        return Messages(messages), [{"type": "function", "function": f} for f in req.functions if f["name"] in req.allowed]
-    out = [_as_text(m, fmt) for m in messages]
-    written = [b is not a for a, b in zip(messages, out)]  # rewritten here: check their text
-    if shown:
-        note = fmt.system_text(req)
-        if out and out[0].get("role") == "system":
-            out[0], written[0] = {**out[0], "content": (out[0].get("content") or "") + "\n\n" + note}, True
-        else:
-            out.insert(0, {"role": "system", "content": note})
-            written.insert(0, True)
-    for k, m in enumerate(out):
-        if written[k]:
-            utf8_size(m["content"], f"messages[{k}].content", MessageError)
-    return Messages(out), None
-
-
-def detect_format(template: str | None, vocab, tokenizer) -> HermesFormat:
-    """How a model writes tool calls: from its chat template (``choose_format``), and whether
-    the call markers are single special tokens of its vocabulary (``vocab.tokenize``; the
-    grammar engine's ``tokenizer`` says which tokens are special)."""
-
-    def special(text: str) -> bool:
-        ids = vocab.tokenize(text, add_special=False, parse_special=True)
-        return len(ids) == 1 and bool(tokenizer.is_special_token(ids[0]))
-
-    probe = HermesFormat()
-    return choose_format(template, special(probe.open), special(probe.close))
+def new_call(name: str, args, call_id: str | None = None) -> ToolCall:
+    """A call with ``call_id`` or a fresh id, arguments as JSON text."""
+    return ToolCall(call_id or new_call_id(), name, json.dumps(args, ensure_ascii=False))
 
 
 class ToolStream:
@@ -559,7 +246,7 @@ class ToolStream:
     a reply that may not call tools, streamed as it comes; ``allowed``: the functions it may
     call (``ToolRequest.allowed``)."""
 
-    def __init__(self, fmt: HermesFormat | None = None, allowed: list[str] | None = None, parallel: bool = True):
+    def __init__(self, fmt=None, allowed: list[str] | None = None, parallel: bool = True):
         self.fmt = fmt
         self.allowed = allowed
         self.parallel = parallel  # ``ToolRequest.parallel``: whether several calls are kept
@@ -583,7 +270,5 @@ class ToolStream:
         parsed = self.fmt.parse(text, self.allowed, self.parallel) if self.fmt is not None else None
         if parsed is None:
             return text[self.sent:], None
-        start = text.find(self.fmt.open)
-        if start < 0:
-            start = json_calls(text, self.allowed)[0]
+        start = self.fmt.calls_start(text, self.allowed)
         return text[self.sent:start].rstrip(), parsed[1]

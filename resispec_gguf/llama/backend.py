@@ -159,6 +159,9 @@ class LlamaModel:
         self.cached: list[int] = []  # tokens committed to sequence 0, in order
         self._nodes = Forest()  # this step's uncommitted nodes
         self._local = threading.local()  # per-thread out-buffers: the server detokenises on two threads
+        # special tokens whose text the reply shows (a tool format's markers, such as Mistral's
+        # [TOOL_CALLS]: llama.cpp's "preserved tokens"); other special tokens add no text
+        self.shown_specials: frozenset[int] = frozenset()
         self._generation = 0
         self._rows, self._rows_of = None, -1  # the last decode's logits buffer as [n_out, V], and its generation
         self._specials = None
@@ -324,7 +327,9 @@ class LlamaModel:
         return list(buf[:n])
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
-        """Bytes this token contributes to the text (possibly part of a UTF-8 character)."""
+        """Bytes this token contributes to the text (possibly part of a UTF-8 character); a
+        special token adds its text when ``special`` or when it is one of ``shown_specials``."""
+        special = special or int(token) in self.shown_specials
         piece = getattr(self._local, "piece", None)
         if piece is None:
             piece = self._local.piece = ctypes.create_string_buffer(256)

@@ -152,11 +152,11 @@ def test_limits_met_at_the_first_tokens_are_refused_when_compiling(grammars, kw)
 
 
 def test_a_bad_tool_grammar_never_echoes_our_grammar_text(grammars):
-    from resispec_gguf.assist import tools
+    from resispec_gguf.assist import formats, tools
 
     fns = tools.check_tools([{"type": "function", "function": {"name": "f", "parameters": {
         "type": "integer", "minimum": 5, "maximum": 1}}}])
-    text = tools.HermesFormat().grammar(tools.check_tool_choice("required", fns))
+    text = formats.HermesFormat().grammar(tools.check_tool_choice("required", fns))
     with pytest.raises(GrammarError) as e:
         grammars.compile(grammar=text)
     msg = str(e.value)

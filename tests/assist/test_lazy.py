@@ -31,13 +31,14 @@ INNER = PathConstraint(V, EOG)
 class Thinking:
     """The exact rule of ``After(INNER, CLOSE, open=OPEN, phase, budget)`` after a history:
     the block opens only with OPEN as the first token (phase BEFORE), holds at most
-    ``budget`` tokens, and after CLOSE the tokens follow INNER from the token after it."""
+    ``budget`` tokens and never ends (EOG is refused inside it: INNER has not been met),
+    and after CLOSE the tokens follow INNER from the token after it."""
 
     def __init__(self, phase: str, budget: int = -1):
         self.phase, self.budget = phase, budget
 
     def constraint(self) -> After:
-        return After(INNER, CLOSE, V, open=OPEN, phase=self.phase, budget=self.budget)
+        return After(INNER, CLOSE, V, open=OPEN, phase=self.phase, budget=self.budget, ends=(EOG,))
 
     def allowed(self, history) -> list[int]:
         h = list(history)
@@ -54,7 +55,7 @@ class Thinking:
             return INNER.allowed(body[body.index(CLOSE) + 1:])
         if 0 <= self.budget <= len(body):
             return [CLOSE]
-        return list(range(V))
+        return [x for x in range(V) if x != EOG]
 
 
 def _ids(mask) -> list[int]:
@@ -95,6 +96,15 @@ def test_no_inner_constraint_leaves_everything_but_the_budget_free():
     assert _ids(state.mask([OPEN, 0, CLOSE])) == list(range(V))
     state.advance([OPEN, 0, CLOSE, 1])
     assert not state.is_stopped()
+
+
+def test_the_end_tokens_are_free_only_without_an_inner_constraint():
+    """A reply that ends inside the block would never meet the inner constraint (a forced
+    tool call, a schema): its end tokens are refused there; with no inner constraint they are
+    allowed (a budget alone lets the reply end while thinking)."""
+    inner = After(INNER, CLOSE, V, open=OPEN, phase=FREE, ends=(EOG,)).start()
+    assert EOG not in _ids(inner.mask([0])) and CLOSE in _ids(inner.mask([0]))
+    assert EOG in _ids(After(None, CLOSE, V, open=OPEN, phase=FREE, ends=(EOG,)).start().mask([0]))
 
 
 def test_a_union_with_a_wider_inner_mask_keeps_its_words():
@@ -208,7 +218,7 @@ class _BudgetBlind(After):
         def mask(path):
             phase, _, inner = state._walk(path)
             if phase == FREE:
-                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else range(V), V)
+                return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else [x for x in range(V) if x != EOG], V)
             return state.inner.mask(inner)
 
         state.mask = mask
@@ -220,7 +230,7 @@ def test_a_budget_blind_to_the_path_is_caught():
     tree path overruns the budget, and the check rejects the output."""
     target, draft = _pair()
     sp, spec = TEMPERATURES["T1"], SPECS["budget-2"]
-    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2)
+    broken = _BudgetBlind(INNER, CLOSE, V, phase=FREE, budget=2, ends=(EOG,))
     law = constrained_law(target, PROMPT, sp, N_TOKENS, spec)
     check_law(sample_constrained(Engine(target, draft), PROMPT, sp, DraftParams(method="none"), RUNS, broken),
               law, "budget-blind/none")

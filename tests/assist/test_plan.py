@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from resispec_gguf.assist import chat_format, tools
+from resispec_gguf.assist import chat_format, formats, tools
 from resispec_gguf.assist.chat_format import MessageError, Messages, check_messages
 from resispec_gguf.assist.plan import ChatOptions, RequestError, check_chat_options, plan_chat, response_schema
 from resispec_gguf.config import DraftParams, SamplingParams
@@ -46,8 +46,8 @@ def test_tools_give_the_formats_prompt_and_grammar(engine, choice):
     options = check_chat_options([ADD], choice)
     plan = plan_chat(engine, MSGS, tools=[ADD], tool_choice=choice)
     fmt = engine.tool_format()
-    assert isinstance(fmt, tools.GenericFormat)  # the tiny pair's ChatML knows no tools
-    msgs, shown = tools.prepare_messages(check_messages(MSGS), options.tools, fmt)
+    assert isinstance(fmt, formats.GenericFormat)  # the tiny pair's ChatML knows no tools
+    msgs, shown = fmt.prepare_messages(check_messages(MSGS), options.tools)
     assert shown is None and fmt.system_text(options.tools) in msgs[0]["content"]
     assert plan.prompt == engine.chat_tokens(msgs, tools=shown)
     assert plan.constraint is engine.compile_constraint(grammar=fmt.grammar(options.tools))
@@ -63,7 +63,7 @@ def test_tool_messages_are_rendered_without_tools_on_offer(engine):
     plan = plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="none")
     assert plan.tools is None and plan.constraint is None and not plan.tools_active
     assert plan.format is engine.tool_format()  # it renders the earlier call and its result
-    msgs, shown = tools.prepare_messages(check_messages(ROUND_TRIP), None, plan.format)
+    msgs, shown = plan.format.prepare_messages(check_messages(ROUND_TRIP), None)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"] and shown is None
     assert msgs[3]["content"] == "<tool_response>\n5\n</tool_response>"
     assert plan.prompt == engine.chat_tokens(msgs)
@@ -154,14 +154,14 @@ def test_tools_with_a_response_format_are_calls_or_the_answer(engine):
     req = check_chat_options([ADD]).tools
     text = fmt.grammar(req, ANSWER)
     start = text.splitlines()[0]
-    assert start == "start: call | final" and "final: %json" in text and '"sum"' in text
+    assert start == 'start: "<tool_call>" body | final' and "final: %json" in text and '"sum"' in text
     assert "TEXT" not in text and text.count("call_body: %json") == 1
     assert plan.constraint is engine.compile_constraint(grammar=text) and plan.final == ANSWER
     parallel = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED, parallel_tool_calls=True)
     assert parallel.constraint is engine.compile_constraint(grammar=fmt.grammar(check_chat_options(
         [ADD], parallel_tool_calls=True).tools, ANSWER))
-    assert 'start: call ("\\n" call)* | final' in fmt.grammar(check_chat_options([ADD], parallel_tool_calls=True).tools,
-                                                               ANSWER)
+    assert 'body: "\\n" call_body "\\n" "</tool_call>" ("\\n" call)*' in fmt.grammar(
+        check_chat_options([ADD], parallel_tool_calls=True).tools, ANSWER)
     any_object = fmt.grammar(req, True)
     assert '"type": "object"' in any_object.split("final: %json", 1)[1]
     required = plan_chat(engine, MSGS, tools=[ADD], tool_choice="required", response_format=TYPED)

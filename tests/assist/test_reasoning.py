@@ -147,7 +147,9 @@ def test_constrain_wraps_only_when_something_is_constrained():
 
 
 def test_markers_are_found_in_a_vocabulary_that_has_them(think, engine):
-    assert think.reasoning_format() == FMT
+    found = think.reasoning_format()
+    assert (found.start, found.end, found.start_id, found.end_id) == (FMT.start, FMT.end, START_ID, END_ID)
+    assert think.target.eos in found.ends and all(think.target.is_eog(t) for t in found.ends)
     assert engine.reasoning_format() is None  # the plain tiny pair: no thinking markers
 
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from resispec_gguf.surfaces import shapes
-from resispec_gguf.assist import tools
+from resispec_gguf.assist import formats, tools
 from resispec_gguf.config import DraftParams, SamplingParams
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -118,7 +118,7 @@ def test_assistant_tool_call_names_are_checked_like_tool_names():
 
 
 def test_hermes_parse_and_hold_back():
-    fmt = tools.HermesFormat()
+    fmt = formats.HermesFormat()
     text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n' \
            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}\n</tool_call>'
     content, calls = fmt.parse(text)
@@ -163,18 +163,18 @@ def test_tool_stream_passes_text_through_without_tools():
 
 def test_tool_stream_holds_back_a_call_and_returns_it_at_the_end():
     text = 'Sure <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
-    s = tools.ToolStream(tools.HermesFormat(), ["add"])
+    s = tools.ToolStream(formats.HermesFormat(), ["add"])
     assert _streamed(s, [text[:8], text[8:20], text[20:]]) == ["Sure ", "", ""]
     rest, calls = s.finish(text)
     assert rest == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2})]
     # a call of a function that was not offered is no call: the held-back text is content
-    s = tools.ToolStream(tools.HermesFormat(), ["get_weather"])
+    s = tools.ToolStream(formats.HermesFormat(), ["get_weather"])
     _streamed(s, [text])
     assert s.finish(text) == (text[len("Sure "):], None)
 
 
 def test_tool_stream_releases_what_turns_out_not_to_be_a_marker():
-    s = tools.ToolStream(tools.HermesFormat(), ["add"])
+    s = tools.ToolStream(formats.HermesFormat(), ["add"])
     assert _streamed(s, ["a <", "b", " <tool_c", "x>"]) == ["a ", "<b", " ", "<tool_cx>"]
     assert _streamed(s, ["<tool_call>{bad"]) == [""]
     assert s.finish("a <b <tool_cx><tool_call>{bad") == ("<tool_call>{bad", None)  # malformed: text
@@ -217,27 +217,27 @@ def _calls(calls):
 
 @pytest.mark.parametrize("text,content,expected", JSON_CALLS)
 def test_calls_written_as_json_alone_are_calls(text, content, expected):
-    parsed = tools.HermesFormat().parse(text, OFFERED)
+    parsed = formats.HermesFormat().parse(text, OFFERED)
     assert parsed is not None and parsed[0] == content and _calls(parsed[1]) == expected
-    assert tools.HermesFormat().parse(text) is None  # no function offered: no call
-    assert tools.HermesFormat().parse(text, ["other"]) is None
+    assert formats.HermesFormat().parse(text) is None  # no function offered: no call
+    assert formats.HermesFormat().parse(text, ["other"]) is None
 
 
 def test_without_parallel_tool_calls_the_first_json_call_is_kept():
     text = "```json\n" + ADD_CALL + "\n```\n```json\n" + OSLO + "\n```"
-    content, calls = tools.HermesFormat().parse(text, OFFERED, parallel=False)
+    content, calls = formats.HermesFormat().parse(text, OFFERED, parallel=False)
     assert content == "" and _calls(calls) == [("add", {"a": 1, "b": 2})]
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED, parallel=False)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED, parallel=False)
     assert "".join(_streamed(s, [text[:9], text[9:]])) == "" and _calls(s.finish(text)[1]) == _calls(calls)
 
 
 @pytest.mark.parametrize("text", JSON_TEXTS)
 def test_json_that_is_no_call_of_an_offered_function_stays_text(text):
-    assert tools.HermesFormat().parse(text, OFFERED) is None
+    assert formats.HermesFormat().parse(text, OFFERED) is None
 
 
 def _stream_by(text, size):
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED)
     out = "".join(s.push(text[k:k + size]) for k in range(0, len(text), size))
     rest, calls = s.finish(text)
     return out + rest, calls
@@ -263,13 +263,13 @@ def test_streamed_and_unstreamed_replies_agree_on_mixed_fragments():
     rng = random.Random(7)
     for _ in range(3000):
         text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 8)))
-        s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+        s = tools.ToolStream(formats.HermesFormat(), OFFERED)
         out, k = "", 0
         while k < len(text):
             n = rng.randint(1, 6)
             out, k = out + s.push(text[k:k + n]), k + n
         rest, calls = s.finish(text)
-        parsed = tools.HermesFormat().parse(text, OFFERED)
+        parsed = formats.HermesFormat().parse(text, OFFERED)
         if parsed is None:
             assert (out + rest, calls) == (text, None), text
         else:
@@ -277,20 +277,20 @@ def test_streamed_and_unstreamed_replies_agree_on_mixed_fragments():
 
 
 def test_what_cannot_be_a_json_call_streams_out_at_once():
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED)
     assert _streamed(s, ["Here:\n", "``", "`pyt", "hon\n", "x = 1\n"]) == ["Here:\n", "", "```pyt", "hon\n", "x = 1\n"]
     assert _streamed(s, ["{", '"na', 'me": "ad', 'd"', ', "ar']) == [""] * 5  # may still be a call of add
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED)
     assert _streamed(s, ["{", '"nam', 'e": "su', 'b"']) == ["", "", '{"name": "su', 'b"']  # no offered name begins su
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED)
     assert _streamed(s, ["```json\n", '{"c', 'ity"']) == ["", '```json\n{"c', 'ity"']  # first key not "name"
-    s = tools.ToolStream(tools.HermesFormat(), OFFERED)
+    s = tools.ToolStream(formats.HermesFormat(), OFFERED)
     assert _streamed(s, [ADD_CALL, "\n", "So"]) == ["", "", ADD_CALL + "\nSo"]  # prose after it
 
 
 def test_tool_call_blocks_still_come_first():
     text = "```json\n" + ADD_CALL + "\n```\n<tool_call>\n" + OSLO + "\n</tool_call>"
-    content, calls = tools.HermesFormat().parse(text, OFFERED)
+    content, calls = formats.HermesFormat().parse(text, OFFERED)
     assert content == "```json\n" + ADD_CALL + "\n```" and _calls(calls) == [("get_weather", {"city": "Oslo",
                                                                                                "unit": "c"})]
     streamed, calls = _stream_by(text, 3)
@@ -608,7 +608,7 @@ class FencedCallEngine:
         return getattr(self.real, name)
 
     def tool_format(self):
-        return tools.HermesFormat()
+        return formats.HermesFormat()
 
     def stream(self, prompt, sampling=None, draft=None, constraint=None):
         from resispec_gguf.engine import Result, Stats
@@ -653,7 +653,7 @@ def test_a_tool_schema_is_measured_as_utf8_as_sent(engine):
         "type": "object", "description": "説明" * 25_000, "properties": {"x": {"type": "integer"}}}}}
     fns = tools.check_tools([big])
     req = tools.check_tool_choice("required", fns)
-    constraint = engine.compile_constraint(grammar=tools.HermesFormat().grammar(req))
+    constraint = engine.compile_constraint(grammar=formats.HermesFormat().grammar(req))
     assert constraint.start() is not None
 
 

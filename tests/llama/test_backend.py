@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+import tiny_gguf
+
 from resispec_gguf.llama import backend
 from resispec_gguf.llama.backend import LlamaModel
 from resispec_gguf.errors import ContextFullError, UserError
@@ -213,3 +215,16 @@ def test_quantize_and_build_facts(tmp_path):
     facts = backend.build_facts()
     assert facts["llama_cpp_python"] == backend._ll.__version__ and "CPU" in facts["system_info"]
     assert isinstance(facts["gpu_offload"], bool) and isinstance(facts["rpc"], bool) and facts["devices"]
+
+
+def test_shown_specials_add_their_text_to_the_reply(models):
+    """A special token adds no text, unless it is one the reply shows (a tool format's marker,
+    such as Mistral's ``[TOOL_CALLS]``: llama.cpp's preserved tokens)."""
+    model = models[0]
+    im_start = tiny_gguf.IM_START_ID
+    assert model.token_piece(im_start) == b"" and model.token_piece(im_start, special=True) == b"<|im_start|>"
+    model.shown_specials = frozenset({im_start})
+    try:
+        assert model.token_piece(im_start) == b"<|im_start|>" and model.token_piece(tiny_gguf.IM_END_ID) == b""
+    finally:
+        model.shown_specials = frozenset()

@@ -4,7 +4,7 @@ test_shapes.py's."""
 
 import pytest
 
-from resispec_gguf.assist import tools
+from resispec_gguf.assist import formats
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams
 from resispec_gguf.engine import Result, Stats
 from resispec_gguf.surfaces.api import create_chat_completion
@@ -89,7 +89,7 @@ class ScriptedEngine:
         self.constraint = None
 
     def tool_format(self):
-        return tools.HermesFormat()
+        return formats.HermesFormat()
 
     def chat_tokens(self, messages, tools=None):
         return [1, 2, 3]

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from resispec_gguf.assist.plan import ChatPlan
-from resispec_gguf.assist.tools import HermesFormat, ToolCall, ToolRequest
+from resispec_gguf.assist.formats import HermesFormat
+from resispec_gguf.assist.tools import ToolCall, ToolRequest
 from resispec_gguf.spec.stats import Result, Stats
 from resispec_gguf.surfaces import shapes
 

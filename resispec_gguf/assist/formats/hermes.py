@@ -1,0 +1,108 @@
+"""Hermes / Qwen2.5 (and most ChatML models with tools): ``<tool_call>\\n{"name": ...,
+"arguments": {...}}\\n</tool_call>`` blocks, one per call.  Chosen when the chat template
+mentions ``<tool_call>``; the template renders the tool list, earlier calls and results.
+
+The openings these models actually use under ``tool_choice`` "auto" all start a constrained
+call: the ``<tool_call>`` marker, and — as Qwen2.5-Coder writes its calls — a fenced ```json
+block or a bare object at the start of a line whose first key is ``"name"`` and whose name is
+an offered function (``json_calls``).  JSON naming no offered function stays text.
+
+May import its ``formats`` neighbours and ``tools``; nothing above.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..tools import ToolCall, ToolRequest
+from .base import ToolFormat
+from .json_calls import args_rules, json_call_rule, json_calls, json_pending, lazy_json_rules
+
+__all__ = ["HermesFormat"]
+
+_LINE_START = r"((.|\n)*\n)?"  # free text ending where a line starts (or nothing: the reply's start)
+_FENCE = r"```(json)?[ \t]*\n[ \t\n]{0,32}"
+
+
+class HermesFormat(ToolFormat):
+    """``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` blocks; also calls as
+    JSON alone (fenced or bare), constrained from their opening on."""
+
+    name = "hermes"
+    open = "<tool_call>"
+    close = "</tool_call>"
+    markers = (open, close)
+    bare_calls = True  # a call written as JSON alone (fenced or bare) is read and constrained too
+    example = '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+
+    def body_rules(self, req: ToolRequest) -> list[str]:
+        op, cl = self.lark(self.open), self.lark(self.close)
+        more = ' ("\\n" call)*' if req.parallel else ""
+        return [f'body: "\\n" call_body "\\n" {cl}{more}',
+                f'call: {op} "\\n" call_body "\\n" {cl}',
+                json_call_rule(req, "call_body")]
+
+    def lazy_openings(self, req: ToolRequest) -> tuple[list[str], list[str]]:
+        """A fenced ```json block or a bare object naming an offered function, at the start of
+        a line: the call from there on (more such calls after it with ``parallel``)."""
+        if not self.bare_calls:
+            return [], []
+        rules = args_rules(req, "args")  # each function's arguments, once for both openings
+        fenced, more = lazy_json_rules(req, "fenced", "arguments", _LINE_START + _FENCE, ' /\\s{0,8}```/', "args")
+        bare, more2 = lazy_json_rules(req, "bare", "arguments", _LINE_START, "", "args")
+        rules += more + more2
+        if not req.parallel:
+            return fenced + bare, rules
+        rules += ['json_next: /\\s{1,8}/ (fenced_call | call_body)',  # call_body: any call's object (body_rules)
+                  'fenced_call: /```(json)?[ \\t]*\\n\\s{0,8}/ call_body /\\s{0,8}```/']
+        return [f"{a} json_next*" for a in fenced + bare], rules
+
+    _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def _block_call(self, body: str, allowed) -> ToolCall | None:
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return None
+        if allowed is not None and obj["name"] not in allowed:
+            return None
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return None
+        return self.call(obj["name"], args) if isinstance(args, dict) else None
+
+    def parse(self, text: str, allowed=None, parallel: bool = True):
+        """``ToolFormat.parse``, reading every ``<tool_call>`` block wherever it stands; the
+        content is the text around them (a block cut short by max_tokens is not content)."""
+        if self.open not in text:
+            return super().parse(text, allowed, parallel)
+        calls = []
+        for m in self._BLOCK.finditer(text):
+            call = self._block_call(m.group(1), allowed)
+            if call is None:
+                return None
+            calls.append(call)
+        if not calls:
+            return None
+        content = self._BLOCK.sub("", text)
+        cut = content.find(self.open)
+        if cut >= 0:
+            content = content[:cut]
+        return content.strip(), calls
+
+    def unmarked_calls(self, text: str, allowed):
+        return json_calls(text, allowed) if self.bare_calls else None
+
+    def unmarked_pending(self, text: str, allowed, start: int) -> int:
+        return json_pending(text, allowed, start) if self.bare_calls else len(text)
+
+    def write_calls(self, calls: list[dict]) -> str:
+        return "\n".join(f"{self.open}\n" + json.dumps({"name": c["function"]["name"],
+                                                        "arguments": c["function"]["arguments"]},
+                                                       ensure_ascii=False) + f"\n{self.close}" for c in calls)

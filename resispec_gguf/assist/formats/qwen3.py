@@ -1,0 +1,21 @@
+"""Qwen3 and QwQ: Hermes ``<tool_call>`` calls, after a ``<think>…</think>`` reasoning part.
+Chosen when the chat template mentions both ``<tool_call>`` and ``<think>``.  The calls are
+read and constrained as Hermes'; the thinking block is ``assist.reasoning``'s (which finds
+its markers in the vocabulary, returns it apart and starts the constraint after it), and
+``reasoning`` names its markers here for the reader.
+
+May import its ``formats`` neighbours; nothing above.
+"""
+
+from __future__ import annotations
+
+from .hermes import HermesFormat
+
+__all__ = ["Qwen3Format"]
+
+
+class Qwen3Format(HermesFormat):
+    """Hermes calls from a model that thinks first."""
+
+    name = "qwen3"
+    reasoning = ("<think>", "</think>")
