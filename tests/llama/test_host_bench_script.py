@@ -61,3 +61,14 @@ def test_the_wrappers_are_gone_afterwards(rows):
     assert isinstance(generation.Generation.__dict__["_masked"], staticmethod)
     assert backend.LlamaModel.decode.__qualname__ == "LlamaModel.decode"
     assert generation.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+
+
+def test_cold_caches_wraps_the_decode_for_the_block_only():
+    from resispec_gguf.llama import backend
+
+    before = backend.LlamaModel.__dict__["_decode_batch"]
+    with host_bench.cold_caches(1):
+        assert backend.LlamaModel._decode_batch is not before
+    assert backend.LlamaModel.__dict__["_decode_batch"] is before
+    with host_bench.cold_caches(0):
+        assert backend.LlamaModel._decode_batch is before
