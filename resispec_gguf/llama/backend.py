@@ -88,7 +88,7 @@ class LogitsRows:
     def __init__(self, model, generation, batch_index):
         self._model = model
         self._generation = generation
-        self._index = batch_index  # [n_out] batch positions of the rows
+        self._index = batch_index  # [n_out] batch positions of the rows (a range when every node has one)
 
     def __len__(self):
         return len(self._index)
@@ -439,8 +439,6 @@ class LlamaModel:
         nodes that want logits.  Node indices continue across calls until ``commit`` or
         ``drop_uncommitted``.
         """
-        tokens = np.asarray(tokens, np.int64)
-        parents = np.asarray(parents, np.int64)
         n = len(tokens)
         base = len(self._nodes)
         depth_end = self._nodes.add(tokens, parents, self.n_past, n_batch=self.n_batch, n_seq_max=self.n_seq_max)
@@ -454,14 +452,19 @@ class LlamaModel:
         self._pos[:n] = self._nodes.pos[base:]
         self._nseq[:n] = counts
         self._seq[:n, : ids.shape[1]] = ids
-        out = np.ones(n, bool) if want_logits is None else np.asarray(want_logits, bool)
-        self._out[:n] = out
+        if want_logits is None:
+            self._out[:n] = 1
+            rows = range(n)
+        else:
+            out = np.asarray(want_logits, bool)
+            self._out[:n] = out
+            rows = np.flatnonzero(out)
         try:
             self._decode_batch(n)
         except Exception:
             self._forget_nodes(base)
             raise
-        return LogitsRows(self, self._generation, np.flatnonzero(out))
+        return LogitsRows(self, self._generation, rows)
 
     def _forget_nodes(self, keep: int) -> None:
         for sid, start in self._nodes.forget(keep):

@@ -100,10 +100,10 @@ class Forest:
                 seqs[a - base].append(sid)
                 a = self.parent[a]
             copies.append((0, sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
-        ids = np.zeros((n, max(len(s) for s in seqs)), np.int32)
-        for j, s in enumerate(seqs):
-            ids[j, : len(s)] = s
-        return ids, [len(s) for s in seqs], copies
+        counts = [len(s) for s in seqs]
+        width = max(counts)
+        ids = np.array([s + [0] * (width - len(s)) for s in seqs], np.int32)  # one conversion, not one per row
+        return ids, counts, copies
 
     def forget(self, keep: int) -> list[tuple[int, int]]:
         """Drop the nodes from ``keep`` on; returns what leaves the cache with them: ``(id,
