@@ -42,6 +42,9 @@ AUTO_DEPTH, AUTO_BUDGET = 16, 32
 # below this it aborts the whole process.  (llama.cpp then rounds the context up to a
 # multiple of 256 cells anyway.)
 MIN_CTX = MAX_TREE_NODES + 2
+# requests served at once (``--parallel``): each needs a sequence of its own, and its tree
+# shares what is left of llama.cpp's 256 sequences with the others
+MAX_SLOTS = 32
 
 
 class ConfigError(UserError, ValueError):
@@ -441,7 +444,9 @@ class ModelParams(_Settings):
     ``verbose``: let llama.cpp's own logging through.  ``rpc``: ``HOST:PORT[,HOST:PORT...]``
     of ggml RPC workers (``rpc-worker``) that hold the target's offloaded layers
     (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
-    how the target writes tool calls (None: read from its chat template).
+    how the target writes tool calls (None: read from its chat template).  ``n_slots``:
+    requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
+    own in one shared cache (``n_slots * n_ctx`` cells per model).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -463,6 +468,8 @@ class ModelParams(_Settings):
     rpc: str | None = setting(None, "--rpc", help="put the target's offloaded layers (-ngl) on these ggml RPC "
                                                   "workers, split by their memory (default: none, local devices)",
                               check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")
+    n_slots: int = setting(1, "--parallel", help="requests served at once, each with its own --ctx tokens",
+                           check=Range(1, MAX_SLOTS))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ returns text, tokens and a ``Stats`` object, and reports preparation through a c
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Callable, Iterator
 
 import numpy as np
@@ -20,6 +22,8 @@ from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
 from .spec import autotune, costs, loop
+from .spec import batch as batching
+from .spec.runner import Runner, Ticket
 from .spec.generation import Generation
 from .spec.protocol import Constraint, ModelBackend
 from .spec.stats import Result, Stats, TokenLogprob
@@ -49,7 +53,9 @@ class Engine:
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
-        self.last_result: Result | None = None
+        self._local = threading.local()  # ``last_result``, per calling thread
+        self._runner: Runner | None = None
+        self._runner_lock = threading.Lock()
         self._auto = cost_curves
         self._row_s = 0.0 if cost_curves is not None else None  # host seconds per row, for auto
         self.n_threads = target.n_threads
@@ -113,6 +119,8 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
         for m in (self.target, self.draft):
             if m is not None:
                 m.close()
@@ -131,8 +139,36 @@ class Engine:
 
     @property
     def n_ctx(self) -> int:
-        """The target's context in tokens: prompt plus output never exceed it."""
+        """The target's context in tokens (per slot): prompt plus output never exceed it."""
         return self.target.n_ctx
+
+    @property
+    def n_slots(self) -> int:
+        """Requests that run at once (``ModelParams.n_slots``, ``--parallel``)."""
+        return int(getattr(self.target, "n_slots", 1))
+
+    @property
+    def last_result(self) -> Result | None:
+        """The ``Result`` of this thread's last ``stream``/``generate`` (each thread sees its
+        own, so that threads streaming at once each read theirs)."""
+        return getattr(self._local, "result", None)
+
+    @last_result.setter
+    def last_result(self, value: Result | None) -> None:
+        self._local.result = value
+
+    def kv_bytes(self) -> int:
+        """Bytes of both models' KV caches (``LlamaModel.kv_bytes``; 0 for a backend that
+        does not say)."""
+        return sum(int(getattr(m, "kv_bytes", lambda: 0)()) for m in (self.target, self.draft) if m is not None)
+
+    def slots(self) -> tuple[int, int, int]:
+        """``(busy, idle, waiting)``: slots running a request, free slots, requests waiting
+        for one (all idle before the first ``submit``)."""
+        r = self._runner
+        if r is None:
+            return 0, self.n_slots, 0
+        return r.busy, r.idle, r.waiting
 
     def info(self) -> dict:
         """What is loaded, for reports: per model (``"target"``, ``"draft"`` or None) the
@@ -276,6 +312,49 @@ class Engine:
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
                           auto=auto, constraint=state, logprobs=logprobs)
 
+    def generation(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+                   constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
+                   logprobs: int | None = None) -> Generation:
+        """One request, checked and ready to run, not started (``stream``'s arguments): for
+        ``batch`` or a loop of one's own."""
+        return self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
+
+    def batch(self, chunk: int = batching.DEFAULT_CHUNK) -> batching.Batch:
+        """A ``spec.batch.Batch`` over this engine's models, whose slots (``n_slots``) hold
+        that many requests stepped together; ``auto`` requests share each step's rows by the
+        cost curves.  Driven by whoever calls its ``step``."""
+        tables = (costs.cost_table(self._auto_curves()[0], autotune.TABLE_ROWS),
+                  costs.cost_table(self._auto_curves()[1], autotune.TABLE_ROWS))
+        return batching.Batch(self.target, self.draft, chunk=chunk, tables=tables, row_s=self._auto_row_seconds())
+
+    def submit(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
+               constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
+               logprobs: int | None = None) -> Ticket:
+        """Start a request beside the others (``stream``'s arguments; bad arguments raise
+        here): it waits for a free slot, then runs in the same steps as every other request
+        in a slot.  Iterate the ``Ticket`` for its text, ``close()`` it to withdraw it,
+        ``result()`` for its ``Result``.  Any thread may submit; one thread of the engine's
+        own makes every model call.  ``stream`` and ``generate`` go through here when the
+        engine has more than one slot."""
+        gen = self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
+        return self._submit(gen)
+
+    def _submit(self, gen: Generation) -> Ticket:
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = Runner(self.batch())
+        return self._runner.submit(gen)
+
+    def _shared(self, gen: Generation) -> Iterator[tuple[str, int]]:
+        """``gen``'s pieces with their logprob counts through the runner (withdrawn when the
+        iterator is closed)."""
+        ticket = self._submit(gen)
+        try:
+            yield from ticket.marked()
+        finally:
+            ticket.close()
+            ticket.result()
+
     def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
                logprobs: int | None = None) -> Iterator[str]:
@@ -292,7 +371,12 @@ class Engine:
         gen = self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
         self.last_result = None
         try:
-            yield from loop.run(gen, self.target, self.draft)
+            if self.n_slots == 1:
+                yield from loop.run(gen, self.target, self.draft)
+            else:
+                with contextlib.closing(self._shared(gen)) as shared:
+                    for piece, _ in shared:
+                        yield piece
         finally:
             self.last_result = gen.result()
 
@@ -309,10 +393,14 @@ class Engine:
         self.last_result = None
         sent = 0
         try:
-            for piece in loop.run(gen, self.target, self.draft):
-                n = len(gen.logprobs)
-                yield piece, gen.logprobs[sent:n]
-                sent = n
+            if self.n_slots == 1:
+                pieces = ((piece, len(gen.logprobs)) for piece in loop.run(gen, self.target, self.draft))
+            else:
+                pieces = self._shared(gen)
+            with contextlib.closing(pieces):
+                for piece, n in pieces:
+                    yield piece, gen.logprobs[sent:n]
+                    sent = n
         finally:
             self.last_result = gen.result()
 

@@ -168,7 +168,7 @@ def _targets():
     out = [(m, "_decode_batch", "decode"), (g, "started", None)]  # these two first: the unprofiled run's
     out += [(llama_cpp, f, "kv") for f in ("llama_memory_seq_cp", "llama_memory_seq_rm", "llama_memory_seq_keep",
                                            "llama_memory_clear")]
-    out += [(m, "decode", "batch"), (m, "_append_seq0", "batch")]
+    out += [(m, f, "batch") for f in ("decode", "decode_slots", "_append_seq0", "_append_seq")]
     out += [(m, "_row", "rows+p"), (backend.LogitsRows, "__getitem__", "rows+p")]
     out += [(g, f, "rows+p") for f in ("_p", "_q", "_target_dist", "_masked")]
     out += [(g, f, "draws") for f in ("_draw", "_sample", "_propose")]
@@ -177,7 +177,7 @@ def _targets():
     out += [(tree.DraftTree, f, "tree") for f in ("with_root", "_add", "set_draws", "path_tokens", "candidates",
                                                   "add_children", "expanded", "prune_leaves")]
     out += [(g, "_verify_tree", "verify"), (generation, "verify", "verify"), (generation, "verify_greedy", "verify")]
-    out += [(g, "_commit", "commit"), (m, "commit", "commit"), (m, "drop_uncommitted", "commit")]
+    out += [(g, "_commit", "commit")] + [(m, f, "commit") for f in ("commit", "commit_slots", "drop_uncommitted")]
     out += [(a, f, "auto") for f in ("choose", "record_time", "weights", "lookup_worth", "observe_lookup",
                                      "step_observed", "observe_node")]
     return out

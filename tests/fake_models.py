@@ -38,28 +38,40 @@ class MarkovModel:
 
     ``rows``: ``{context tuple (length order): float32 [V] logits}``, or a callable
     ``context -> logits``.  A context shorter than ``order`` (at the very start) is padded on
-    the left with token 0.
+    the left with token 0.  ``n_slots``: committed sequences (``protocol.SlotBackend``); the
+    single-sequence calls act on slot 0.
     """
 
-    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov"):
+    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov", n_slots=1):
         self.n_vocab = int(n_vocab)
         self.order = int(order)
         self.n_ctx = int(n_ctx)
         self.n_seq_max = int(n_seq_max)
+        self.n_slots = int(n_slots)
         self.n_threads = 1
         self._eog = frozenset(eog)
         self._rows = rows
         self._name = name
-        self.cached: list[int] = []
-        self._nodes: list[tuple[int, int, int]] = []  # (token, parent, position)
+        self._seqs: list[list[int]] = [[] for _ in range(self.n_slots)]  # committed tokens per slot
+        self._nodes: list[tuple[int, int, int, int]] = []  # (token, parent, position, slot)
         self._generation = 0
         self.calls = 0  # decode calls
 
     # ------------------------------------------------------------------ protocol
 
     @property
+    def cached(self) -> list[int]:
+        return self._seqs[0]
+
+    @property
     def n_past(self) -> int:
-        return len(self.cached)
+        return len(self._seqs[0])
+
+    def slot_past(self, slot: int) -> int:
+        return len(self._seqs[slot])
+
+    def slot_tokens(self, slot: int) -> list[int]:
+        return list(self._seqs[slot])
 
     def row(self, context) -> np.ndarray:
         ctx = tuple(context)[-self.order:]
@@ -68,52 +80,68 @@ class MarkovModel:
         return out
 
     def sync_prefix(self, tokens) -> int:
+        return self.sync_slot(0, tokens)
+
+    def sync_slot(self, slot: int, tokens) -> int:
         self._bump()
         self._nodes.clear()
         if len(tokens) > self.n_ctx:
             raise ContextFullError("prompt does not fit")
         want = list(tokens[:-1])
         common = 0
-        for a, b in zip(self.cached, want):
+        for a, b in zip(self._seqs[slot], want):
             if a != b:
                 break
             common += 1
-        self.cached = want
+        self._seqs[slot] = want
         return common
 
     def _context(self, node: int) -> list[int]:
         """Committed tokens plus the node's ancestors and itself, last ``order`` of them."""
         path = []
+        cached = self._seqs[self._nodes[node][3]]
         while node >= 0:
-            tok, par, _ = self._nodes[node]
+            tok, par, _, _ = self._nodes[node]
             path.append(tok)
             node = par
             if len(path) >= self.order:
                 break
         path.reverse()
         if len(path) < self.order:
-            path = self.cached[max(0, len(self.cached) - (self.order - len(path))):] + path
+            path = cached[max(0, len(cached) - (self.order - len(path))):] + path
         return path
 
     def decode(self, tokens, parents, want_logits=None):
+        return self.decode_slots(tokens, parents, [0] * len(tokens), want_logits)
+
+    def decode_slots(self, tokens, parents, slots, want_logits=None):
         tokens = [int(t) for t in tokens]
         parents = [int(p) for p in parents]
+        slots = [int(s) for s in slots]
         n = len(tokens)
-        if n == 0 or len(parents) != n:
+        if n == 0 or len(parents) != n or len(slots) != n:
             raise ValueError("bad decode request")
         base = len(self._nodes)
-        if base + n + 1 > self.n_seq_max:
-            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {self.n_seq_max - 1}")
+        if base + n + self.n_slots > self.n_seq_max:
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {self.n_seq_max - self.n_slots}")
         new = []
-        for j, (tok, par) in enumerate(zip(tokens, parents)):
+        for j, (tok, par, slot) in enumerate(zip(tokens, parents, slots)):
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
+            if not 0 <= slot < self.n_slots:
+                raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
             if not 0 <= tok < self.n_vocab:
                 raise ValueError(f"token {tok} outside the vocabulary")
-            pos = self.n_past if par < 0 else (self._nodes[par][2] if par < base else new[par - base][2]) + 1
-            new.append((tok, par, pos))
-        if max(p for _, _, p in new) + 1 > self.n_ctx or self.n_past + base + n > self.n_ctx:
-            raise ContextFullError("the context is full")
+            parent = None if par < 0 else (self._nodes[par] if par < base else new[par - base])
+            if parent is not None and parent[3] != slot:
+                raise ValueError(f"node {base + j} of slot {slot} has a parent in slot {parent[3]}")
+            pos = len(self._seqs[slot]) if parent is None else parent[2] + 1
+            new.append((tok, par, pos, slot))
+        for slot in set(slots):
+            mine = sum(1 for node in self._nodes + new if node[3] == slot)
+            deepest = max(p for _, _, p, s in new if s == slot)
+            if deepest + 1 > self.n_ctx or len(self._seqs[slot]) + mine > self.n_ctx:
+                raise ContextFullError("the context is full")
         self._nodes.extend(new)
         want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
         rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
@@ -122,14 +150,19 @@ class MarkovModel:
         return _Rows(self, self._generation, rows)
 
     def commit(self, path) -> None:
-        prev = -1
-        for i in path:
-            if self._nodes[i][1] != prev:
-                raise ValueError(f"commit path is not a chain from the committed sequence: {list(path)}")
-            prev = i
-        self.cached.extend(self._nodes[i][0] for i in path)
-        if len(self.cached) > self.n_ctx:
-            raise AssertionError("committed past the context")
+        self.commit_slots({0: path})
+
+    def commit_slots(self, paths) -> None:
+        for slot, path in paths.items():
+            prev = -1
+            for i in path:
+                if self._nodes[i][1] != prev or self._nodes[i][3] != slot:
+                    raise ValueError(f"commit path is not a chain from slot {slot}'s sequence: {list(path)}")
+                prev = i
+        for slot, path in paths.items():
+            self._seqs[slot].extend(self._nodes[i][0] for i in path)
+            if len(self._seqs[slot]) > self.n_ctx:
+                raise AssertionError("committed past the context")
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
@@ -137,7 +170,8 @@ class MarkovModel:
         self._bump()
 
     def reset(self) -> None:
-        self.cached.clear()
+        for seq in self._seqs:
+            seq.clear()
         self.drop_uncommitted()
 
     def is_eog(self, token: int) -> bool:
@@ -148,6 +182,9 @@ class MarkovModel:
 
     def cost_key(self) -> str:
         return f"fake:{self._name}"
+
+    def close(self) -> None:
+        """Nothing to free (``Engine.close`` calls it)."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -179,6 +216,11 @@ class PathConstraint:
     is allowed iff ``(x + sum(h)) % 3 != len(h) % 3``, and ``eog`` iff ``h`` is non-empty
     with an even sum.  Every state allows at least two tokens or is complete.  The state
     counts its ``mask`` calls and checks that every path it is asked about was allowed.
+
+    ``forced`` (``protocol.ForcingState``) plays a grammar that knows its next tokens: after
+    an even-length history that is not complete, the largest allowed token that is not
+    ``eog``, then the same once more (two tokens at most).  They are only candidates: the
+    mask still allows others, which the target often prefers.
     """
 
     def __init__(self, n_vocab, eog):
@@ -193,6 +235,18 @@ class PathConstraint:
             out.append(self.eog)
         return out
 
+    def forced(self, history) -> list[int]:
+        h, out = list(history), []
+        if len(h) % 2:
+            return out
+        for _ in range(2):
+            ok = [x for x in self.allowed(h) if x != self.eog]
+            if not ok:
+                break
+            out.append(max(ok))
+            h.append(out[-1])
+        return out
+
     def start(self):
         return _SpecState(self)
 
@@ -205,6 +259,7 @@ class _SpecState:
         self.spec = spec
         self.committed: list[int] = []
         self.mask_calls = 0
+        self.forced_calls = 0
 
     def mask(self, path):
         from resispec_gguf.kernels.sampling import bitmask_from_ids
@@ -214,6 +269,13 @@ class _SpecState:
             assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
         self.mask_calls += 1
         return bitmask_from_ids(self.spec.allowed(self.committed + path), self.spec.n_vocab)
+
+    def forced(self, path):
+        path = [int(x) for x in path]
+        for i, x in enumerate(path):
+            assert x in self.spec.allowed(self.committed + path[:i]), (self.committed, path)
+        self.forced_calls += 1
+        return self.spec.forced(self.committed + path)
 
     def advance(self, tokens):
         for x in tokens:
@@ -236,12 +298,14 @@ class LazyConstraint:
     after the trigger follow ``PathConstraint``'s rule (so ``eog`` is not allowed right after
     the trigger, and two equal tokens complete the constraint: only ``eog`` may follow).  The
     state counts its ``mask`` calls and checks that every path it is asked about was allowed.
+    ``inner``: another rule for the part after the trigger (``SpelledConstraint``).  It
+    forces nothing before the trigger and what ``inner`` forces after it.
     """
 
-    def __init__(self, n_vocab, eog, trigger=(4, 3)):
+    def __init__(self, n_vocab, eog, trigger=(4, 3), inner=None):
         self.n_vocab, self.eog = int(n_vocab), int(eog)
         self.trigger = tuple(int(t) for t in trigger)
-        self.inner = PathConstraint(n_vocab, eog)
+        self.inner = inner if inner is not None else PathConstraint(n_vocab, eog)
 
     def triggered_at(self, history) -> int | None:
         """The index just past the first occurrence of the trigger in ``history``, or None."""
@@ -257,6 +321,67 @@ class LazyConstraint:
         if at is None:
             return list(range(self.n_vocab))
         return self.inner.allowed(h[at:])
+
+    def forced(self, history) -> list[int]:
+        h = list(history)
+        at = self.triggered_at(h)
+        return [] if at is None else self.inner.forced(h[at:])
+
+    def start(self):
+        return _SpecState(self)
+
+
+class SpelledConstraint:
+    """A grammar over text, with the Markov fakes' tokens as spellings of it, and a known
+    exact law (``allowed``): the forced bytes can be tokenised in several ways, as a real
+    vocabulary's can.
+
+    Tokens 0..4 spell "a", "b", "ab", "ba", "c"; ``eog`` (5) spells nothing.  The text must be
+    a prefix of ``(a b X c)*`` with X one of a, b, c: positions 0, 1 and 3 (mod 4) are forced,
+    position 2 is free.  A token is allowed iff its letters fit the positions they fall on;
+    ``eog`` iff the text is non-empty and at a position 0.  So at position 0 "ab" may be one
+    token or two ("a" then "b", or "a" then "ba" crossing into the free letter), and at
+    position 3 only "c" fits: the mask allows one token there (a certain position).
+    ``forced`` is the longest-first tokenisation of the forced letters ("ab" -> [2], "b" ->
+    [1], "cab" -> [4, 2]), the candidate a grammar engine would offer.
+    """
+
+    SPELL = ("a", "b", "ab", "ba", "c")
+    PATTERN = ("a", "b", None, "c")  # None: any of a, b, c
+
+    def __init__(self, n_vocab=6, eog=5):
+        assert n_vocab == 6 and eog == 5, "the spellings are for the harness's 6-token vocabulary"
+        self.n_vocab, self.eog = int(n_vocab), int(eog)
+
+    def _text(self, history) -> str:
+        return "".join(self.SPELL[int(x)] for x in history)
+
+    def _fits(self, pos: int, letters: str) -> bool:
+        return all(self.PATTERN[(pos + i) % 4] in (None, c) for i, c in enumerate(letters))
+
+    def allowed(self, history) -> list[int]:
+        if self.eog in history:  # a path past an end token (a draft may propose one): never emitted
+            return [self.eog]
+        pos = len(self._text(history))
+        out = [x for x in range(len(self.SPELL)) if self._fits(pos, self.SPELL[x])]
+        if pos > 0 and pos % 4 == 0:
+            out.append(self.eog)
+        return out
+
+    def forced(self, history) -> list[int]:
+        if self.eog in history:
+            return []
+        pos = len(self._text(history))
+        letters = ""
+        while self.PATTERN[(pos + len(letters)) % 4] is not None:
+            letters += self.PATTERN[(pos + len(letters)) % 4]
+        out = []
+        while letters:
+            x = max((x for x in range(len(self.SPELL)) if letters.startswith(self.SPELL[x])),
+                    key=lambda x: len(self.SPELL[x]))
+            out.append(x)
+            letters = letters[len(self.SPELL[x]):]
+        return out
 
     def start(self):
         return _SpecState(self)
@@ -275,6 +400,10 @@ class Clocked:
     def decode(self, tokens, parents, want_logits=None):
         self.clock[0] += self.curve(len(tokens))
         return self.m.decode(tokens, parents, want_logits)
+
+    def decode_slots(self, tokens, parents, slots, want_logits=None):
+        self.clock[0] += self.curve(len(tokens))
+        return self.m.decode_slots(tokens, parents, slots, want_logits)
 
 
 def noisy_markov_pair(n_vocab, *, eog, n_ctx=256, seed=3, noise=0.3):

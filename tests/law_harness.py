@@ -1,8 +1,8 @@
 """The exactness harness: Markov fake pairs with a known exact output law, the grids of
 configurations the law tests run (methods, tree policies, temperatures, room regimes, cost
 regimes), the checks (``check_law``) and the law under a constraint (``constrained_law``,
-``sample_constrained``).  Used by test_exactness.py, test_constraint.py, test_lazy.py and
-scripts/exactness_report.py; a helper module, not a test file.
+``sample_constrained``).  Used by test_exactness.py, test_constraint.py, test_lazy.py,
+test_forced.py and scripts/exactness_report.py; a helper module, not a test file.
 Exactness through the engine, at scale, on Markov fake models (see fake_models.py).
 
 With an order-2 Markov target the exact law of the first ``N_TOKENS`` generated tokens is a
@@ -123,7 +123,7 @@ def sample_constrained(engine: Engine, prompt, sp: SamplingParams, dp: DraftPara
     return counts
 
 
-def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3):
+def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3, n_slots=1):
     rows_t = random_rows(V, 2, seed, scale=1.3)
     rng = np.random.default_rng(seed + 100)
     rows_d = {}
@@ -133,9 +133,17 @@ def _pair(target_ctx=256, draft_ctx=256, draft_seq=98, seed=3):
             d[rng.choice(V, 3, replace=False)] -= 20.0
         d.flags.writeable = False
         rows_d[ctx] = d
-    target = MarkovModel(rows_t, V, order=2, n_ctx=target_ctx, eog=(EOG,), name="t")
-    draft = MarkovModel(rows_d, V, order=2, n_ctx=draft_ctx, n_seq_max=draft_seq, eog=(EOG,), name="d")
+    # n_seq_max - n_slots uncommitted nodes: a request alone gets the room it has with one slot
+    target = MarkovModel(rows_t, V, order=2, n_ctx=target_ctx, n_seq_max=97 + n_slots, eog=(EOG,), name="t",
+                         n_slots=n_slots)
+    draft = MarkovModel(rows_d, V, order=2, n_ctx=draft_ctx, n_seq_max=draft_seq - 1 + n_slots, eog=(EOG,),
+                        name="d", n_slots=n_slots)
     return target, draft
+
+
+def slotted_pair(n_slots, **room):
+    """``_pair`` with ``n_slots`` slots in each model (``protocol.SlotBackend``)."""
+    return _pair(n_slots=n_slots, **room)
 
 
 def exact_law(target: MarkovModel, prompt, sp: SamplingParams, n: int) -> dict[tuple, float]:
@@ -303,3 +311,30 @@ def run_case(case, label: str) -> dict:
     engine, target, prompt, sp, dp, plain = case
     counts = sample(engine, sp, dp, RUNS, plain)
     return check_law(counts, exact_law(target, prompt, sp, N_TOKENS), label)
+
+
+# --------------------------------------------------------------------------- several requests at once
+
+
+def sample_batch(engine: Engine, requests, runs: int, chunk: int = 256) -> list[tuple]:
+    """Run ``requests`` (``(prompt, sp, dp, constraint)`` each) together in one
+    ``engine.batch()``, ``runs`` times; returns per run the tuple of each request's first
+    ``N_TOKENS`` tokens (EOG appended at "eos").  Request i of run r is seeded ``r + 100003 * i``."""
+    out = []
+    for run in range(runs):
+        batch = engine.batch(chunk)
+        reqs = []
+        for i, (prompt, sp, dp, constraint) in enumerate(requests):
+            gen = engine.generation(prompt, sp.replace(seed=run + 100003 * i, max_tokens=N_TOKENS), dp,
+                                    constraint=constraint)
+            reqs.append(batch.admit(gen))
+        while batch.busy:
+            batch.step()
+        seqs = []
+        for r in reqs:
+            res = r.gen.result()
+            seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+            assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
+            seqs.append(seq)
+        out.append(tuple(seqs))
+    return out

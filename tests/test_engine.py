@@ -286,3 +286,77 @@ def test_use_draft_off_drafts_from_the_context_alone(engine):
         assert set(res.stats.steps_by_kind) <= {"lookup", "none"}
     with pytest.raises(ConfigError, match="a tree needs lookup"):
         DraftParams(method="resispec", use_draft=False)
+
+
+# an enum whose values share forced stretches ('"', "a b ") between free choices: a reply
+# has certain positions (one token allowed), forced candidates and free tokens
+_ENUM = {"enum": ["a b c d", "a b x", "ay", "q r"]}
+
+
+@pytest.mark.parametrize("method", ["none", "resispec", "auto"])
+def test_json_schema_tokens_follow_the_masked_target(engine, tiny_reference, method):
+    """Under a real llguidance JSON-schema grammar (whose forced tokens are the trees' free
+    candidates, and whose one-token positions are taken without a draw), every generated
+    token follows the target's row masked by the grammar after its prefix: the randomised
+    PIT of all positions is uniform."""
+    grammar = engine.compile_constraint(json_schema=_ENUM)
+    prompt = engine.text_tokens("Pick one")
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=8)
+    dp = DraftParams(method=method, draws=3, depth=4, budget=8)
+    rng = np.random.default_rng(7)
+    pits, certain = [], 0
+    rows: dict[tuple, np.ndarray] = {}
+    for seed in range(300):
+        res = engine.generate(prompt, sp.replace(seed=seed), dp, constraint=grammar)
+        seq = list(res.tokens) + ([None] if res.finish_reason == "eos" else [])
+        state = grammar.start()
+        for i, tok in enumerate(seq):
+            prefix = tuple(res.tokens[:i])
+            if prefix not in rows:
+                rows[prefix] = tiny_reference.logits_of_sequence(prompt + list(prefix))[-1]
+            mask = state.mask(prefix)
+            p = sampling.probs_dense(sampling.mask_logits(rows[prefix], mask), 1.0)
+            certain += int(np.count_nonzero(p) == 1)
+            assert tok is None or p[tok] > 0, "emitted a token the grammar or the target rules out"
+            pits.append(_pit(p, tok, rng.random()))
+    assert certain >= 300  # the forced quote at least, every run
+    counts, _ = np.histogram(pits, bins=20, range=(0, 1))
+    assert stats.chisquare(counts).pvalue >= 1e-4
+
+
+# --------------------------------------------------------------------------- several requests at once
+
+
+@pytest.fixture(scope="module")
+def slotted_engine(tiny_pair):
+    with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False,
+                     n_slots=4) as e:
+        yield e
+
+
+CONCURRENT = [
+    ("def fib(n):", DraftParams(method="auto")),
+    ("Once upon a time there was", DraftParams(method="resispec", draws=3, depth=4, budget=10)),
+    ("The list: 1, 2, 3, 4, 1, 2, 3, 4,", DraftParams(method="chain", lookup=True)),
+    ("Hello", DraftParams(method="none")),
+]
+
+
+def test_greedy_under_concurrency_equals_greedy_alone(engine, slotted_engine):
+    """Four greedy requests in the same steps (one target decode holding every tree, one
+    draft decode per level, prompts prefilled a few tokens a step) give token for token what
+    each gives alone on a one-slot engine."""
+    sp = SamplingParams(temperature=0.0, max_tokens=24)
+    alone = [engine.generate(p, sp, dp) for p, dp in CONCURRENT]
+    batch = slotted_engine.batch(chunk=4)
+    reqs = [batch.admit(slotted_engine.generation(p, sp, dp)) for p, dp in CONCURRENT]
+    assert sorted(r.slot for r in reqs) == [0, 1, 2, 3]
+    text = ["" for _ in reqs]
+    while batch.busy:
+        for r in batch.step():
+            text[reqs.index(r)] += "".join(r.take())
+    for r, want, got in zip(reqs, alone, text):
+        assert r.gen.out == want.tokens and got == want.text and r.gen.finish_reason == want.finish_reason
+    # the slots hold each reply's tokens: resending one reuses its whole cached prefix
+    again = slotted_engine.generation(CONCURRENT[1][0] + alone[1].text, sp, CONCURRENT[1][1])
+    assert batch.free_slot(again.prompt) == reqs[1].slot

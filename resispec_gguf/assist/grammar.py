@@ -248,6 +248,27 @@ class GrammarState:
             out[:] = self.g._end_mask
         return out
 
+    def forced(self, path: Sequence[int]) -> list[int]:
+        """The tokens llguidance spells the bytes the grammar forces after ``path`` with
+        (``protocol.ForcingState``; its canonical tokenisation, dropping a last token that
+        the next bytes could extend), within the vocabulary; empty when nothing is forced."""
+        path = [int(t) for t in path]
+        if any(t in self._end for t in path):
+            return []
+        if path and not self.m.consume_tokens(path):
+            raise self._failed("at a drafted token")
+        try:
+            out = [] if self.m.is_stopped() else self.m.compute_ff_tokens()
+        finally:
+            if path:
+                self.m.rollback(len(path))
+        keep = []
+        for t in out:  # an end token or one the model lacks ends the candidate chain
+            if not 0 <= t < self.g.n_vocab or t in self._end:
+                break
+            keep.append(int(t))
+        return keep
+
     def advance(self, tokens: Sequence[int]) -> None:
         tokens = [int(t) for t in tokens if int(t) not in self._end]
         if tokens and not self.m.consume_tokens(tokens):

@@ -121,6 +121,17 @@ class AfterState:
             return _union(first, bitmask_from_ids([s.open], s.n_vocab))
         return first
 
+    def forced(self, path: Sequence[int]) -> list[int]:
+        """The tokens forced after ``path`` (``protocol.ForcingState``, the engine's free
+        candidates): ``close`` once the budget is spent, the inner constraint's forced tokens
+        past the block (when it can tell them), nothing while the text is free."""
+        s = self.spec
+        phase, count, inner = self._walk(path)
+        if phase == FREE:
+            return [s.close] if 0 <= s.budget <= count else []
+        forced = getattr(self.inner, "forced", None)
+        return list(forced(inner)) if phase == AFTER and forced is not None else []
+
     def advance(self, tokens: Sequence[int]) -> None:
         self.phase, self.count, inner = self._walk(tokens)
         if inner and self.inner is not None:

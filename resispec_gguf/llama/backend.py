@@ -10,6 +10,11 @@ needs, in NumPy terms:
 * ``commit(path)``: keep one root-to-node path of uncommitted nodes, drop every other;
 * ``sync_prefix(tokens)``: reuse the cached common prefix, evaluate the rest.
 
+Slots (``protocol.SlotBackend``).  With ``n_slots`` > 1 the context holds that many
+committed sequences, one per request, in one unified cache of ``n_slots * n_ctx`` cells:
+``n_ctx`` is each slot's context.  ``decode_slots``/``commit_slots``/``sync_slot`` act on
+several slots in one call; the single-sequence calls act on slot 0.
+
 ``describe`` reports a model's file, settings and the devices its layers are on (read off the
 load log by ``devices``); ``quantize`` and ``build_facts`` serve ``buildcheck`` and ``doctor``.  For
 ``llama_draft.LlamaDraft``: ``LlamaDraftModel`` (llama-cpp-python's draft-model base class,
@@ -136,6 +141,7 @@ class LlamaModel:
         n_seq_max: int = 64,
         flash_attn: bool | None = None,
         rpc: str | None = None,
+        n_slots: int = 1,
     ):
         path = os.fspath(path)
         check_gguf_file(path)
@@ -146,18 +152,20 @@ class LlamaModel:
         self._vocab = _ll.llama_model_get_vocab(self._model)
         self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))
         threads = n_threads or max(1, os.cpu_count() or 1)
-        self._ctx = self._new_context(self._fit_outputs(n_ctx, n_batch, n_seq_max), n_batch, n_seq_max, threads,
-                                      flash_attn)
+        self.n_slots = int(n_slots)
+        per_slot = self._fit_outputs(n_ctx, n_batch, n_seq_max, self.n_slots)
+        self._ctx = self._new_context(per_slot * self.n_slots, n_batch, n_seq_max, threads, flash_attn)
         self._mem = _ll.llama_get_memory(self._ctx)
-        self.n_ctx = int(_ll.llama_n_ctx(self._ctx))
+        # per slot; one slot gets all llama.cpp gave (it rounds up to a multiple of 256)
+        self.n_ctx = int(_ll.llama_n_ctx(self._ctx)) if self.n_slots == 1 else per_slot
         self.n_batch = int(_ll.llama_n_batch(self._ctx))  # llama.cpp may clamp it to n_ctx
         self.n_seq_max = int(n_seq_max)
         self.n_threads = threads
         self.n_gpu_layers = int(n_gpu_layers)
         self.flash_attn = flash_attn
         self._batch = self._new_batch()
-        self.cached: list[int] = []  # tokens committed to sequence 0, in order
-        self._nodes = Forest()  # this step's uncommitted nodes
+        self._seqs: list[list[int]] = [[] for _ in range(self.n_slots)]  # committed tokens per slot, in order
+        self._nodes = Forest(self.n_slots)  # this step's uncommitted nodes
         self._local = threading.local()  # per-thread out-buffers: the server detokenises on two threads
         # special tokens whose text the reply shows (a tool format's markers, such as Mistral's
         # [TOOL_CALLS]: llama.cpp's "preserved tokens"); other special tokens add no text
@@ -184,7 +192,7 @@ class LlamaModel:
             raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {self.path}")
         return model
 
-    def _fit_outputs(self, n_ctx: int, n_batch: int, n_seq_max: int) -> int:
+    def _fit_outputs(self, n_ctx: int, n_batch: int, n_seq_max: int, n_slots: int = 1) -> int:
         """The context size (``n_ctx`` <= 0: the model's training context), checked to give
         every sequence its output row.
 
@@ -193,7 +201,7 @@ class LlamaModel:
         fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch)."""
         if n_ctx <= 0:
             n_ctx = int(_ll.llama_model_n_ctx_train(self._model))
-        if min(n_ctx, n_batch) < n_seq_max:
+        if min(n_ctx * n_slots, n_batch) < n_seq_max:
             self.close()
             what = f"a context of {n_ctx}" if n_ctx < n_batch else f"a batch of {n_batch}"
             raise UserError(f"{what} tokens is too small: it must hold at least {n_seq_max} tokens "
@@ -259,9 +267,10 @@ class LlamaModel:
     def cost_key(self) -> str:
         """This file (path, size, mtime) and the settings a decode's cost depends on."""
         st = os.stat(self.path)
+        # no change to the keys cached before RPC and slots
         return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
                            self.n_gpu_layers, self.n_ctx, self.flash_attn]
-                          + ([self.rpc] if self.rpc else []))  # no change to the keys cached before RPC
+                          + ([self.rpc] if self.rpc else []) + ([f"slots={self.n_slots}"] if self.n_slots > 1 else []))
 
     @property
     def bos(self) -> int:
@@ -374,8 +383,27 @@ class LlamaModel:
         return _vocab_info(self._vocab)
 
     @property
+    def cached(self) -> list[int]:
+        """Slot 0's committed tokens."""
+        return self._seqs[0]
+
+    @property
     def n_past(self) -> int:
-        return len(self.cached)
+        return len(self._seqs[0])
+
+    def slot_past(self, slot: int) -> int:
+        return len(self._seqs[slot])
+
+    def slot_tokens(self, slot: int) -> list[int]:
+        return list(self._seqs[slot])
+
+    def kv_bytes(self) -> int:
+        """Bytes of the KV cache: keys and values (F16, llama.cpp's default) of every layer
+        for every cell of the context (``n_slots * n_ctx`` cells)."""
+        layers = int(_ll.llama_model_n_layer(self._model))
+        head_dim = int(_ll.llama_model_n_embd(self._model)) // max(1, int(_ll.llama_model_n_head(self._model)))
+        cells = int(_ll.llama_n_ctx(self._ctx))
+        return 2 * layers * int(_ll.llama_model_n_head_kv(self._model)) * head_dim * 2 * cells
 
     def _decode_batch(self, n: int) -> None:
         self._batch.n_tokens = n
@@ -408,23 +436,28 @@ class LlamaModel:
         The last token is left out on purpose: it is the next step's root, decoded together
         with the first tree so that its logits come from that call.
         """
+        return self.sync_slot(0, tokens)
+
+    def sync_slot(self, slot: int, tokens: list[int]) -> int:
+        """``sync_prefix`` for slot ``slot``'s sequence; the other slots keep theirs."""
         self.drop_uncommitted()
-        _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)  # anything an interrupt left behind
+        cached = self._seqs[slot]
+        _ll.llama_memory_seq_rm(self._mem, slot, len(cached), -1)  # anything an interrupt left behind
         want = list(tokens[:-1])
         if len(tokens) > self.n_ctx:
             raise ContextFullError(f"the prompt ({len(tokens)} tokens) does not fit the context ({self.n_ctx} tokens)")
         common = 0
-        for a, b in zip(self.cached, want):
+        for a, b in zip(cached, want):
             if a != b:
                 break
             common += 1
-        if common < len(self.cached):
-            _ll.llama_memory_seq_rm(self._mem, 0, common, -1)
-            del self.cached[common:]
+        if common < len(cached):
+            _ll.llama_memory_seq_rm(self._mem, slot, common, -1)
+            del cached[common:]
         try:
-            self._append_seq0(want[common:], logits=False)
+            self._append_seq(want[common:], logits=False, slot=slot)
         except ContextFullError:
-            _ll.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+            _ll.llama_memory_seq_rm(self._mem, slot, len(cached), -1)
             raise
         return common
 
@@ -439,10 +472,16 @@ class LlamaModel:
         nodes that want logits.  Node indices continue across calls until ``commit`` or
         ``drop_uncommitted``.
         """
+        return self.decode_slots(tokens, parents, None, want_logits)
+
+    def decode_slots(self, tokens, parents, slots, want_logits=None) -> "LogitsRows":
+        """``decode`` of nodes of several slots (``slots[j]``: node j's; None: all slot 0)."""
         n = len(tokens)
         base = len(self._nodes)
-        depth_end = self._nodes.add(tokens, parents, self.n_past, n_batch=self.n_batch, n_seq_max=self.n_seq_max)
-        if depth_end > self.n_ctx or self.n_past + base + n > self.n_ctx:
+        pasts = [len(seq) for seq in self._seqs]
+        depth_end = self._nodes.add(tokens, parents, pasts, n_batch=self.n_batch, n_seq_max=self.n_seq_max,
+                                    slots=slots)
+        if depth_end > self.n_ctx or self._overfull():
             self._forget_nodes(base)
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
         ids, counts, copies = self._nodes.cells(base)
@@ -466,6 +505,15 @@ class LlamaModel:
             raise
         return LogitsRows(self, self._generation, rows)
 
+    def _overfull(self) -> bool:
+        """Whether a slot's committed plus uncommitted tokens exceed its context."""
+        if self.n_slots == 1:
+            return self.n_past + len(self._nodes) > self.n_ctx
+        held = [len(seq) for seq in self._seqs]
+        for slot in self._nodes.slot:
+            held[slot] += 1
+        return max(held) > self.n_ctx
+
     def _forget_nodes(self, keep: int) -> None:
         for sid, start in self._nodes.forget(keep):
             _ll.llama_memory_seq_rm(self._mem, sid, start, -1)
@@ -473,25 +521,31 @@ class LlamaModel:
     def commit(self, path) -> None:
         """Append the uncommitted nodes ``path`` (a chain from a -1-parent node) to sequence
         0 and drop every other uncommitted node."""
-        path = self._nodes.chain(path)
-        if path:
-            last = path[-1]
-            _ll.llama_memory_seq_cp(self._mem, self._nodes.seq[last], 0, self.n_past, self.n_past + len(path))
-            self.cached.extend(self._nodes.tok[i] for i in path)
+        self.commit_slots({0: path})
+
+    def commit_slots(self, paths) -> None:
+        """``commit`` for several slots: ``paths[slot]`` joins that slot's sequence."""
+        paths = {int(slot): self._nodes.chain(path, int(slot)) for slot, path in paths.items()}
+        for slot, path in paths.items():
+            if path:
+                seq = self._seqs[slot]
+                _ll.llama_memory_seq_cp(self._mem, self._nodes.seq[path[-1]], slot, len(seq), len(seq) + len(path))
+                seq.extend(self._nodes.tok[i] for i in path)
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
-        # Every id but 0 in the cache is one of this step's nodes', so removing those ids
-        # is llama_memory_seq_keep(0); it is several times cheaper, because seq_keep
-        # re-indexes every committed cell (a cost that grows with the context), seq_rm only
-        # the cells that carry the id.
+        # Every id in the cache but the slots' is one of this step's nodes', so removing those
+        # ids is llama_memory_seq_keep of the slots; it is also several times cheaper than
+        # seq_keep(0) for one slot, which re-indexes every committed cell (a cost that grows
+        # with the context), where seq_rm touches only the cells that carry the id.
         if len(self._nodes):
             self._forget_nodes(0)
 
     def reset(self) -> None:
         self.drop_uncommitted()
         _ll.llama_memory_clear(self._mem, True)
-        self.cached.clear()
+        for seq in self._seqs:
+            seq.clear()
 
     def logits_of_sequence(self, tokens) -> np.ndarray:
         """Logits after each token of ``tokens`` from a clean cache (test/analysis helper).
@@ -499,25 +553,26 @@ class LlamaModel:
         Clears the cache first; afterwards the cache holds ``tokens``.  Returns ``[n, V]``.
         """
         self.reset()
-        rows = self._append_seq0(list(tokens), logits=True)
+        rows = self._append_seq(list(tokens), logits=True)
         return np.concatenate(rows) if rows else np.zeros((0, self.n_vocab), np.float32)
 
-    def _append_seq0(self, tokens: list[int], logits: bool) -> list[np.ndarray]:
-        """Decode ``tokens`` onto the committed sequence in batch-sized chunks; returns the
-        logits blocks ``[n, V]`` when ``logits``."""
+    def _append_seq(self, tokens: list[int], logits: bool, slot: int = 0) -> list[np.ndarray]:
+        """Decode ``tokens`` onto ``slot``'s committed sequence in batch-sized chunks;
+        returns the logits blocks ``[n, V]`` when ``logits``."""
         rows = []
+        seq = self._seqs[slot]
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             n = len(chunk)
             self._tok[:n] = chunk
-            self._pos[:n] = np.arange(self.n_past, self.n_past + n)
+            self._pos[:n] = np.arange(len(seq), len(seq) + n)
             self._nseq[:n] = 1
-            self._seq[:n, 0] = 0
+            self._seq[:n, 0] = slot
             self._out[:n] = int(logits)
             self._decode_batch(n)
             if logits:
                 rows.append(self._logits(n))
-            self.cached.extend(chunk)
+            seq.extend(chunk)
         return rows
 
 

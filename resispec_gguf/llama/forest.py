@@ -5,17 +5,18 @@ sequence or off a node decoded earlier in the same step; ``commit`` keeps one ro
 chain of them.  ``Forest`` keeps those nodes (sequence id, parent, position, token) and works
 out the layout below; ``backend`` makes the llama.cpp calls it implies.
 
-KV layout.  Sequence 0 holds the committed tokens.  An uncommitted node's first child takes
-over its parent's sequence id (so a chain of nodes is one sequence); every other node, and
-every node hanging off the committed sequence, opens a new id ``s``.  A node's cell carries
-its id plus the ids of all its descendants decoded in the same batch, and before the decode
-each new id gets a copy of the node's *anchor* (its nearest ancestor already in the cache, or
-sequence 0) up to the anchor's position.  llama.cpp masks attention by a token's first
-sequence id and by position, and the nodes sharing an id form one root-to-leaf chain, so each
-node sees exactly the committed prefix and its own ancestors.  Sharing ids saves copies: each
-copy adds the id to every committed cell (its cost grows with the context), and a chain needs
-one instead of one per node.  This needs ``kv_unified=True`` (tokens carrying several
-sequence ids fail to decode otherwise).
+KV layout.  Sequences ``0 .. n_slots - 1`` hold the committed tokens, one per slot (one
+request each; a single request uses slot 0).  An uncommitted node's first child takes over
+its parent's sequence id (so a chain of nodes is one sequence); every other node, and every
+node hanging off a committed sequence, opens a new id ``s`` above the slots'.  A node's cell
+carries its id plus the ids that its descendants decoded in the same batch open, and before
+the decode each new id gets a copy of the node's *anchor* (its nearest ancestor already in
+the cache, or its slot's committed sequence) up to the anchor's position.  llama.cpp masks
+attention by a token's first sequence id and by position, and the nodes sharing an id form
+one root-to-leaf chain, so each node sees exactly the committed prefix and its own
+ancestors.  Sharing ids saves copies: each copy adds the id to every committed cell (its
+cost grows with the context), and a chain needs one instead of one per node.  This needs
+``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
 
 Python and NumPy: imports nothing from the package, never llama_cpp.
 """
@@ -29,43 +30,49 @@ __all__ = ["Forest"]
 
 class Forest:
     """This step's uncommitted nodes in the order they were decoded: node ``i`` has sequence
-    id ``seq[i]`` (its parent's for the parent's first child, else a new one, ids counting
-    from 1), parent ``parent[i]`` (an earlier node, or -1 for the committed sequence),
-    position ``pos[i]`` and token ``tok[i]``."""
+    id ``seq[i]`` (its parent's for the parent's first child, else a new one, counting from
+    ``n_slots``), parent ``parent[i]`` (an earlier node, or -1 for its slot's committed
+    sequence), position ``pos[i]``, token ``tok[i]`` and slot ``slot[i]``."""
 
-    def __init__(self):
+    def __init__(self, n_slots: int = 1):
+        self.n_slots = int(n_slots)
         self.seq: list[int] = []
         self.parent: list[int] = []
         self.pos: list[int] = []
         self.tok: list[int] = []
+        self.slot: list[int] = []
         self._opens: list[bool] = []  # node i opened its id (else took over its parent's)
         self._handed: list[bool] = []  # node i's id went to a child already
-        self._next_id = 1
+        self._next_id = self.n_slots
 
     def __len__(self) -> int:
         return len(self.seq)
 
-    def add(self, tokens, parents, n_past: int, *, n_batch: int, n_seq_max: int) -> int:
+    def add(self, tokens, parents, n_past, *, n_batch: int, n_seq_max: int, slots=None) -> int:
         """Append one node per token, hanging off ``parents`` (indices among all nodes so far,
-        this call's included; -1: the committed sequence of ``n_past`` tokens), in one batch of
-        at most ``n_batch`` tokens and with a sequence id each below ``n_seq_max``.  Returns the
+        this call's included; -1: the committed sequence of its slot, ``slots[j]``, default 0,
+        which holds ``n_past[slot]`` tokens, or ``n_past`` when it is an int), in one batch of at
+        most ``n_batch`` tokens and with a sequence id each below ``n_seq_max``.  Returns the
         context the deepest new node needs (its position + 1).  ``ValueError`` for too few or
-        too many nodes, or for a parent that is not an earlier node (the nodes before it stay
-        added)."""
+        too many nodes, or for a parent that is not an earlier node of the same slot (the nodes
+        before it stay added)."""
         n = len(tokens)
         if n == 0:
             raise ValueError("nothing to decode")
         if n > n_batch:
             raise ValueError(f"{n} nodes exceed the batch size {n_batch}")
         base = len(self.seq)
-        if base + n + 1 > n_seq_max:
-            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - 1 = {n_seq_max - 1}")
+        if base + n + self.n_slots > n_seq_max:
+            raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {n_seq_max - self.n_slots}")
         depth_end = 0
         for j in range(n):
             par = int(parents[j])
+            slot = 0 if slots is None else int(slots[j])
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
-            pos = n_past if par < 0 else self.pos[par] + 1
+            if not 0 <= slot < self.n_slots or (par >= 0 and self.slot[par] != slot):
+                raise ValueError(f"node {base + j} of slot {slot} has a parent outside that slot")
+            pos = (n_past if isinstance(n_past, int) else n_past[slot]) if par < 0 else self.pos[par] + 1
             opens = par < 0 or self._handed[par]
             if opens:
                 sid, self._next_id = self._next_id, self._next_id + 1
@@ -75,6 +82,7 @@ class Forest:
             self.pos.append(pos)
             self.seq.append(sid)
             self.tok.append(int(tokens[j]))
+            self.slot.append(slot)
             self._opens.append(opens)
             self._handed.append(False)
             depth_end = max(depth_end, pos + 1)
@@ -85,7 +93,7 @@ class Forest:
         sequence ids its cell carries (``ids[j, :counts[j]]``: its own first, then every id
         its descendants in the batch open; int32, zero-padded).  ``copies``: per id a node of
         the batch opens, ``(src, dst, end)``: copy sequence ``src`` (the node's anchor's: the
-        nearest ancestor decoded before ``base``, or 0 for the committed sequence) to ``dst``
+        nearest ancestor decoded before ``base``, or its slot's committed sequence) to ``dst``
         at positions below ``end`` (-1: all; the anchor's own position + 1 otherwise, which
         leaves out the anchor's descendants that share its id)."""
         n = len(self.seq) - base
@@ -99,7 +107,7 @@ class Forest:
             while a >= base:
                 seqs[a - base].append(sid)
                 a = self.parent[a]
-            copies.append((0, sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
+            copies.append((self.slot[base + j], sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
         counts = [len(s) for s in seqs]
         width = max(counts)
         ids = np.array([s + [0] * (width - len(s)) for s in seqs], np.int32)  # one conversion, not one per row
@@ -117,23 +125,23 @@ class Forest:
                 gone.append((sid, -1 if self._opens[i] else self.pos[i]))
             if not self._opens[i] and self.parent[i] < keep:
                 self._handed[self.parent[i]] = False
-        for lst in (self.seq, self.parent, self.pos, self.tok, self._opens, self._handed):
+        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             del lst[keep:]
-        self._next_id = 1 + max((s for s, o in zip(self.seq, self._opens) if o), default=0)
+        self._next_id = 1 + max((s for s, o in zip(self.seq, self._opens) if o), default=self.n_slots - 1)
         return gone
 
-    def chain(self, path) -> list[int]:
-        """``path`` as ints, checked to be a chain of nodes from the committed sequence
-        (``ValueError`` otherwise)."""
+    def chain(self, path, slot: int = 0) -> list[int]:
+        """``path`` as ints, checked to be a chain of ``slot``'s nodes from its committed
+        sequence (``ValueError`` otherwise)."""
         path = [int(i) for i in path]
         prev = -1
         for i in path:
-            if self.parent[i] != prev:
+            if self.parent[i] != prev or self.slot[i] != slot:
                 raise ValueError(f"commit path is not a chain from the committed sequence: {path}")
             prev = i
         return path
 
     def clear(self) -> None:
-        for lst in (self.seq, self.parent, self.pos, self.tok, self._opens, self._handed):
+        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             lst.clear()
-        self._next_id = 1
+        self._next_id = self.n_slots

@@ -28,8 +28,21 @@ def open_pair(params: ModelParams, *, progress: bool) -> tuple[LlamaModel, Llama
     draft_spec = models.draft_spec(params.target, params.draft)
     target_path = models.resolve_model(params.target, role="target", progress=progress)
     draft_path = models.resolve_model(draft_spec, role="draft", progress=progress) if draft_spec else None
-    # a tree of MAX_TREE_NODES nodes, its root and the committed sequence
-    return _open_models(backend.LlamaModel, target_path, draft_path, params, n_seq_max=MAX_TREE_NODES + 2)
+    return _open_models(backend.LlamaModel, target_path, draft_path, params,
+                        n_seq_max=seq_ids(params.n_slots, params.n_batch))
+
+
+# llama.cpp's most sequences in one context (LLAMA_MAX_SEQ)
+_LLAMA_MAX_SEQ = 256
+
+
+def seq_ids(n_slots: int, n_batch: int) -> int:
+    """Sequence ids a model needs: one per slot's committed sequence, and a tree of
+    ``MAX_TREE_NODES`` nodes plus its root for every slot, within llama.cpp's limit and one
+    batch (a batch holds an output row per sequence); one slot keeps the full tree."""
+    if n_slots == 1:
+        return MAX_TREE_NODES + 2
+    return min(_LLAMA_MAX_SEQ, n_batch, n_slots * (MAX_TREE_NODES + 2))
 
 
 def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int):
@@ -39,6 +52,8 @@ def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int)
     Nothing stays open on failure."""
     common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
                   flash_attn=params.flash_attn)
+    if params.n_slots > 1:  # a fake opener in the tests takes no slots
+        common["n_slots"] = params.n_slots
     draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
     target = open_model(target_path, n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
     draft = None

@@ -30,6 +30,15 @@ probes again, unless a chain at the acceptance learnt so far could not beat plai
 the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
+Grammar steps: where the constraint forces the next tokens at the step's root (a key, the
+punctuation after it), a draft call would only predict what is already known.  Then a
+"grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)
+runs whenever its projected rate (``forced_case``: the forced bin's learnt acceptance along
+the forced run, scaled by the tokens its past steps realised against their projection)
+beats plain decoding and every draft arm that has run (after the first probe).  The forced
+run is a function of the committed tokens, known before the step draws, like everything
+else that steers a choice.
+
 No model calls here: the cost curves are measured by ``costs``.
 """
 
@@ -43,14 +52,14 @@ from numba import njit
 from ..config import DraftParams
 from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
-from .calibration import Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
+from .calibration import FORCED_BIN, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
 from .costs import CostCurve, cost_table
 
 # --------------------------------------------------------------------------- one step
 
 
 # rows a step may ever hold (root + MAX_TREE_NODES), with room for the look-ahead's projections
-_TABLE_ROWS = 512
+_TABLE_ROWS = TABLE_ROWS = 512
 
 
 @njit(cache=True)
@@ -93,7 +102,8 @@ class StepPlan:
     """The shape of one speculative step and the growth rule ``tree.grow`` consults.
 
     ``arm``: "chain" (the draft model expands nodes with one draw each), "tree2"/"tree4"
-    (K = 2 or 4 draws each, ``resispec``) or "lookup" (no draft model calls: chains of lookup candidates);
+    (K = 2 or 4 draws each, ``resispec``), "lookup" (no draft model calls: chains of lookup
+    candidates) or "grammar" (the same, from a root where the constraint forces tokens);
     ``kind`` is "draft" for the first two.  ``params``: the method, K and the user's upper
     bounds.  ``accept``: the chance that a reached, expanded node has a candidate accepted
     (learnt per arm).  ``value``/``cost`` track the step's expected tokens E and predicted
@@ -118,7 +128,7 @@ class StepPlan:
 
     @property
     def kind(self) -> str:
-        return "lookup" if self.arm == "lookup" else "draft"
+        return "lookup" if self.arm in ("lookup", "grammar") else "draft"
 
     def __post_init__(self):
         self.draft_cost = self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
@@ -257,6 +267,8 @@ class AutoTuner:
                                  if k > 1] + ["lookup"]
         self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
                      if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        # grammar steps (module docstring): chosen by the forced run, not probed like an arm
+        self.grammar = _Arm() if self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
         # the draft arms' K, in the order ``observe_draft_node`` takes their figures
         self.exact_ks = np.array([a.k for a in self.arms.values() if a.k], np.int64)
         self.current: str | None = None  # the arm of the step under way
@@ -298,10 +310,31 @@ class AutoTuner:
         value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
         return float(np.max(value / t))
 
+    def forced_case(self, forced: int) -> float:
+        """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
+        forced bin's learnt chance (the best depth up to the run and the bounds)."""
+        depth = np.arange(1, max(1, min(forced, self.limits.max_depth)) + 1)
+        a = self.calibration.lookup(FORCED_BIN)
+        t = self.target_s[depth + 1] + self.overhead_s + (depth + 1) * self.row_s
+        value = np.cumsum(a ** np.arange(depth.shape[0] + 1))[1:]
+        return float(np.max(value / t))
+
     # -------------------------------------------------------------- choice per step
 
-    def choose(self, pending: int = 1) -> StepPlan | None:
-        """The next step's plan, or None for a plain step."""
+    def choose(self, pending: int = 1, forced: int = 0) -> StepPlan | None:
+        """The next step's plan, or None for a plain step.  ``forced``: the tokens the
+        constraint forces at the step's root (0: none, or no constraint)."""
+        drafted = [a for n, a in self.arms.items() if n != "lookup"]
+        if forced and self.grammar is not None and (not drafted or any(a.steps for a in drafted)):
+            # against what the draft arms have shown (their rates, waiting or not: a draft tree
+            # continues past the forced run, through the free tokens after it); before any has
+            # run, the first probe goes first
+            rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
+            g = self.grammar  # its projection, corrected by what its steps realised of theirs
+            promise = self.forced_case(forced) * (g.real + g.PRIOR_TOKENS) / (g.expected + g.PRIOR_TOKENS)
+            if promise > rival:
+                return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
+                                                      f"> {rival:.2f}")
         # at the start the first arm (the chain: it learns the draft's acceptance exactly at
         # every node) is probed once; every other only if what has been learnt promises that
         # it beats what ran
@@ -357,6 +390,9 @@ class AutoTuner:
                              budget=lim.max_budget)
         self.current = arm
         self.last_choice, self.reason = arm, reason
+        if arm == "grammar":
+            return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.calibration.lookup(FORCED_BIN),
+                            overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
                         overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
                         children=self.arms[arm].children, promise=self.expected_case(arm, pending))
@@ -365,6 +401,9 @@ class AutoTuner:
 
     def observe_step(self, plan: StepPlan, tokens: int, seconds: float) -> None:
         """A speculative step of ``plan`` emitted ``tokens`` in ``seconds`` (predicted)."""
+        if plan.arm == "grammar":  # its rate is reported, never compared: the forced run chooses it
+            self.grammar.observe(tokens, plan.value, seconds, self.decay)
+            return
         arm = self.arms[plan.arm]
         arm.observe(tokens, plan.value, seconds, self.decay)
         arm.promise = plan.promise
@@ -389,8 +428,8 @@ class AutoTuner:
     def observe_children(self, plan: StepPlan, mean_children: float) -> None:
         """After a step of ``plan``: its expanded nodes had ``mean_children`` distinct
         candidates each (used by the next steps' plans only)."""
-        arm = self.arms[plan.arm]
-        if not arm.exact:
+        arm = self.arms.get(plan.arm)
+        if arm is not None and not arm.exact:
             arm.children = 0.8 * arm.children + 0.2 * mean_children
 
     def observe_chain(self, alpha: float) -> None:
@@ -428,6 +467,9 @@ class AutoTuner:
     def summary(self) -> str:
         arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps, acceptance per node {a.accept:.2f}"
                          for n, a in self.arms.items())
+        if self.grammar is not None and self.grammar.steps:
+            arms += (f", grammar {self.grammar.rate:.2f} tokens/s over {self.grammar.steps} steps, forced "
+                     f"candidates accepted {self.calibration.lookup(FORCED_BIN):.2f}")
         times = ", ".join(f"{k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n}"
                           for k, (n, p, m) in self.timing.items())
         return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
@@ -456,9 +498,9 @@ class Auto:
         self.seed = seed
         self._side_rng = None
 
-    def choose(self, pending: int) -> StepPlan | None:
+    def choose(self, pending: int, forced: int = 0) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
-        return self.tuner.choose(pending)
+        return self.tuner.choose(pending, forced)
 
     def record_time(self, plan: StepPlan | None, seconds: float) -> None:
         self.tuner.record_time(plan, seconds)

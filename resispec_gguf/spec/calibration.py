@@ -1,6 +1,7 @@
 """What ``auto`` believes about its candidates: ``Calibration``, the learnt chance that the
-verifier accepts a draft candidate (by its first guess, per K) or a context-lookup candidate
-(by ``lookup_bin``), as decayed counts with a prior.
+verifier accepts a draft candidate (by its first guess, per K) or a deterministic candidate (a
+context-lookup one by ``lookup_bin``, a grammar-forced one in ``FORCED_BIN``), as decayed
+counts with a prior.
 
 Plain NumPy; imports nothing of the package.
 """
@@ -11,14 +12,17 @@ import bisect
 
 import numpy as np
 
-__all__ = ["Calibration", "lookup_bin"]
+__all__ = ["Calibration", "FORCED_BIN", "lookup_bin"]
 
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
 # a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
-# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match
-_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
+# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match;
+# bin 5 (``FORCED_BIN``): a token the constraint forces (``spec.forced``), accepted unless the
+# target prefers another tokenisation of the same bytes
+_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9)
+FORCED_BIN = 5
 
 
 def lookup_bin(match: int, run: int) -> int:
@@ -36,7 +40,8 @@ class Calibration:
     misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
     deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
     binned by ``lookup_bin`` (prior 0.15 to 0.7).  The request's own counts take over
-    quickly.  An observation may be a 0/1 outcome or, where it is known, the exact chance of
+    quickly; the grammar's forced candidates have a bin of their own (``FORCED_BIN``,
+    prior 0.9).  An observation may be a 0/1 outcome or, where it is known, the exact chance of
     acceptance."""
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
@@ -72,8 +77,9 @@ class Calibration:
         return float(self.look_acc[b] / self.look_seen[b])
 
     def mean_lookup(self) -> float:
-        """The acceptance chance of a lookup candidate, over all bins as they were seen."""
-        return float(self.look_acc.sum() / self.look_seen.sum())
+        """The acceptance chance of a context-lookup candidate, over its bins as they were
+        seen (the forced bin is the grammar's, not the context's)."""
+        return float(self.look_acc[:FORCED_BIN].sum() / self.look_seen[:FORCED_BIN].sum())
 
     def observe_lookup(self, b: int, accepted: float) -> None:
         self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)

@@ -6,9 +6,10 @@ Each step:
    emitted token) level by level: it yields each level's draft call (a ``DraftSync`` or a
    ``Decode`` of the frontier) and is sent back the draft's logits rows, from which every
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
-   greedy) plus, with lookup, a context candidate.  It returns the ``Decode`` the target must
-   make: the root plus every node (just the root for a plain step), or None when the reply
-   is over.
+   greedy) plus, with lookup, a context candidate, or under a constraint the token its
+   grammar forces there (``forced``); a position the mask leaves one token is certain and
+   draws nothing.  It returns the ``Decode`` the target must make: the root plus every node
+   (just the root for a plain step), or None when the reply is over.
 2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
    verifier picks a candidate or a fallback token; it descends while the accepted candidate
    has a node, and at a node never expanded it samples a bonus token from p.  Returns the
@@ -34,6 +35,8 @@ from ..errors import ContextFullError
 from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
 from .autotune import Auto, lookup_bin
+from .calibration import FORCED_BIN
+from .forced import ForcedTokens, only_token
 from .lookup import NgramIndex
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
@@ -55,13 +58,16 @@ _DRAFT_CATCH_UP = 32
 @dataclass(frozen=True)
 class Room:
     """What the models hold when a step is planned (``ModelBackend``'s ``n_ctx``,
-    ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft."""
+    ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft.
+    ``tree_nodes``: the most non-root nodes the target may evaluate for this request (a
+    share of a step that serves several, ``batch``)."""
 
     target_ctx: int
     target_past: int
     draft_ctx: int = 0
     draft_past: int = 0
     draft_nodes: int = 0
+    tree_nodes: int = MAX_TREE_NODES
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ class Generation:
         self.copy_run = 0  # emitted tokens in a row that lookup had predicted
         self.constraint = constraint
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root
+        # the tokens the constraint forces, proposed as free candidates (when it can tell them)
+        self.forced = ForcedTokens.of(constraint) if dp.method != "none" else None
         self.n_logprobs = logprobs
         self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
         self._step_logprobs: list[TokenLogprob] = []  # this step's emitted tokens', in order
@@ -182,8 +190,11 @@ class Generation:
                 self.finish_reason = "eos"
                 return None
             self._masks.clear()
+            if self.forced is not None:
+                self.forced.new_step()
         if self.auto is not None:
-            self.plan_ = self.auto.choose(len(self.draft_pending))
+            forced = len(self.forced.tokens(())) if self.forced is not None else 0
+            self.plan_ = self.auto.choose(len(self.draft_pending), forced)
             self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
         self._tree, self._draft_index = None, None
         if self.dp.method == "none":
@@ -200,7 +211,7 @@ class Generation:
             yield DraftSync(seq)
             draft_past = len(seq) - 1
             self.draft_pending = [seq[-1]]
-        max_nodes = min(MAX_TREE_NODES, room.target_ctx - room.target_past - 1)
+        max_nodes = min(MAX_TREE_NODES, room.tree_nodes, room.target_ctx - room.target_past - 1)
         max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
         self._tree, self._draft_index = yield from self._grow_tree(kind, max_nodes, max_expanded)
         return Decode(self._tree.tokens, self._tree.parent)
@@ -320,6 +331,20 @@ class Generation:
         return self._mask(tree.path_tokens(node))
 
     @staticmethod
+    def _only(mask) -> int:
+        """The token ``mask`` allows when it allows one (p is then a point mass on it,
+        whatever the row), else -1."""
+        return -1 if mask is None else only_token(mask)
+
+    def _certain_draw(self, tree: DraftTree, node: int) -> Draw | None:
+        """A node whose mask allows one token: that token, certain, with no draws (so no
+        uniform is spent on it); None elsewhere."""
+        sure = self._only(self._node_mask(tree, node))
+        if sure < 0:
+            return None
+        return Draw(_NO_DRAWS, None, {sure: 1.0}, sure, ({}, FORCED_BIN, -1))
+
+    @staticmethod
     def _masked(logits, mask):
         """Mask first, then every sampling transform: plain constrained sampling's law."""
         return logits if mask is None else sampling.mask_logits(logits, mask)
@@ -332,8 +357,13 @@ class Generation:
     def _plain_token(self, row) -> int:
         mask = self._mask(())
         p, top, p_of = self._target_dist(self._masked(row, mask))
-        tok = self._sample(p, top)
+        sure = self._only(mask)
+        tok = sure if sure >= 0 else self._sample(p, top)  # a point mass draws no uniform
         self._note(row, tok)
+        if self.forced is not None and self.auto is not None and sure < 0:
+            f = self.forced.first(())  # what the grammar's candidate would have been accepted with
+            if f >= 0:
+                self.auto.observe_lookup(FORCED_BIN, p_of(f))
         if self.lookup is not None:
             # what a lookup candidate would have been accepted with, learnt for free
             x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
@@ -391,6 +421,9 @@ class Generation:
             limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
 
             def draw_lookup(node: int, _row) -> Draw:  # no draws: the lookup candidate, if any
+                sure = self._certain_draw(tree, node)
+                if sure is not None:
+                    return sure
                 x0, n = self._propose(tree, node)
                 return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, dp.k)[0], x0, ({}, n, x0))
 
@@ -421,19 +454,26 @@ class Generation:
         return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
 
     def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
-        """The context-lookup candidate after ``node`` and its calibration bin:
-        ``(token, bin)``, token -1 when the context has no match."""
-        if self.lookup is None:
+        """The deterministic candidate after ``node`` and its calibration bin: ``(token,
+        bin)``, the token the constraint forces there (``FORCED_BIN``) or else the
+        context-lookup one; token -1 when neither has one."""
+        if self.lookup is None and self.forced is None:
             return -1, 0
         path = []
         run, counting = 0, True
         while node > 0:
             par = tree.parent[node]
-            counting = counting and tree.tokens[node] == tree.lookup[par]
+            counting = counting and tree.tokens[node] == tree.lookup[par] and tree.info[par][1] != FORCED_BIN
             run += counting
             path.append(tree.tokens[node])
             node = par
         path.reverse()
+        if self.forced is not None:
+            f = self.forced.first(path)
+            if f >= 0 and sampling.mask_allows(self._mask(tuple(path)), f):
+                return f, FORCED_BIN
+        if self.lookup is None:
+            return -1, 0
         if counting:
             run += self.copy_run
         n = self.lookup.max_n
@@ -446,6 +486,9 @@ class Generation:
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
+        sure = self._certain_draw(tree, node) if self.constraint is not None else None
+        if sure is not None:
+            return sure
         if len(logits) > self.vocab.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
             logits = logits[: self.vocab.n_vocab]
         if self.constraint is not None:  # q drawn from the masked row
@@ -478,8 +521,22 @@ class Generation:
         st = self.stats
         node, emitted, path = 0, [], [0]
         while True:
-            logits = self._masked(rows[node], self._node_mask(tree, node))
+            mask = self._node_mask(tree, node)
             draws, x0 = tree.draws[node], tree.lookup[node]
+            sure = self._only(mask)
+            if sure >= 0:  # p is a point mass: the token is certain, no uniform is drawn
+                emitted.append(sure)
+                self._note(rows[node], sure)
+                self.copy_run = 0
+                child = tree.children[node].get(sure)
+                if draws is not None:
+                    st.count_node(tree.depth[node] + 1, x0 == sure)
+                if draws is None or child is None:
+                    return emitted, path
+                node = child
+                path.append(node)
+                continue
+            logits = self._masked(rows[node], mask)
             p, top, p_of = self._target_dist(logits)
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))

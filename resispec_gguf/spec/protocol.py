@@ -20,7 +20,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Constraint", "ConstraintState", "ModelBackend"]
+__all__ = ["Constraint", "ConstraintState", "ForcingState", "ModelBackend", "SlotBackend"]
 
 
 @runtime_checkable
@@ -95,6 +95,46 @@ class ModelBackend(Protocol):
 
 
 @runtime_checkable
+class SlotBackend(ModelBackend, Protocol):
+    """A ``ModelBackend`` that holds ``n_slots`` committed sequences at once, one per request
+    (``spec.batch`` steps several requests with one decode).  The single-sequence calls above
+    act on slot 0, so a model with one slot is a plain ``ModelBackend``.
+
+    ``n_ctx`` is per slot: a slot's committed plus uncommitted tokens never exceed it.  At
+    most ``n_seq_max - n_slots`` uncommitted nodes at a time, over all slots together.
+    """
+
+    n_slots: int
+
+    def slot_past(self, slot: int) -> int:
+        """Tokens in ``slot``'s committed sequence."""
+        ...
+
+    def slot_tokens(self, slot: int) -> list[int]:
+        """``slot``'s committed tokens (to place a new prompt where its prefix is cached)."""
+        ...
+
+    def sync_slot(self, slot: int, tokens: Sequence[int]) -> int:
+        """``sync_prefix`` for ``slot``: its committed sequence becomes ``tokens[:-1]`` (the
+        other slots keep theirs); every uncommitted node is dropped.  Returns the tokens
+        reused."""
+        ...
+
+    def decode_slots(self, tokens: Sequence[int], parents: Sequence[int], slots: Sequence[int],
+                     want_logits=None) -> Sequence[np.ndarray]:
+        """``decode`` of nodes of several slots in one call: node ``j`` belongs to slot
+        ``slots[j]``; parent ``-1`` is that slot's committed sequence, any other parent is an
+        earlier node of the same slot (indices count all slots' nodes of the step)."""
+        ...
+
+    def commit_slots(self, paths: dict[int, Sequence[int]]) -> None:
+        """``commit`` for several slots at once: ``paths[slot]`` (a chain of that slot's
+        nodes from its committed sequence) is appended to the slot; every other uncommitted
+        node is forgotten."""
+        ...
+
+
+@runtime_checkable
 class ConstraintState(Protocol):
     """One request's position in a constraint (a grammar, a JSON schema, a tool-call format).
 
@@ -116,6 +156,19 @@ class ConstraintState(Protocol):
     def is_stopped(self) -> bool:
         """True when the committed tokens complete the constraint and only an end token
         may follow: the reply is over."""
+        ...
+
+
+@runtime_checkable
+class ForcingState(ConstraintState, Protocol):
+    """A ``ConstraintState`` that can also tell the tokens it forces (optional: the engine
+    uses them as free draft candidates where a state has the method, ``spec.forced``)."""
+
+    def forced(self, path: Sequence[int]) -> Sequence[int]:
+        """Tokens that spell the bytes the constraint forces after the committed tokens +
+        ``path`` (empty when the next bytes are not forced), each allowed by the mask before
+        it.  A function of the path alone, like ``mask``; one tokenisation among those the
+        masks may allow, so the engine verifies them and never takes them as decided."""
         ...
 
 

@@ -171,8 +171,9 @@ def _cmd_serve(args) -> int:
             host = f"[{params.host}]" if ":" in params.host else params.host
             auth = "auth on" if params.api_key else "auth off, no --api-key"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {auth}{cors}; "
-                  f"{summary(engine.info())})", file=sys.stderr)
+            slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
+            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
+                  f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
             server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
     finally:
         sock.close()
@@ -184,6 +185,8 @@ def _cmd_bench(args) -> int:
 
     if args.sweep is not None and args.methods is not None:
         raise UserError("give --sweep or --methods, not both")
+    if args.concurrency is not None:
+        return _bench_concurrency(args)
     methods = bench.parse_methods(args.methods or _BENCH_METHODS)
     prompts = bench.select_prompts(args.prompts, args.workload)
     model = flags.from_args(ModelParams, args)
@@ -195,6 +198,32 @@ def _cmd_bench(args) -> int:
     with _load(model, announce=True) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep)
+    return 0
+
+
+def _bench_concurrency(args) -> int:
+    import json
+
+    from . import bench, concurrency
+
+    if args.sweep is not None or args.plot or args.json_schema is not None:
+        raise UserError("--concurrency runs --methods only: no --sweep, --plot or --json-schema")
+    levels = args.concurrency
+    methods = bench.parse_methods(args.methods or "none,auto")
+    model = flags.from_args(ModelParams, args)
+    model = model.replace(n_slots=max(model.n_slots, max(levels)))
+    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
+    dp = flags.from_args(DraftParams, args)
+    prompts = bench.select_prompts(args.prompts, args.workload)
+    with _load(model, announce=True) as engine:
+        rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp)
+    print(concurrency.format_concurrency(rows))
+    rss = bench._peak_rss_mb()
+    print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "peak_rss_mb": rss,
+                       "rows": rows}, f, indent=2)
     return 0
 
 
@@ -264,6 +293,16 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _levels(text: str) -> list[int]:
+    """bench's ``--concurrency`` list (``concurrency.parse_levels``), an error naming the flag."""
+    from .concurrency import parse_levels
+
+    try:
+        return parse_levels(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _checked_by(parser_name: str):
     """An argparse type that checks its text with ``bench.<parser_name>`` and keeps the text,
     so that a bad list is an error naming the flag (bench is imported only when used)."""
@@ -281,11 +320,12 @@ def _checked_by(parser_name: str):
     return check
 
 
-def _command(sub, name: str, func, help: str) -> argparse.ArgumentParser:
-    """A subcommand run by ``func(args)``, with the model flags."""
+def _command(sub, name: str, func, help: str, defaults=None) -> argparse.ArgumentParser:
+    """A subcommand run by ``func(args)``, with the model flags (``defaults``: this
+    command's own defaults for some of them)."""
     p = sub.add_parser(name, help=help)
     p.set_defaults(func=func)
-    flags.add_settings(p, ModelParams, "models")
+    flags.add_settings(p, ModelParams, "models", defaults=defaults)
     return p
 
 
@@ -295,6 +335,8 @@ def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=No
 
 
 _BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
+# requests ``serve`` runs at once unless --parallel says otherwise (llama.cpp's server has 4 slots)
+SERVE_SLOTS = 4
 
 
 def _add_chat(sub) -> None:
@@ -316,7 +358,7 @@ def _add_generate(sub) -> None:
 
 
 def _add_serve(sub) -> None:
-    serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server")
+    serve = _command(sub, "serve", _cmd_serve, "OpenAI-compatible HTTP server", defaults={"n_slots": SERVE_SLOTS})
     _speculation_flags(serve)
     flags.add_settings(serve, ReasoningParams, "reasoning")
     flags.add_settings(serve, ServerParams, "server")
@@ -357,6 +399,10 @@ def _add_bench(sub) -> None:
     b.add_argument("--json-schema", default=None, metavar="FILE|JSON",
                    help="also run every method under this JSON schema (METHOD+schema rows: mask time per node, "
                         "speed against the same method unconstrained)")
+    b.add_argument("--concurrency", type=_levels, default=None, metavar="N[,N...]",
+                   help="instead: N clients at once sharing the prompts, for each N (e.g. 1,2,4), with --methods "
+                        "(default: none,auto); aggregate and per-request tokens/s, time to first token and "
+                        "end-to-end p50/p95 (--parallel is raised to the largest N)")
     b.set_defaults(grammar=None)
 
 

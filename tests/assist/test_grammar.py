@@ -123,6 +123,26 @@ def test_masks_allow_what_may_continue_json_valid_under_the_schema(grammars):
     assert "-" not in _allowed(integer.mask(()))
 
 
+def test_forced_tokens_spell_the_bytes_the_schema_forces(grammars):
+    """``GrammarState.forced`` (the engine's free candidates): the tokens of the bytes that
+    must come next after a path, nothing where there is a choice, nothing after an end
+    token; asking leaves the state where it was."""
+    person = grammars.compile(json_schema={"type": "object", "properties": {"name": {"type": "string"}},
+                                           "required": ["name"]})
+    state = person.start()
+    assert state.forced(()) == _bytes("{")
+    assert state.forced(_bytes("{")) == []  # whitespace or the key's quote
+    assert state.forced(_bytes('{"')) == _bytes('name"')
+    assert state.forced(_bytes('{"na')) == _bytes('me"')
+    assert state.forced(_bytes('{"name"') + [EOS_ID]) == []
+    assert state.forced(()) == _bytes("{") and _allowed(state.mask(())) == {"{"}
+    state.advance(_bytes('{"n'))
+    assert state.forced(()) == _bytes('ame"')
+    choice = grammars.compile(json_schema={"enum": ["yes", "no"]}).start()
+    assert choice.forced(()) == _bytes('"') and choice.forced(_bytes('"')) == []
+    assert choice.forced(_bytes('"y')) == _bytes('es"')
+
+
 def test_where_the_grammar_allows_nothing_more_the_end_tokens_are_allowed(grammars):
     assert _allowed(grammars.compile(grammar='start: "ok"').start().mask(_bytes("ok"))) == {EOS_ID, IM_END_ID}
     assert _allowed(grammars.compile(grammar='start: ""').start().mask(())) == {EOS_ID, IM_END_ID}

@@ -135,6 +135,26 @@ def test_a_trigger_fed_to_the_inner_constraint():
     assert _ids(state.mask([])) == INNER.allowed([trigger, 1])
 
 
+def test_forced_tokens_are_the_inner_ones_past_the_block_and_the_close_at_the_budget():
+    """``forced`` (the engine's free candidates): nothing while the text is free or the
+    block may still open, ``close`` once the budget is spent, then the inner constraint's
+    own forced tokens on the tokens past ``close``; an inner one without them forces
+    nothing."""
+    from fake_models import SpelledConstraint
+
+    spelled = SpelledConstraint(V, EOG)
+    state = After(spelled, CLOSE, V, open=OPEN, phase=BEFORE, budget=2).start()
+    assert state.forced([]) == [] and state.forced([OPEN]) == [] and state.forced([OPEN, 1]) == []
+    assert state.forced([OPEN, 1, 2]) == [CLOSE]  # the budget is spent: only the close may follow
+    assert state.forced([OPEN, CLOSE]) == spelled.forced([]) == [2]
+    assert state.forced([OPEN, CLOSE, 0]) == spelled.forced([0]) == [1]
+    assert state.forced([2]) == spelled.forced([2])  # no block: the inner constraint at once
+    fed = After(spelled, 0, V, feed_close=True).start()  # the close token ("a") is the inner's first
+    assert fed.forced([1, 0]) == spelled.forced([0]) == [1]
+    assert After(None, CLOSE, V).start().forced([CLOSE]) == []
+
+
+
 @pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V)])
 def test_bad_settings_are_refused(bad):
     kw = {"open": OPEN, "phase": FREE, **bad}

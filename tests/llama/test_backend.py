@@ -228,3 +228,66 @@ def test_shown_specials_add_their_text_to_the_reply(models):
         assert model.token_piece(im_start) == b"<|im_start|>" and model.token_piece(tiny_gguf.IM_END_ID) == b""
     finally:
         model.shown_specials = frozenset()
+
+
+# --------------------------------------------------------------------------- slots
+
+
+def near_logits(a, b):
+    """Equal up to float32 round-off in a cache shared by several slots: the other slots'
+    cells, masked out, still change how the attention sums are blocked (seen: 2e-5 of the
+    row scale), so the bound is 1e-4 of it."""
+    return np.abs(a - b).max() <= 1e-4 * max(1.0, float(np.abs(b).max()))
+
+
+@pytest.fixture(scope="module")
+def slotted(tiny_pair):
+    m = LlamaModel(tiny_pair[0], n_ctx=128, n_seq_max=24, flash_attn=False, n_threads=1, n_slots=3)
+    yield m
+    m.close()
+
+
+def test_each_slot_holds_its_own_committed_sequence(slotted, models):
+    m, (_, ref) = slotted, models
+    assert m.n_slots == 3 and m.n_ctx == 128
+    prompts = [m.tokenize("First slot"), m.tokenize("Second"), m.tokenize("A third one")]
+    for s, p in enumerate(prompts):
+        assert m.sync_slot(s, p + [0]) == 0
+    assert [m.slot_tokens(s) for s in range(3)] == prompts and m.cached == prompts[0]
+    # one decode: a chain in slot 2, a root in slot 0, a fork in slot 1
+    tokens, parents, slots = [30, 31, 40, 50, 51, 52], [-1, 0, -1, -1, 3, 3], [2, 2, 0, 1, 1, 1]
+    rows = m.decode_slots(tokens, parents, slots)
+    for i, (tok, slot) in enumerate(zip(tokens, slots)):
+        expect = ref.logits_of_sequence(prompts[slot] + _path_tokens(tokens, parents, i))[-1]
+        assert near_logits(rows[i], expect), i
+    m.commit_slots({2: [0, 1], 1: [3, 5]})
+    assert m.slot_tokens(2) == prompts[2] + [30, 31] and m.slot_tokens(1) == prompts[1] + [50, 52]
+    assert m.slot_tokens(0) == prompts[0]
+    rows = m.decode_slots([60, 61], [-1, -1], [1, 2])  # each slot continues its own sequence
+    assert near_logits(rows[0], ref.logits_of_sequence(prompts[1] + [50, 52, 60])[-1])
+    assert near_logits(rows[1], ref.logits_of_sequence(prompts[2] + [30, 31, 61])[-1])
+    m.drop_uncommitted()
+    # a re-sync of one slot leaves the others' caches as they were
+    assert m.sync_slot(1, prompts[1] + [7, 0]) == len(prompts[1])
+    rows = m.decode_slots([62], [-1], [2])
+    assert near_logits(rows[0], ref.logits_of_sequence(prompts[2] + [30, 31, 62])[-1])
+    m.drop_uncommitted()
+
+
+def test_a_slot_refuses_nodes_of_another_slot_and_its_own_overflow(slotted):
+    m = slotted
+    m.sync_slot(0, m.tokenize("x") + [0])
+    with pytest.raises(ValueError, match="outside that slot"):
+        m.decode_slots([5, 6], [-1, 0], [0, 1])
+    m.drop_uncommitted()
+    with pytest.raises(ValueError, match="chain"):
+        rows = m.decode_slots([5], [-1], [0])
+        m.commit_slots({1: [0]})
+    m.drop_uncommitted()
+    m.sync_slot(1, [9] * 120 + [0])
+    with pytest.raises(ContextFullError):
+        m.decode_slots(list(range(10, 20)), [-1] + list(range(9)), [1] * 10)
+    assert m.slot_past(1) == 120 and len(m._nodes) == 0
+    rows = m.decode_slots([5], [-1], [0])  # the other slots are unaffected
+    assert len(rows) == 1
+    m.drop_uncommitted()

@@ -103,3 +103,15 @@ def test_a_commit_path_must_be_a_chain_from_the_committed_sequence():
         f.chain([0, 3])
     with pytest.raises(ValueError, match="not a chain"):
         f.chain([1])
+
+
+def test_ids_start_above_the_slots_and_a_slots_first_node_copies_its_sequence():
+    f = Forest(n_slots=2)
+    f.add([5, 6, 7, 8], [-1, 0, -1, 2], [10, 20], n_batch=16, n_seq_max=16, slots=[0, 0, 1, 1])
+    assert f.seq == [2, 2, 3, 3] and f.pos == [10, 11, 20, 21]
+    ids, counts, copies = f.cells(0)
+    assert copies == [(0, 2, -1), (1, 3, -1)]
+    assert f.forget(2) == [(3, -1)]
+    f.clear()
+    f.add([9], [-1], [10, 20], n_batch=16, n_seq_max=16, slots=[1])
+    assert f.seq == [2]

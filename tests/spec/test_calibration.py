@@ -54,3 +54,15 @@ def test_the_requests_own_counts_take_over_and_exact_chances_count():
         cal.observe_lookup(0, 1.0)
     assert cal.draft(0.6) == pytest.approx(0.25, abs=0.01)
     assert cal.lookup(0) == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_grammars_forced_candidates_have_a_bin_of_their_own():
+    from resispec_gguf.spec.calibration import FORCED_BIN
+
+    cal = Calibration()
+    assert cal.lookup(FORCED_BIN) == pytest.approx(0.9)
+    mean = cal.mean_lookup()
+    for _ in range(50):
+        cal.observe_lookup(FORCED_BIN, 1.0)
+    assert cal.lookup(FORCED_BIN) > 0.97
+    assert cal.mean_lookup() == mean  # the context lookup's mean is its own bins'

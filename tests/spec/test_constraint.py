@@ -9,7 +9,9 @@ every method, both tree policies, lookup on and off, and auto; greedy must be pl
 constrained greedy.  A ``fake_models.LazyConstraint`` (free text until a two-token trigger,
 matched on committed + path, then PathConstraint's rule) gets the same checks, with about
 30% of the first 4 tokens' mass crossing the trigger, and a boundary-blind variant that
-misses a trigger spanning the committed tokens and the tree is shown to be rejected.
+misses a trigger spanning the committed tokens and the tree is shown to be rejected.  The
+fakes also force tokens (``forced``), so every case here has grammar candidates in its trees;
+test_forced.py checks them on a constraint built to show them.
 """
 
 from __future__ import annotations

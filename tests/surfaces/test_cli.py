@@ -35,6 +35,8 @@ def test_help_lists_subcommands():
         (["chat", "--seed", "-3"], "seed must be >= 0"),
         (["serve", "--port", "70000"], "--port: port must be in [1, 65535]"),
         (["serve", "--max-queue", "-1"], "max_queue"),
+        (["serve", "--parallel", "0"], "--parallel: n_slots must be in [1, 32]"),
+        (["generate", "--parallel", "33", "hi"], "--parallel"),
         (["analyze", "-k", "1,99"], "-k: draws must be in [1, 64]"),
         (["bench", "--temperature", "1", "500"], "--temperature: temperature must be in [0, 100]"),
         (["bench", "--repeat", "0"], "--repeat"),
@@ -210,6 +212,7 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             line = p.stderr.readline()
             assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
             assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
+            assert "; 4 slots × 256 tokens, KV " in line and " MiB; " in line, line  # serve's default --parallel
             assert line.rstrip().endswith("; target on CPU; draft on CPU)"), line  # where the layers run
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             deadline = time.monotonic() + 20
@@ -299,3 +302,16 @@ def test_doctor_is_one_screen_with_an_exit_status(tmp_path):
     assert any(line.startswith("crash check") and " ok: " in line for line in lines), r.stdout
     r = _run_env("doctor", "--ctx", 10, env={})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bench_concurrency_prints_a_row_per_method_and_level(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    out = tmp_path / "c.json"
+    r = run("bench", "--target", target, "--draft", draft, "--ctx", 256, "--threads", 1, "--workload", "code",
+            "--max-tokens", 6, "--concurrency", "1,2", "--json", out)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["method"], x["clients"]) for x in rows] == [("none", 1), ("none", 2), ("auto", 1), ("auto", 2)]
+    assert "agg tok/s" in r.stdout and "TTFT p95" in r.stdout
+    bad = run("bench", "--concurrency", "0")
+    assert bad.returncode == 2 and "--concurrency" in bad.stderr.strip().splitlines()[-1]

@@ -71,7 +71,7 @@ def client(server):
 
 
 def test_health_and_models(server, client):
-    assert httpx.get(f"{server}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{server}/health").json() == {"status": "ok", "slots": {"busy": 0, "idle": 1, "waiting": 0}}
     r = httpx.get(f"{server}/v1/models").json()
     assert r["object"] == "list" and [m["id"] for m in r["data"]] == ["tiny"]
     assert [m.id for m in client.models.list()] == ["tiny"]
@@ -529,3 +529,87 @@ def test_unusable_api_keys_are_refused(engines, key):
 
     with pytest.raises(UserError, match="api_key"):
         create_app(engines[2], model_name="x", draft_params=DraftParams(method="none"), api_key=key)
+
+
+# ---------------------------------------------------------------------------------- several slots
+
+
+@pytest.fixture(scope="module")
+def slow_slots(engines):
+    engine = SlowEngine(engines[2])
+    engine.n_slots = 2  # two requests run at once (the worker's threads); one may wait
+    app = create_app(engine, model_name="slow", draft_params=DraftParams(),
+                     sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
+    with serving(app) as url:
+        yield url, app, engine
+
+
+def test_slots_run_requests_at_once_and_health_reports_them(slow_slots):
+    url, app, engine = slow_slots
+    worker = app.state.resispec.worker
+    engine.max_active = 0
+    body = {"messages": MESSAGES, "stream": True, "max_tokens": 100_000}
+    with httpx.Client(base_url=url, timeout=20) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as a, \
+                http.stream("POST", "/v1/chat/completions", json=body) as b:
+            lines = a.iter_lines(), b.iter_lines()  # referenced: the streams stay open
+            read_until_content(lines[0])
+            read_until_content(lines[1])
+            assert engine.max_active == 2  # both generate at once
+            assert http.get("/health").json()["slots"] == {"busy": 2, "idle": 0, "waiting": 0}
+            results = {}
+            waiter = threading.Thread(target=lambda: results.setdefault(
+                "c", httpx.post(f"{url}/v1/completions", json={"prompt": "c", "max_tokens": 3}, timeout=20)))
+            waiter.start()
+            wait_for(lambda: worker.inflight == 3)  # the third waits (max_queue=1) ...
+            assert api_error(http.post("/v1/completions", json={"prompt": "d"}), 503)["code"] == "queue_full"
+        waiter.join(10)  # ... and runs once a slot is free
+        assert results["c"].status_code == 200 and results["c"].json()["choices"][0]["text"] == "xxx"
+    wait_for(lambda: worker.inflight == 0)
+    assert httpx.get(f"{url}/health").json()["slots"] == {"busy": 0, "idle": 2, "waiting": 0}
+
+
+@pytest.fixture(scope="module")
+def parallel(tiny_pair):
+    from resispec_gguf.engine import Engine
+
+    engine = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, n_threads=1, progress=False, n_slots=2)
+    app = create_app(engine, model_name="tiny", draft_params=DraftParams(method="auto"),
+                     sampling_defaults=SamplingParams(max_tokens=32), max_queue=4)
+    with serving(app) as url:
+        yield url, app, engine
+    engine.close()
+
+
+def test_a_slotted_engine_serves_concurrent_requests_and_one_bad_request_stays_its_own(parallel):
+    url, app, engine = parallel
+    out = {}
+
+    def ask(i, body):
+        out[i] = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+
+    bodies = [{"prompt": f"Story {i}:", "max_tokens": 24, "seed": i} for i in range(4)]
+    bodies.append({"prompt": "x", "max_tokens": 8, "response_format": {"type": "json_object"}, "seed": 9})
+    bodies.append({"prompt": "y " * 600, "max_tokens": 8})  # does not fit its slot: a 400
+    threads = [threading.Thread(target=ask, args=(i, b)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for i in range(5):
+        assert out[i].status_code == 200, out[i].text
+        assert out[i].json()["choices"][0]["finish_reason"] in ("length", "stop")
+    assert out[5].status_code == 400
+    wait_for(lambda: app.state.resispec.worker.inflight == 0)
+    assert engine.slots()[0] == 0  # every slot free again
+
+
+def test_a_client_leaving_mid_stream_frees_its_slot(parallel):
+    url, app, engine = parallel
+    body = {"prompt": "Once", "stream": True, "max_tokens": 400, "temperature": 1.0, "seed": 1}
+    with httpx.Client(base_url=url, timeout=20) as http:
+        with http.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200 and next(line for line in r.iter_lines() if line.startswith("data: "))
+    wait_for(lambda: app.state.resispec.worker.inflight == 0 and engine.slots()[0] == 0)
+    r = httpx.post(f"{url}/v1/completions", json={"prompt": "Again", "max_tokens": 4}, timeout=20)
+    assert r.status_code == 200

@@ -96,7 +96,7 @@ class _Server:
         self.sampling_defaults = sampling_defaults
         self.api_key = params.api_key
         self.max_queue = params.max_queue
-        self.worker = Worker()
+        self.worker = Worker(getattr(engine, "n_slots", 1))
         self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS,
                                                                thread_name_prefix="resispec-tokenize")
         self.n_ctx = int(engine.n_ctx)
@@ -173,7 +173,7 @@ class _Server:
         return False, None
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "slots": self.worker.load()})
 
     def _model_card(self) -> dict:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf"}
@@ -208,7 +208,7 @@ class _Server:
                            self.reasoning)
         self._check_fim(req)
         job = Job(self.engine, req, asyncio.get_running_loop())
-        if not self.worker.admit(job, self.max_queue + 1):
+        if not self.worker.admit(job, self.max_queue + self.worker.slots):
             raise ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
                            code="queue_full", headers={"Retry-After": "1"})
         handed_over = False  # to a streaming response, which cancels the job when it ends
@@ -334,8 +334,9 @@ def create_app(
 
     ``draft_params``/``sampling_defaults``/``reasoning`` (a reasoning model's thinking:
     ``config.ReasoningParams``) apply to every request unless it overrides them;
-    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; ``max_queue`` requests may
-    wait behind the running one before the server answers 503; ``cors_origins``: the web origins
+    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; the engine's slots
+    (``Engine.n_slots``) run that many requests at once, and ``max_queue`` requests may wait
+    behind them before the server answers 503; ``cors_origins``: the web origins
     (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
     default, so browsers refuse to let other sites read or preflight it).  Serve one engine
     with one app.  ``app.state.resispec`` is the server object (its ``worker.inflight`` counts

@@ -1,11 +1,15 @@
-"""The engine's one thread: jobs, their queue and their cancellation.
+"""The engine's job threads: jobs, their queue and their cancellation.
 
-The engine is not thread-safe, so every generation runs on one dedicated worker thread, one
-request at a time, in the order their prompts are ready.  Rendering and tokenizing a prompt
+Up to ``slots`` jobs run at once (the engine's slots, ``--parallel``), each on a worker
+thread of its own, in the order their prompts are ready; more wait in the queue.  With one
+slot that is one request at a time on one thread (the engine is not thread-safe then); with
+more, the engine steps the running requests together on its own thread (``Engine.submit``),
+and a job thread only relays its request's pieces.  Rendering and tokenizing a prompt
 (``prepare``, which only reads the vocabulary) happen before, on the app's pool of tokenizer
 threads.  A request is *admitted* (counted against the queue's limit) when it arrives,
 *queued* once its prompt is ready, and leaves with ``Worker.withdraw`` as soon as its client
-is gone; a running job stops at the next text piece.
+is gone; a running job stops at the next text piece, and its slot is free from the engine's
+next step on.
 
 May import ``assist`` (planning), ``errors``, the chunks surface (the engine's stream for a
 plan) and ``server.fields``; never the app, ``llama`` or the engine's models.
@@ -114,28 +118,36 @@ class Job:
 
 
 class Worker:
-    """The one thread that calls the engine, with a FIFO of queued jobs (see the module
-    docstring)."""
+    """Up to ``slots`` threads that call the engine, with a FIFO of queued jobs (see the
+    module docstring)."""
 
-    def __init__(self):
+    def __init__(self, slots: int = 1):
+        self.slots = int(slots)
         self._cv = threading.Condition()
         self._admitted: set[Job] = set()  # admitted, prompt not ready yet
         self._jobs: collections.deque[Job] = collections.deque()
-        self._current: Job | None = None
-        self._running = False  # a worker thread exists and will look at the queue again
-        self._thread: threading.Thread | None = None
+        self._current: set[Job] = set()  # running
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a job
         self._closing = False
 
     @property
     def inflight(self) -> int:
-        """Admitted requests not finished yet (the running one plus the waiting ones)."""
+        """Admitted requests not finished yet (the running ones plus the waiting ones)."""
         with self._cv:
-            return len(self._admitted) + len(self._jobs) + (self._current is not None)
+            return len(self._admitted) + len(self._jobs) + len(self._current)
+
+    def load(self) -> dict:
+        """``{"busy", "idle", "waiting"}``: slots running a request, free slots, requests
+        admitted and waiting for one."""
+        with self._cv:
+            busy = len(self._current)
+            return {"busy": busy, "idle": self.slots - busy, "waiting": len(self._admitted) + len(self._jobs)}
 
     def admit(self, job: Job, limit: int) -> bool:
         """Count ``job`` in unless ``limit`` requests are already in flight."""
         with self._cv:
-            if len(self._admitted) + len(self._jobs) + (self._current is not None) >= limit:
+            if len(self._admitted) + len(self._jobs) + len(self._current) >= limit:
                 return False
             self._admitted.add(job)
             return True
@@ -148,10 +160,10 @@ class Worker:
             self._admitted.discard(job)
             self._closing = False
             self._jobs.append(job)
-            if not self._running:
-                self._running = True
-                self._thread = threading.Thread(target=self._loop, name="resispec-engine", daemon=True)
-                self._thread.start()
+            if self._idle < len(self._jobs) and len(self._threads) < self.slots:
+                thread = threading.Thread(target=self._loop, name="resispec-engine", daemon=True)
+                self._threads.append(thread)
+                thread.start()
             self._cv.notify()
             return True
 
@@ -166,28 +178,32 @@ class Worker:
     def _loop(self) -> None:
         while True:
             with self._cv:
+                self._idle += 1
                 while not self._jobs and not self._closing:
                     self._cv.wait()
+                self._idle -= 1
                 if not self._jobs:
-                    self._running = False
+                    self._threads.remove(threading.current_thread())
                     return
-                job = self._current = self._jobs.popleft()
+                job = self._jobs.popleft()
+                self._current.add(job)
             try:
                 job.run()
             except BaseException:  # pragma: no cover - run() catches everything it expects
                 log.exception("engine worker job crashed")
             finally:
                 with self._cv:
-                    self._current = None
+                    self._current.discard(job)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Cancel every job and wait for the thread to leave the engine (so it can be closed)."""
         with self._cv:
             self._closing = True
-            for job in list(self._admitted) + list(self._jobs) + ([self._current] if self._current else []):
+            for job in list(self._admitted) + list(self._jobs) + list(self._current):
                 job.cancel()
             self._admitted.clear()
-            thread = self._thread
+            threads = list(self._threads)
             self._cv.notify_all()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)

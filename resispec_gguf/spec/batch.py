@@ -1,0 +1,380 @@
+"""Several requests in the same steps: every active request's tree in one target decode.
+
+A ``Batch`` holds up to ``n_slots`` requests, each a ``Generation`` in a slot of a
+``protocol.SlotBackend`` (its committed tokens live in the slot's own sequence).  One call
+of ``step`` does two things:
+
+1. **Prefill** — one chunk (``chunk`` tokens at most) of one waiting prompt goes into its
+   slot, so a long prompt delays the running requests by one chunk per step, never by its
+   whole length.
+2. **One step of every running request** — each generation plans its step (``plan``); the
+   draft calls they yield are made level by level, *one* draft decode per level holding
+   every request's frontier; then *one* target decode holds every request's rows; each
+   generation verifies its own rows with its own random stream (``absorb``); one commit per
+   model keeps each slot's accepted path.
+
+The row budget.  Before anything is drawn, the step's target rows are shared out
+(``share_rows``): a request under ``auto`` offers its tree's rows, the k-th worth about
+``a^k`` expected tokens (``a``: its learnt acceptance per node), and the rows are taken
+best-first across requests while the step's expected tokens per predicted second (the
+measured cost curves: one target decode of all rows, one draft decode per level) keep
+rising, as ``auto`` grows one tree.  Each share becomes that request's ``Room.tree_nodes``,
+an upper bound its own plan grows within.  A request with a fixed method keeps its own
+shape; every request is bounded by an equal share of the models' sequences.
+
+Exactness.  What a request's tree may hold is fixed before its nodes draw and depends only
+on what other requests and earlier steps showed, never on its own draws (``tree``'s pruning
+rule); each request draws and verifies with its own generator, so its output law is the
+target's whatever the others do, and independent of theirs.  The output of a seeded request
+can still differ between a run alone and one beside others: its tree's bounds differ (and on
+a real model, row values in floating point depend on the batch).  Alone, a request runs
+exactly as ``loop.run`` runs it.
+
+No model calls but through the ``SlotBackend`` seam; no threads here (a caller drives
+``step``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..config import MAX_TREE_NODES
+from ..errors import ConstraintError
+from .generation import Commit, Decode, DraftSync, Generation, Room
+from .protocol import SlotBackend
+
+__all__ = ["Batch", "Request", "share_rows"]
+
+# prompt tokens prefilled per step
+DEFAULT_CHUNK = 256
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation in a slot.  ``pieces``: text not yet taken by the caller (``take``),
+    each with the count of ``gen.logprobs`` entries final when it was; ``done``: the reply is
+    over (``gen.result()`` holds it)."""
+
+    gen: Generation
+    slot: int
+    filled: int = 0  # prompt tokens (of prompt[:-1]) in the slot so far
+    reused: int = 0
+    prefill_s: float = 0.0
+    started: bool = False
+    done: bool = False
+    pieces: list[tuple[str, int]] = field(default_factory=list)
+    t_start: float = 0.0
+
+    def take(self) -> list[str]:
+        """The text pieces since the last take."""
+        return [text for text, _ in self.take_marked()]
+
+    def take_marked(self) -> list[tuple[str, int]]:
+        """``(text, n_logprobs)`` since the last take."""
+        out, self.pieces = self.pieces, []
+        return out
+
+    def _put(self, text: str) -> None:
+        self.pieces.append((text, len(self.gen.logprobs) if self.gen.logprobs is not None else 0))
+
+
+class _Part:
+    """Rows ``start .. start + n`` of one decode's rows, indexed from 0."""
+
+    def __init__(self, rows, start: int, n: int):
+        self._rows, self._start, self._n = rows, start, n
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._rows[self._start + i]
+
+
+def share_rows(accepts: Sequence[float], drafts: Sequence[bool], base_rows: int, cap: int, target_s: np.ndarray,
+               draft_s: np.ndarray, row_s: float = 0.0, overhead_s: float = 0.0,
+               base_tokens: float | None = None) -> list[int]:
+    """Tree rows for each offering request: ``accepts[i]`` its acceptance per node (its
+    k-th row worth ``accepts[i] ** k`` tokens), ``drafts[i]`` whether its rows need draft
+    calls, at most ``cap`` each, beside ``base_rows`` rows the step holds anyway (every
+    request's root, the fixed-shape trees) worth ``base_tokens`` (default ``base_rows``: a
+    token per request; more for a fixed tree).  The rows are ranked best first across requests
+    and the count with the best expected tokens per predicted second is kept (every count is
+    tried: a cost curve need not be concave); ties keep fewer rows.
+
+    Predicted seconds: one target decode of every row (``target_s[n]``), one draft decode per
+    level holding every chain that reaches it (``draft_s[n]``), ``row_s`` per row of host
+    work.  Returns the rows per request."""
+    n = len(accepts)
+    if n == 0 or cap <= 0:
+        return [0] * n
+    a = np.clip(np.asarray(accepts, np.float64), 0.0, 1.0)
+    ks = np.arange(1, cap + 1)
+    values = a[:, None] ** ks[None, :]  # [n, cap] the k-th row's worth per request
+    owner = np.repeat(np.arange(n), cap)
+    order = np.argsort(-values.ravel(), kind="stable")  # best first; ties: the earlier request
+    nt, nd = len(target_s) - 1, len(draft_s) - 1
+    counts = np.zeros(n, np.int64)
+    best_k, best_ratio = 0, -1.0
+    value = float(base_rows if base_tokens is None else base_tokens)
+    for k in range(0, len(order) + 1):
+        if k:
+            i = owner[order[k - 1]]
+            counts[i] += 1
+            value += float(values.ravel()[order[k - 1]])
+        rows = base_rows + k
+        t = target_s[min(rows, nt)] + row_s * rows + overhead_s
+        levels = counts[np.asarray(drafts, bool)]
+        if levels.size:
+            for lvl in range(1, int(levels.max()) + 1):
+                t += draft_s[min(int(np.sum(levels >= lvl)), nd)]
+        ratio = value / t if t > 0 else value
+        if ratio > best_ratio * (1.0 + 1e-9):
+            best_k, best_ratio = k, ratio
+    out = np.zeros(n, np.int64)
+    for j in order[:best_k]:
+        out[owner[j]] += 1
+    return out.tolist()
+
+
+class Batch:
+    """Requests in the slots of a target (and draft) ``SlotBackend`` pair, stepped together
+    (module docstring).  ``tables``: the ``(target, draft)`` cost tables by rows
+    (``costs.cost_table``) that share the rows out; None: equal shares only."""
+
+    def __init__(self, target: SlotBackend, draft: SlotBackend | None, *, chunk: int = DEFAULT_CHUNK,
+                 tables=None, row_s: float = 0.0):
+        if draft is not None and draft.n_slots != target.n_slots:
+            raise ValueError(f"the draft has {draft.n_slots} slots, the target {target.n_slots}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1, got {chunk}")
+        self.target, self.draft = target, draft
+        self.chunk = int(chunk)
+        self.tables = tables
+        self.row_s = row_s
+        self.slots: list[Request | None] = [None] * target.n_slots
+
+    # ------------------------------------------------------------------ admission
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.slots)
+
+    @property
+    def busy(self) -> int:
+        return sum(r is not None for r in self.slots)
+
+    @property
+    def requests(self) -> list[Request]:
+        return [r for r in self.slots if r is not None]
+
+    def free_slot(self, prompt: Sequence[int]) -> int | None:
+        """The free slot whose cached tokens share the longest prefix with ``prompt`` (the
+        lowest such slot on ties), None when every slot is busy."""
+        best, best_common = None, -1
+        for s, r in enumerate(self.slots):
+            if r is not None:
+                continue
+            common = _common(self.target.slot_tokens(s), prompt)
+            if common > best_common:
+                best, best_common = s, common
+        return best
+
+    def admit(self, gen: Generation, slot: int | None = None) -> Request:
+        """Put ``gen`` in a free slot (``free_slot`` unless given); its prompt is prefilled
+        by the next steps.  ``ContextFullError`` when the prompt cannot fit a slot,
+        ``RuntimeError`` when no slot is free."""
+        gen.check_fits(self.target.n_ctx)
+        slot = self.free_slot(gen.prompt) if slot is None else slot
+        if slot is None or self.slots[slot] is not None:
+            raise RuntimeError("no free slot")
+        req = Request(gen, slot)
+        req.reused = req.filled = _common(self.target.slot_tokens(slot), gen.prompt[:-1])
+        self.slots[slot] = req
+        return req
+
+    def cancel(self, req: Request) -> None:
+        """End ``req`` now (its finish reason stays None: "interrupted") and free its slot.
+        Between steps no node is uncommitted, so nothing else is touched."""
+        if not req.done:
+            self._close(req)
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self) -> list[Request]:
+        """One prefill chunk and one step of every running request; returns the requests
+        that got text or ended (their slots are free again once ``done``)."""
+        changed: list[Request] = []
+        waiting = [r for r in self.requests if not r.started]
+        if waiting:
+            r = waiting[0]
+            self._prefill(r)
+            if r.done:
+                changed.append(r)
+        running = [r for r in self.requests if r.started]
+        if running:
+            changed += self._step(running)
+        return changed
+
+    def _prefill(self, r: Request) -> None:
+        gen = r.gen
+        t0 = time.perf_counter()
+        end = min(len(gen.prompt) - 1, r.filled + self.chunk)
+        tokens = gen.prompt[: end + 1]  # sync_slot leaves the last one out
+        self.target.sync_slot(r.slot, tokens)
+        if gen.uses_draft:
+            self.draft.sync_slot(r.slot, tokens)
+        r.filled = end
+        r.prefill_s += time.perf_counter() - t0
+        if end == len(gen.prompt) - 1:
+            gen.started(r.reused, r.prefill_s)
+            r.started, r.t_start = True, time.perf_counter()
+
+    def _rooms(self, reqs: list[Request]) -> dict[Request, Room]:
+        t, d = self.target, self.draft
+        share = (t.n_seq_max - t.n_slots) // len(reqs) - 1  # non-root target nodes each
+        drafting = sum(r.gen.uses_draft for r in reqs)
+        d_share = (d.n_seq_max - d.n_slots) // max(1, drafting) if d is not None else 0
+        allow = self._allowances(reqs, share) if len(reqs) > 1 else {}
+        rooms = {}
+        for r in reqs:
+            nodes = min(MAX_TREE_NODES, share, allow.get(r, MAX_TREE_NODES))
+            if d is None:
+                rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), tree_nodes=nodes)
+            else:
+                rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), d.n_ctx, d.slot_past(r.slot), d_share, nodes)
+        return rooms
+
+    def _allowances(self, reqs: list[Request], cap: int) -> dict[Request, int]:
+        """Each ``auto`` request's share of the step's rows (``share_rows``); the others
+        keep their own shapes."""
+        if self.tables is None:
+            return {}
+        offers, base = [], 0
+        for r in reqs:
+            gen = r.gen
+            base += 1
+            if gen.auto is not None:
+                offers.append(r)
+            elif gen.dp.method != "none":
+                base += min(cap, gen.dp.max_budget)
+        if not offers:
+            return {}
+        accepts = [r.gen.auto.tuner.accept for r in offers]
+        drafts = [r.gen.uses_draft for r in offers]
+        counts = share_rows(accepts, drafts, base, min(cap, MAX_TREE_NODES), self.tables[0], self.tables[1],
+                            self.row_s, base_tokens=len(reqs))
+        return dict(zip(offers, counts))
+
+    def _step(self, reqs: list[Request]) -> list[Request]:
+        t_step = time.perf_counter()
+        rooms = self._rooms(reqs)
+        plans = {r: r.gen.plan(rooms[r]) for r in reqs}
+        calls: dict[Request, Decode] = {}  # draft calls waiting for this level's decode
+        finals: dict[Request, Decode | None] = {}  # target decodes
+        failed: set[Request] = set()
+        for r in reqs:
+            self._advance(r, plans[r], None, calls, finals, failed, first=True)
+        dmap: dict[Request, list[int]] = {r: [] for r in reqs}  # draft node -> index in the step
+        n_draft = 0
+        while calls:
+            order = list(calls)
+            tokens, parents, slots, want, spans = [], [], [], [], []
+            for r in order:
+                c, m = calls[r], dmap[r]
+                w = np.ones(len(c.tokens), bool) if c.want is None else np.asarray(c.want, bool)
+                start = sum(want)
+                for tok, par in zip(c.tokens, c.parents):
+                    tokens.append(int(tok))
+                    parents.append(-1 if par < 0 else m[par])
+                    slots.append(r.slot)
+                    m.append(n_draft + len(tokens) - 1)
+                want += w.tolist()
+                spans.append((start, int(w.sum())))
+            t = time.perf_counter()
+            rows = self.draft.decode_slots(tokens, parents, slots, want)
+            dt = time.perf_counter() - t
+            n_draft += len(tokens)
+            calls = {}
+            for r, (start, n) in zip(order, spans):
+                r.gen.stats.draft_time += dt
+                r.gen.stats.draft_calls += 1
+                self._advance(r, plans[r], _Part(rows, start, n), calls, finals, failed)
+        # the target: one decode of every request's rows
+        tmap: dict[Request, int] = {}
+        tokens, parents, slots = [], [], []
+        for r, call in finals.items():
+            if call is None:
+                continue
+            tmap[r] = len(tokens)
+            for tok, par in zip(call.tokens, call.parents):
+                tokens.append(int(tok))
+                parents.append(-1 if par < 0 else tmap[r] + par)
+                slots.append(r.slot)
+        commits: dict[Request, Commit] = {}
+        if tokens:
+            t = time.perf_counter()
+            rows = self.target.decode_slots(tokens, parents, slots)
+            dt = time.perf_counter() - t
+            for r, start in tmap.items():
+                r.gen.stats.target_time += dt
+                try:
+                    commits[r] = r.gen.absorb(_Part(rows, start, len(finals[r].tokens)))
+                except ConstraintError as e:
+                    r.gen.failed(e)
+                    failed.add(r)
+        self.target.commit_slots({r.slot: [tmap[r] + i for i in c.target] for r, c in commits.items()})
+        if self.draft is not None:
+            self.draft.commit_slots({r.slot: [dmap[r][i] for i in c.draft] for r, c in commits.items()
+                                     if c.draft is not None})
+        seconds = time.perf_counter() - t_step
+        for r in commits:
+            r.gen.step_done(seconds)
+            for piece in r.gen.emit():
+                r._put(piece)
+        for r in reqs:
+            if r.gen.finish_reason is not None:
+                self._close(r)
+        return [r for r in reqs if r.pieces or r.done]
+
+    def _advance(self, r: Request, plan, sent, calls, finals, failed, first: bool = False) -> None:
+        """Run ``r``'s plan to its next draft ``Decode`` (into ``calls``) or its target
+        ``Decode`` (into ``finals``; None: the reply is over), making its ``DraftSync``s."""
+        try:
+            call = next(plan) if first else plan.send(sent)
+            while isinstance(call, DraftSync):
+                if not first:
+                    raise RuntimeError("a draft re-sync after the step's first draft call")
+                self.draft.sync_slot(r.slot, call.tokens)
+                call = plan.send(None)
+            calls[r] = call
+        except StopIteration as done:
+            finals[r] = done.value
+        except ConstraintError as e:  # a grammar limit met late, or the mask budget spent
+            r.gen.failed(e)
+            failed.add(r)
+
+    def _close(self, r: Request) -> None:
+        gen = r.gen
+        if r.started:
+            tail = gen.flush()
+            if tail:
+                r._put(tail)
+            gen.closed(time.perf_counter() - r.t_start)
+        r.done = True
+        self.slots[r.slot] = None
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

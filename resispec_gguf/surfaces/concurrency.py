@@ -1,0 +1,108 @@
+"""``bench --concurrency 1,2,4``: several clients at once on one engine.
+
+At each concurrency c, c client threads share a workload's prompts (client i takes prompts
+i, i + c, ...) and send them back to back through ``Engine.submit``, so every level does the
+same work; the engine's slots step the running requests together.  Per method (plain and
+``auto`` by default) and level it reports the aggregate tokens/s (all tokens over the
+level's wall time), the mean per-request tokens/s, and the time to first token and the
+end-to-end time of the requests (p50, p95).
+
+Only a surface: it calls the engine and prints a table.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..config import DraftParams, SamplingParams
+from ..errors import UserError
+from .bench import prompt_tokens
+
+__all__ = ["format_concurrency", "parse_levels", "run_concurrency"]
+
+# the most clients a level may have (each needs a slot: config.MAX_SLOTS)
+MAX_LEVEL = 32
+
+
+def parse_levels(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (each from 1 to ``MAX_LEVEL``)."""
+    try:
+        levels = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        levels = []
+    if not levels or any(not 1 <= c <= MAX_LEVEL for c in levels):
+        raise UserError(f"--concurrency takes a comma-separated list of client counts from 1 to {MAX_LEVEL}, "
+                        f"got {text!r}")
+    return list(dict.fromkeys(levels))
+
+
+def _client(engine, prompts, sp: SamplingParams, dp: DraftParams, out: list) -> None:
+    """Send ``prompts`` (``(index, tokens)``) one after the other, prompt i seeded ``seed + i``."""
+    for i, tokens in prompts:
+        t0 = time.perf_counter()
+        ticket = engine.submit(tokens, sp.replace(seed=(sp.seed or 0) + i), dp)
+        first = None
+        for _ in ticket:
+            if first is None:
+                first = time.perf_counter() - t0
+        res = ticket.result()
+        end = time.perf_counter() - t0
+        out.append({"ttft": first if first is not None else end, "e2e": end, "tokens": res.stats.tokens})
+
+
+def run_level(engine, prompts: list[list[int]], clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
+    """One level: ``clients`` threads sharing ``prompts`` (token lists); its figures."""
+    records: list[dict] = []
+    numbered = list(enumerate(prompts))
+    threads = [threading.Thread(target=_client, args=(engine, numbered[i::clients], sp, dp, records))
+               for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if len(records) != len(prompts):
+        raise RuntimeError("a client failed")  # its error went to stderr with its thread
+    tokens = sum(r["tokens"] for r in records)
+    ttft = np.array([r["ttft"] for r in records])
+    e2e = np.array([r["e2e"] for r in records])
+    return {
+        "clients": clients, "requests": len(records), "tokens": tokens, "seconds": wall,
+        "aggregate_tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        "per_request_tokens_per_s": float(np.mean([r["tokens"] / r["e2e"] for r in records if r["e2e"] > 0])),
+        "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p95": float(np.percentile(ttft, 95)),
+        "e2e_p50": float(np.percentile(e2e, 50)), "e2e_p95": float(np.percentile(e2e, 95)),
+    }
+
+
+def run_concurrency(engine, workloads: dict, levels: list[int], methods: list[str], sp: SamplingParams,
+                    dp: DraftParams) -> list[dict]:
+    """Every method at every level, per workload: ``[{"workload", "method", **run_level}]``.
+    The engine needs ``max(levels)`` slots for the clients to run at once (fewer: the rest
+    wait in its queue, which the figures then include)."""
+    if engine.n_slots < max(levels):
+        raise UserError(f"--concurrency {max(levels)} needs --parallel {max(levels)} or more "
+                        f"(the engine has {engine.n_slots} slots)")
+    out = []
+    for name, items in workloads.items():
+        prompts = [prompt_tokens(engine, item) for item in items]
+        for method in methods:
+            for c in levels:
+                out.append({"workload": name, "method": method,
+                            **run_level(engine, prompts, c, sp, dp.replace(method=method))})
+    return out
+
+
+def format_concurrency(rows: list[dict]) -> str:
+    head = (f"{'workload':10} {'method':7} {'clients':>7} {'agg tok/s':>9} {'req tok/s':>9} "
+            f"{'TTFT p50':>9} {'TTFT p95':>9} {'e2e p50':>8} {'e2e p95':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['workload']:10} {r['method']:7} {r['clients']:>7} {r['aggregate_tokens_per_s']:>9.2f} "
+                     f"{r['per_request_tokens_per_s']:>9.2f} {r['ttft_p50']:>8.2f}s {r['ttft_p95']:>8.2f}s "
+                     f"{r['e2e_p50']:>7.2f}s {r['e2e_p95']:>7.2f}s")
+    return "\n".join(lines)

@@ -1,0 +1,292 @@
+"""``spec.batch``: several requests in the same steps, on Markov fakes with slots.
+
+Exactness: 2-4 requests with different methods, temperatures, constraints and lookup run in
+the same steps; each request's joint law of its first tokens is checked against its exact
+law, and two requests' outputs against the product of their laws (independence, on their
+pair counts).  Then the mechanics: a request alone runs as ``loop.run`` runs it, admission
+and slot reuse, chunked prefill, cancellation and one request's failure mid-step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fake_models import PathConstraint
+from law_harness import (CPU_D, CPU_T, EOG, FLAT, LOOKUP_PROMPT, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
+                         check_law, constrained_law, exact_law, sample_batch, slotted_pair)
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.engine import Engine
+from resispec_gguf.errors import ConstraintError
+from resispec_gguf.spec.batch import share_rows
+from resispec_gguf.spec.costs import cost_table
+
+CONSTRAINT = PathConstraint(V, EOG)
+T1, FILTERS, COLD = TEMPERATURES["T1"], TEMPERATURES["T0.6-filters"], TEMPERATURES["T0.01"]
+
+
+def _dp(method, **kw):
+    return DraftParams(method=method, draws=3, depth=3 if method != "auto" else 4,
+                       budget=6 if method != "auto" else 8, draft_support=4, **kw)
+
+
+# (prompt, sampling, draft params, constraint) per request
+MIXES = {
+    # GPU-like costs: auto beside fixed shapes, a constraint, lookup on and off
+    "gpu": ((FLAT, FLAT), [
+        (LOOKUP_PROMPT, T1, _dp("auto"), None),
+        (PROMPT, FILTERS, _dp("resispec"), CONSTRAINT),
+        (LOOKUP_PROMPT, T1, _dp("chain", lookup=True), None),
+    ]),
+    # CPU-like costs: two auto requests compete for rows; plain decoding beside them
+    "cpu": ((CPU_T, CPU_D), [
+        (LOOKUP_PROMPT, FILTERS, _dp("auto"), CONSTRAINT),
+        (PROMPT, T1, _dp("specinfer"), None),
+        (LOOKUP_PROMPT, T1, _dp("auto"), None),
+        (PROMPT, COLD, _dp("none"), None),
+    ]),
+    # two requests: rrs with lookup beside auto drafting from the context only (no draft)
+    "two": ((FLAT, FLAT), [
+        (LOOKUP_PROMPT, FILTERS, _dp("rrs", lookup=True), None),
+        (LOOKUP_PROMPT, T1, _dp("auto"), CONSTRAINT),
+    ]),
+}
+
+
+def _engine(mix, n_slots=4, **room):
+    curves, _ = MIXES[mix]
+    target, draft = slotted_pair(n_slots, **room)
+    return Engine(target, draft, cost_curves=curves), target
+
+
+def _law(target, prompt, sp, constraint):
+    if constraint is None:
+        return exact_law(target, prompt, sp, N_TOKENS)
+    return constrained_law(target, prompt, sp, N_TOKENS, constraint)
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_each_request_keeps_its_law_and_two_requests_are_independent(mix):
+    engine, target = _engine(mix)
+    requests = MIXES[mix][1]
+    runs = sample_batch(engine, requests, RUNS)
+    laws = [_law(target, p, sp, c) for p, sp, _, c in requests]
+    for i, law in enumerate(laws):
+        counts = {}
+        for run in runs:
+            counts[run[i]] = counts.get(run[i], 0) + 1
+        check_law(counts, law, f"{mix}: request {i}")
+    # the pair (request 0, request 1) against the product of their laws: the conditional
+    # law of request 1's tokens given request 0's output is request 1's own law
+    pairs = {}
+    for run in runs:
+        key = (run[0],) + run[1]
+        pairs[key] = pairs.get(key, 0) + 1
+    product = {(a,) + b: pa * pb for a, pa in laws[0].items() for b, pb in laws[1].items()}
+    check_law(pairs, product, f"{mix}: pair independence")
+
+
+def test_two_requests_with_the_same_seed_and_config_are_not_tied_together():
+    """Each generation draws from its own stream: the batch itself adds no shared randomness
+    (same seeds give the same output in every slot)."""
+    engine, _ = _engine("gpu")
+    batch = engine.batch()
+    dp = _dp("resispec")
+    reqs = [batch.admit(engine.generation(PROMPT, T1.replace(seed=7, max_tokens=12), dp)) for _ in range(3)]
+    while batch.busy:
+        batch.step()
+    outs = {tuple(r.gen.out) for r in reqs}
+    assert len(outs) == 1
+
+
+CASES_ALONE = [
+    (PROMPT, T1, _dp("resispec"), None),
+    (LOOKUP_PROMPT, FILTERS, _dp("chain", lookup=True), None),
+    (LOOKUP_PROMPT, T1, _dp("auto"), None),
+    (LOOKUP_PROMPT, FILTERS, _dp("auto"), CONSTRAINT),
+    (PROMPT, COLD, _dp("none"), CONSTRAINT),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES_ALONE)))
+def test_a_request_alone_in_a_batch_runs_as_the_single_request_loop(case):
+    prompt, sp, dp, constraint = CASES_ALONE[case]
+    sp = sp.replace(max_tokens=20)
+    single = Engine(*slotted_pair(1), cost_curves=(CPU_T, CPU_D))
+    for seed in range(6):
+        want = single.generate(prompt, sp.replace(seed=seed), dp, constraint=constraint)
+        engine = Engine(*slotted_pair(4), cost_curves=(CPU_T, CPU_D))
+        batch = engine.batch(chunk=3)
+        req = batch.admit(engine.generation(prompt, sp.replace(seed=seed), dp, constraint=constraint), slot=2)
+        while batch.busy:
+            batch.step()
+        got = req.gen.result()
+        assert (got.tokens, got.finish_reason, got.text) == (want.tokens, want.finish_reason, want.text)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def test_share_rows_takes_every_row_when_rows_are_free():
+    flat = cost_table(FLAT, 64)
+    assert share_rows([0.9, 0.5], [True, True], 2, 6, flat, np.zeros(64)) == [6, 6]
+
+
+def test_share_rows_ranks_rows_across_requests_by_value_per_cost():
+    cpu_t, cheap_d = cost_table(CPU_T, 64), cost_table(FLAT, 64) * 0.05
+    strong, weak = share_rows([0.95, 0.3], [True, True], 2, 8, cpu_t, cheap_d)
+    assert strong > weak
+    # the CPU draft costs 0.44 of a target row: beside another request's root, no tree pays
+    assert share_rows([0.9, 0.2], [True, True], 2, 8, cpu_t, cost_table(CPU_D, 64)) == [0, 0]
+    # a dear target row buys nothing: plain decoding for both
+    dear = np.arange(64) * 10.0
+    assert share_rows([0.9, 0.9], [True, True], 2, 8, dear, cheap_d) == [0, 0]
+
+
+def test_share_rows_counts_the_draft_calls_of_the_deepest_chain():
+    flat_t = cost_table(FLAT, 64)
+    # a draft call costs as much as the target decode: deep chains do not pay at a = 0.5
+    shallow = share_rows([0.5], [True], 1, 8, flat_t, flat_t)
+    free = share_rows([0.5], [False], 1, 8, flat_t, flat_t)
+    assert shallow[0] < free[0] == 8
+
+
+# --------------------------------------------------------------------------- mechanics
+
+
+def _run(batch):
+    while batch.busy:
+        batch.step()
+
+
+def test_admission_fills_free_slots_then_refuses():
+    engine, _ = _engine("gpu", n_slots=2)
+    batch = engine.batch()
+    a = batch.admit(engine.generation(PROMPT, T1.replace(seed=1, max_tokens=4), _dp("chain")))
+    b = batch.admit(engine.generation(PROMPT, T1.replace(seed=2, max_tokens=4), _dp("chain")))
+    assert {a.slot, b.slot} == {0, 1} and batch.busy == 2
+    assert batch.free_slot(PROMPT) is None
+    with pytest.raises(RuntimeError, match="no free slot"):
+        batch.admit(engine.generation(PROMPT, T1.replace(seed=3), _dp("chain")))
+    _run(batch)
+    assert a.done and b.done and batch.busy == 0
+
+
+def test_a_new_request_goes_to_the_free_slot_sharing_its_longest_prefix():
+    engine, target = _engine("gpu", n_slots=3)
+    batch = engine.batch()
+    first = [1, 2, 3, 1, 2, 0, 4]
+    second = [4, 4, 3, 2, 1, 0, 1]
+    r1 = batch.admit(engine.generation(first, T1.replace(seed=1, max_tokens=5), _dp("resispec")), slot=0)
+    r2 = batch.admit(engine.generation(second, T1.replace(seed=2, max_tokens=5), _dp("resispec")), slot=2)
+    _run(batch)
+    again = second + r2.gen.out + [3]  # an editor resending the same text, a little longer
+    held = target.slot_tokens(2)
+    assert batch.free_slot(again) == 2 and batch.free_slot(first + r1.gen.out) == 0
+    r3 = batch.admit(engine.generation(again, T1.replace(seed=3, max_tokens=5), _dp("resispec")))
+    assert r3.slot == 2
+    _run(batch)
+    assert r3.gen.stats.prompt_reused == len(held) >= len(second) + len(r2.gen.out) - 1
+
+
+def test_a_long_prompt_is_prefilled_a_chunk_per_step_beside_the_running_requests():
+    engine, target = _engine("gpu", n_slots=2)
+    alone = Engine(*slotted_pair(1))
+    seed = next(s for s in range(200)  # a reply that runs past the prefill below
+                if len(alone.generate(PROMPT, T1.replace(seed=s, max_tokens=40), _dp("none")).tokens) >= 10)
+    batch = engine.batch(chunk=4)
+    short = batch.admit(engine.generation(PROMPT, T1.replace(seed=seed, max_tokens=40), _dp("none")))
+    batch.step()  # prefilled (3 tokens), then its first step in the same call
+    assert short.gen.stats.steps == 1
+    long_prompt = [int(x) for x in np.random.default_rng(0).integers(0, EOG, 21)]
+    late = batch.admit(engine.generation(long_prompt, T1.replace(seed=2, max_tokens=4), _dp("resispec")))
+    filled = []
+    for i in range(5):  # 20 tokens before the root, 4 a step
+        batch.step()
+        filled.append(target.slot_past(late.slot))
+        assert short.gen.stats.steps == i + 2  # the running request moved every step
+    # its last chunk went in at the fifth step, and its first step came right after it
+    assert filled[:4] == [4, 8, 12, 16] and filled[4] > 20
+    assert late.started and late.gen.stats.steps == 1 and late.gen.stats.prompt_tokens == 21
+
+
+def _outputs(engine, requests, cancel_at=None, seed=0):
+    batch = engine.batch()
+    reqs = [batch.admit(engine.generation(p, sp.replace(seed=seed + i, max_tokens=10), dp, constraint=c))
+            for i, (p, sp, dp, c) in enumerate(requests)]
+    steps = 0
+    while batch.busy:
+        batch.step()
+        steps += 1
+        if steps == cancel_at:
+            batch.cancel(reqs[0])
+    return reqs
+
+
+FIXED = [
+    (PROMPT, T1, _dp("resispec"), None),
+    (LOOKUP_PROMPT, FILTERS, _dp("chain", lookup=True), CONSTRAINT),
+    (PROMPT, T1, _dp("specinfer"), None),
+]
+
+
+def test_a_cancelled_request_frees_its_slot_and_the_others_go_on_unchanged():
+    """Fixed-shape requests do not depend on their neighbours' trees: with one cancelled
+    after its second step, the others' outputs are those of a batch where it ran on."""
+    engine, target = _engine("gpu", n_slots=3)
+    _, draft = engine.target, engine.draft
+    for seed in range(4):
+        full = _outputs(engine, FIXED, seed=seed)
+        cut = _outputs(engine, FIXED, cancel_at=2, seed=seed)
+        assert cut[0].done and cut[0].gen.result().finish_reason == "interrupted"
+        assert len(cut[0].gen.out) <= len(full[0].gen.out)
+        for a, b in zip(full[1:], cut[1:]):
+            assert a.gen.out == b.gen.out and a.gen.finish_reason == b.gen.finish_reason
+        assert not target._nodes and not draft._nodes  # nothing left uncommitted
+
+
+class _Failing:
+    """A constraint whose third mask fails, as a grammar past its limits does."""
+
+    def start(self):
+        return _FailingState()
+
+
+class _FailingState:
+    def __init__(self):
+        self.inner = CONSTRAINT.start()
+        self.calls = 0
+
+    def mask(self, path):
+        self.calls += 1
+        if self.calls == 3:
+            raise ConstraintError("the grammar gave up")
+        return self.inner.mask(path)
+
+    def advance(self, tokens):
+        self.inner.advance(tokens)
+
+    def is_stopped(self):
+        return self.inner.is_stopped()
+
+
+def test_one_requests_failing_constraint_mid_step_leaves_the_others_alone():
+    engine, target = _engine("gpu", n_slots=3)
+    for seed in range(4):
+        calm = _outputs(engine, FIXED, seed=seed)
+        bad = [(PROMPT, T1, _dp("resispec"), _Failing())] + FIXED[1:]
+        hit = _outputs(engine, bad, seed=seed)
+        res = hit[0].gen.result()
+        assert res.finish_reason == "error" and "gave up" in res.error
+        for a, b in zip(calm[1:], hit[1:]):
+            assert a.gen.out == b.gen.out and a.gen.finish_reason == b.gen.finish_reason
+
+
+def test_a_prompt_that_cannot_fit_a_slot_is_refused_at_admission():
+    from resispec_gguf.errors import ContextFullError
+
+    engine, _ = _engine("gpu", n_slots=2, target_ctx=8)
+    batch = engine.batch()
+    with pytest.raises(ContextFullError):
+        batch.admit(engine.generation(list(range(5)) * 2, T1, _dp("chain")))
+    assert batch.busy == 0
