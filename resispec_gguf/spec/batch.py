@@ -4,9 +4,10 @@ A ``Batch`` holds up to ``n_slots`` requests, each a ``Generation`` in a slot of
 ``protocol.SlotBackend`` (its committed tokens live in the slot's own sequence).  One call
 of ``step`` does two things:
 
-1. **Prefill** — one chunk (``chunk`` tokens at most) of one waiting prompt goes into its
-   slot, so a long prompt delays the running requests by one chunk per step, never by its
-   whole length.
+1. **Prefill** — one chunk (``chunk`` tokens at most, per model) of one waiting prompt goes
+   into its slot, so a long prompt delays the running requests by one chunk per step, never
+   by its whole length (nor does a draft slot that holds less of the prompt than the
+   target's).
 2. **One step of every running request** — each generation plans its step (``plan``); the
    draft calls they yield are made level by level, *one* draft decode per level holding
    every request's frontier; then *one* target decode holds every request's rows; each
@@ -61,7 +62,8 @@ class Request:
 
     gen: Generation
     slot: int
-    filled: int = 0  # prompt tokens (of prompt[:-1]) in the slot so far
+    filled: int = 0  # prompt tokens (of prompt[:-1]) in the target's slot so far
+    d_filled: int = 0  # ... in the draft's (it may hold less of the prompt than the target)
     reused: int = 0
     prefill_s: float = 0.0
     started: bool = False
@@ -196,6 +198,8 @@ class Batch:
             raise RuntimeError("no free slot")
         req = Request(gen, slot)
         req.reused = req.filled = _common(self.target.slot_tokens(slot), gen.prompt[:-1])
+        if gen.uses_draft:
+            req.d_filled = _common(self.draft.slot_tokens(slot), gen.prompt[:-1])
         self.slots[slot] = req
         return req
 
@@ -223,18 +227,25 @@ class Batch:
         return changed
 
     def _prefill(self, r: Request) -> None:
+        """One chunk more of ``r``'s prompt into each model's slot that still lacks some."""
         gen = r.gen
         t0 = time.perf_counter()
-        end = min(len(gen.prompt) - 1, r.filled + self.chunk)
-        tokens = gen.prompt[: end + 1]  # sync_slot leaves the last one out
-        self.target.sync_slot(r.slot, tokens)
+        last = len(gen.prompt) - 1  # the prompt's last token is the first step's root
+        r.filled = self._fill(self.target, r.slot, gen.prompt, r.filled)
         if gen.uses_draft:
-            self.draft.sync_slot(r.slot, tokens)
-        r.filled = end
+            r.d_filled = self._fill(self.draft, r.slot, gen.prompt, r.d_filled)
         r.prefill_s += time.perf_counter() - t0
-        if end == len(gen.prompt) - 1:
+        if r.filled == last and (r.d_filled == last or not gen.uses_draft):
             gen.started(r.reused, r.prefill_s)
             r.started, r.t_start = True, time.perf_counter()
+
+    def _fill(self, model: SlotBackend, slot: int, prompt: Sequence[int], filled: int) -> int:
+        """``model``'s slot holds ``prompt[:filled]`` (and maybe more after it): one chunk
+        more, and nothing after it (``sync_slot`` leaves the last of the tokens it is given
+        out); returns the new fill."""
+        end = min(len(prompt) - 1, filled + self.chunk)
+        model.sync_slot(slot, prompt[: end + 1])
+        return end
 
     def _rooms(self, reqs: list[Request]) -> dict[Request, Room]:
         t, d = self.target, self.draft
