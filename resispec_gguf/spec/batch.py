@@ -45,6 +45,7 @@ import numpy as np
 
 from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
+from .autotune import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
 from .protocol import SlotBackend
 
@@ -70,6 +71,12 @@ class Request:
     done: bool = False
     pieces: list[tuple[str, int]] = field(default_factory=list)
     t_start: float = 0.0
+    # what its steps held and yielded (decayed means over its past steps): the background
+    # the other requests' plans price their rows against (``autotune.Background``)
+    rows: float = 1.0
+    tokens: float = 1.0
+    draft_rows: float = 0.0  # per draft call
+    draft_calls: float = 0.0
 
     def take(self) -> list[str]:
         """The text pieces since the last take."""
@@ -253,6 +260,9 @@ class Batch:
         drafting = sum(r.gen.uses_draft for r in reqs)
         d_share = (d.n_seq_max - d.n_slots) // max(1, drafting) if d is not None else 0
         allow = self._allowances(reqs, share) if len(reqs) > 1 else {}
+        for r in reqs:
+            if r.gen.auto is not None:
+                r.gen.auto.share_step(_background([o for o in reqs if o is not r]) if len(reqs) > 1 else None)
         rooms = {}
         for r in reqs:
             nodes = min(MAX_TREE_NODES, share, allow.get(r, MAX_TREE_NODES))
@@ -294,6 +304,8 @@ class Batch:
             self._advance(r, plans[r], None, calls, finals, failed, first=True)
         dmap: dict[Request, list[int]] = {r: [] for r in reqs}  # draft node -> index in the step
         n_draft = 0
+        drafted: dict[Request, int] = {}  # draft rows and calls per request this step
+        levels: dict[Request, int] = {}
         while calls:
             order = list(calls)
             tokens, parents, slots, want, spans = [], [], [], [], []
@@ -312,6 +324,9 @@ class Batch:
             rows = self.draft.decode_slots(tokens, parents, slots, want)
             dt = time.perf_counter() - t
             n_draft += len(tokens)
+            for r in order:
+                drafted[r] = drafted.get(r, 0) + len(calls[r].tokens)
+                levels[r] = levels.get(r, 0) + 1
             calls = {}
             for r, (start, n) in zip(order, spans):
                 r.gen.stats.draft_time += dt
@@ -347,8 +362,10 @@ class Batch:
         seconds = time.perf_counter() - t_step
         for r in commits:
             r.gen.step_done(seconds)
+            n_out = len(r.gen.out)
             for piece in r.gen.emit():
                 r._put(piece)
+            _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
         for r in reqs:
             if r.gen.finish_reason is not None:
                 self._close(r)
@@ -380,6 +397,22 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
+
+
+def _learn(r: Request, rows: int, tokens: int, drafted: int, calls: int, keep: float = 0.5) -> None:
+    """One more step of ``r`` into its decayed means (``Request.rows`` ...)."""
+    r.rows = keep * r.rows + (1 - keep) * rows
+    r.tokens = keep * r.tokens + (1 - keep) * max(1, tokens)
+    r.draft_rows = keep * r.draft_rows + (1 - keep) * (drafted / calls if calls else 0.0)
+    r.draft_calls = keep * r.draft_calls + (1 - keep) * calls
+
+
+def _background(others: list[Request]) -> Background:
+    """What ``others`` are expected to hold in the next step: their rows, tokens, draft rows
+    per call and draft calls as in their past steps (decayed means)."""
+    return Background(rows=int(round(sum(o.rows for o in others))), value=float(sum(o.tokens for o in others)),
+                      draft_rows=int(round(sum(o.draft_rows for o in others))),
+                      draft_levels=int(round(max(o.draft_calls for o in others))))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
