@@ -20,8 +20,12 @@ The row budget.  Before anything is drawn, the step's target rows are shared out
 best-first across requests while the step's expected tokens per predicted second (the
 measured cost curves: one target decode of all rows, one draft decode per level) keep
 rising, as ``auto`` grows one tree.  Each share becomes that request's ``Room.tree_nodes``,
-an upper bound its own plan grows within.  A request with a fixed method keeps its own
-shape; every request is bounded by an equal share of the models' sequences.
+an upper bound its own plan grows within.  Within it, an ``auto`` request's plan prices its
+rows at what they add to the step (``autotune.Background``: the other requests' rows, tokens
+and draft calls as in their past steps; a draft level they make anyway costs its rows only),
+and a row must beat the whole step's expected tokens per second.  A request with a fixed
+method keeps its own shape; every request is bounded by an equal share of the models'
+sequences.
 
 Exactness.  What a request's tree may hold is fixed before its nodes draw and depends only
 on what other requests and earlier steps showed, never on its own draws (``tree``'s pruning
@@ -287,7 +291,7 @@ class Batch:
                 base += min(cap, gen.dp.max_budget)
         if not offers:
             return {}
-        accepts = [r.gen.auto.tuner.accept for r in offers]
+        accepts = [_chain_accept(r.gen.auto.tuner) for r in offers]
         drafts = [r.gen.uses_draft for r in offers]
         counts = share_rows(accepts, drafts, base, min(cap, MAX_TREE_NODES), self.tables[0], self.tables[1],
                             self.row_s, base_tokens=len(reqs))
@@ -397,6 +401,15 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
+
+
+def _chain_accept(tuner) -> float:
+    """The chance that a request's best path goes one node deeper: its chain arm's learnt
+    acceptance (learnt at every drafted node whatever ran), else its arm's.  A K-draw
+    tree accepts a candidate at a node more often, but its path goes on only through the
+    child it expanded, which is the draft's best guess: about a chain's draw."""
+    chain = tuner.arms.get("chain")
+    return chain.accept if chain is not None else tuner.accept
 
 
 def _learn(r: Request, rows: int, tokens: int, drafted: int, calls: int, keep: float = 0.5) -> None:
