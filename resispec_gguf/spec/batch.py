@@ -367,8 +367,11 @@ class Batch:
         for r in commits:
             r.gen.step_done(seconds)
             n_out = len(r.gen.out)
-            for piece in r.gen.emit():
-                r._put(piece)
+            try:
+                for piece in r.gen.emit():
+                    r._put(piece)
+            except ConstraintError as e:  # committing the tokens to it failed: this request's own end
+                r.gen.failed(e)
             _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
         for r in reqs:
             if r.gen.finish_reason is not None:
