@@ -46,8 +46,8 @@ class _AfterSteps:
 def test_a_cancel_event_ends_the_reply_before_the_next_step():
     target, draft = noisy_markov_pair(8, eog=7)
     for seed in range(20):
-        gen = Generation([1, 2, 3], SamplingParams(temperature=0.9, max_tokens=40, seed=seed), DraftParams(method="none"),
-                         vocab=target, has_draft=True, seed=seed)
+        sp = SamplingParams(temperature=0.9, max_tokens=40, seed=seed)
+        gen = Generation([1, 2, 3], sp, DraftParams(method="none"), vocab=target, has_draft=True, seed=seed)
         list(loop.run(gen, target, draft, cancel=_AfterSteps(gen, 3)))
         assert gen.stats.steps == 3 or gen.finish_reason == "eos" and gen.stats.steps < 3
         assert gen.finish_reason in (None, "eos")  # None: "interrupted"
