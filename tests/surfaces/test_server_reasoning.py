@@ -178,7 +178,7 @@ class _Scripted:
     def __getattr__(self, name):
         return getattr(self.real, name)
 
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None, cancel=None):
         from resispec_gguf.engine import Result, Stats
 
         try:
