@@ -6,9 +6,14 @@ engine on the Markov fakes of law_harness.py: the joint law of the first 4 token
 the switch from the free block to the inner constraint (``fake_models.PathConstraint``), is
 plain sampling under the same masks, for every method, with and without lookup, auto and
 lookup alone, with a budget of 2 (the closing token forced at the third token when the model
-has not closed the block by then); and for a block the model may open itself.  A budget
-counted on the committed tokens alone (blind to the node's path) is shown to be rejected.  The reference rule
-(``Thinking.allowed``) is written from the phases' definition, apart from the class.
+has not closed the block by then); and for a block the model may open itself.  The same
+for markers spelled in several tokens (a vocabulary without ``<think>``): a close that comes
+by itself or is forced token by token at the budget, continuing a start of it the block
+already ends with; an opening the inner constraint allows all along (the reply's first tokens
+stay ambiguous until the marker is complete) or only at first (its rest then forced).  A
+budget counted on the committed tokens alone (blind to the node's path) is shown to be
+rejected.  The reference rule (``Thinking.allowed``) is written from the phases' definition,
+apart from the class.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ def _ids(mask) -> list[int]:
     return [int(i) for i in np.flatnonzero(bits[:V])]
 
 
+# "open 3": INNER allows its first token only, so the rest is forced once the reply took it
 MARKERS = {"one token": ((OPEN,), (CLOSE,)), "two tokens": (OPEN2, CLOSE2), "open 3, close 2": ((4, 3, 0), CLOSE2)}
 
 
@@ -174,7 +180,21 @@ def test_forced_tokens_are_the_inner_ones_past_the_block_and_the_close_at_the_bu
 
 
 
-@pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V)])
+def test_forced_tokens_finish_markers_spelled_in_several_tokens():
+    """A marker of several tokens: the rest of the opening once INNER no longer allows the
+    reply's tokens (never while it still does), the rest of the closing at the budget (from
+    where the block's last tokens already started it)."""
+    state = After(INNER, CLOSE2, V, open=(4, 3, 0), phase=BEFORE, budget=1, ends=(EOG,)).start()
+    assert state.forced([]) == [] and state.forced([4]) == []  # INNER allows [4]: a reply may go on from it
+    assert state.forced([4, 3]) == [0]  # INNER refuses 3 after 4: only the opening goes on
+    assert state.forced([4, 3, 0]) == []  # in the block, under the budget
+    assert state.forced([4, 3, 0, 2]) == [3, 1] and state.forced([4, 3, 0, 3]) == [1]
+    assert state.forced([4, 3, 0, 3, 1]) == INNER.forced([])  # past the block: the inner constraint's
+    state.advance([4, 3])
+    assert state.forced([]) == [0] and _ids(state.mask([])) == [0]
+
+
+@pytest.mark.parametrize("bad", [dict(phase="thinking"), dict(phase=BEFORE, open=None), dict(open=V), dict(open=())])
 def test_bad_settings_are_refused(bad):
     kw = {"open": OPEN, "phase": FREE, **bad}
     with pytest.raises(ValueError):
