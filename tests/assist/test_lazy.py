@@ -307,7 +307,7 @@ class _BudgetBlind(After):
         state = super().start()
 
         def mask(path):
-            phase, _, inner = state._walk(path)
+            phase, _, _, inner = state._walk(path)
             if phase == FREE:
                 return bitmask_from_ids([CLOSE] if 0 <= self.budget <= state.count else [x for x in range(V) if x != EOG], V)
             return state.inner.mask(inner)
