@@ -38,10 +38,14 @@ from .formats import FORMATS
 from .lazy import AFTER, BEFORE, FREE, After
 
 __all__ = ["ReasoningFormat", "ReasoningRequest", "ReasoningStream", "detect_reasoning", "split_reasoning",
-           "constrain", "check_reasoning", "check_template_kwargs"]
+           "constrain", "check_reasoning", "check_template_kwargs", "marker_pairs"]
 
-# the marker pairs looked for, in order: those of the tool formats' families that think
-MARKERS = tuple(dict.fromkeys(cls.reasoning for cls in FORMATS.values() if cls.reasoning))
+
+def marker_pairs() -> tuple[tuple[str, str], ...]:
+    """The marker pairs looked for, in order: the ``reasoning`` of the tool formats' families
+    that think (the one place they are written)."""
+    return tuple(dict.fromkeys(cls.reasoning for cls in FORMATS.values() if cls.reasoning))
+
 # variables the renderer sets itself: chat_template_kwargs may not replace them
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception"})
 
@@ -109,7 +113,7 @@ def detect_reasoning(vocab, template: str | None = None) -> ReasoningFormat | No
     (as text or as control tokens); else, when the chat ``template`` mentions a pair's
     opening marker, that pair with each marker as its tokens (a single token where there is
     one); None otherwise."""
-    for start, end in MARKERS:
+    for start, end in marker_pairs():
         (a, a_shown), (b, b_shown) = _single_token(vocab, start), _single_token(vocab, end)
         shown = tuple(t for t, c in ((a, a_shown), (b, b_shown)) if c)
         if a is not None and b is not None:

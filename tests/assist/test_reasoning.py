@@ -336,3 +336,20 @@ def test_a_schema_applies_after_a_spelled_marker(spelled_think):
         assert res.tokens[2:2 + len(end)] == end
         if res.finish_reason == "eos":
             assert isinstance(json.loads(reasoning.split_reasoning(e.reasoning_format(), FREE, res.text)[1]), dict)
+
+
+def test_the_markers_looked_for_are_the_formats(monkeypatch, think):
+    """One source of truth: the pairs detection looks for are the thinking families' formats'
+    ``reasoning``; another pair there is looked for instead (here spelled in bytes, taken as
+    the template mentions it)."""
+    from resispec_gguf.assist.formats import DeepSeekR1Format, Qwen3Format
+
+    assert reasoning.marker_pairs() == (("<think>", "</think>"),) == (Qwen3Format.reasoning,)
+    for cls in (Qwen3Format, DeepSeekR1Format):
+        monkeypatch.setattr(cls, "reasoning", ("<|im_start|>", "</x>"))
+    found = reasoning.detect_reasoning(think.target, think.chat_template)
+    assert (found.start, found.end, found.start_ids) == ("<|im_start|>", "</x>", (tiny_gguf.IM_START_ID,))
+    assert len(found.end_ids) == 4
+    for cls in (Qwen3Format, DeepSeekR1Format):
+        monkeypatch.setattr(cls, "reasoning", ("<reason>", "</reason>"))
+    assert reasoning.detect_reasoning(think.target, think.chat_template) is None  # no token, not in the template
