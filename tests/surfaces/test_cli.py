@@ -334,3 +334,27 @@ def test_generate_chat_prints_the_thinking_apart(open_think_pair):
     thinking, answer = split_reasoning(ReasoningFormat("<think>", "</think>", 0, 1), FREE, whole.stdout[:-1])
     marked = split.stderr[split.stderr.index("[reasoning]\n") + 12:split.stderr.index("\n[/reasoning]\n")]
     assert marked == thinking and split.stdout == answer + "\n"
+
+
+def test_generate_reply_dims_the_thinking_on_a_terminal():
+    """On a terminal the thinking is dimmed on stdout, a blank line before the answer; else it
+    goes to stderr between marks, closed even when the reply ends inside it."""
+    import io
+
+    from resispec_gguf.surfaces.cli import _Reply
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out, err = Terminal(), io.StringIO()
+    reply = _Reply(out, err)
+    for part in (("Hmm", ""), (" so", ""), ("", "4."), ("", " Done")):
+        reply.write(*part)
+    reply.end_thinking()
+    assert out.getvalue() == "\x1b[2mHmm\x1b[0m\x1b[2m so\x1b[0m\n\n4. Done" and err.getvalue() == ""
+    out, err = io.StringIO(), io.StringIO()
+    reply = _Reply(out, err)
+    reply.write("cut", "")
+    reply.end_thinking()
+    assert (out.getvalue(), err.getvalue()) == ("", "[reasoning]\ncut\n[/reasoning]\n")
