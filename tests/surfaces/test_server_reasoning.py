@@ -318,3 +318,31 @@ def test_qwen3_not_thinking_typed_output_through_the_openai_client(qwen3_server)
             if finish == "stop":
                 value = json.loads(msg.content)
                 assert set(value) == {"unit", "n"} and value["unit"] in ("c", "f") and 0 <= value["n"] <= 9
+
+
+def test_control_token_markers_come_back_apart(tmp_path_factory):
+    """Markers stored as control tokens (their text is not in a reply unless shown): the
+    thinking still comes back apart, streamed and not alike, and ``reasoning_format`` none
+    shows the closing marker in the text."""
+    import tiny_gguf
+
+    folder = tmp_path_factory.mktemp("control-markers")
+    common = dict(base_seed=0, chat_template=tiny_gguf.OPEN_THINK_TEMPLATE, extra_tokens=tiny_gguf.THINK_TOKENS)
+    pair = (tiny_gguf.write_tiny_llama(folder / "t.gguf", seed=0, **common),
+            tiny_gguf.write_tiny_llama(folder / "d.gguf", seed=1, noise=tiny_gguf.DEFAULT_DRAFT_NOISE, **common))
+    e = _load(pair)
+    try:
+        app = create_app(e, model_name="control", sampling_defaults=SamplingParams(max_tokens=10),
+                         reasoning=ReasoningParams(reasoning_budget=3))
+        with serving(app) as url:
+            for seed in (1, 2):
+                msg = _chat(url, seed=seed).json()["choices"][0]["message"]
+                assert msg["reasoning_content"] and "</think>" not in msg["content"]
+                deltas, _ = _streamed(url, seed=seed)
+                assert (_joined(deltas, "reasoning_content"), _joined(deltas, "content")) == \
+                    (msg["reasoning_content"], msg["content"])
+                raw = _chat(url, seed=seed, reasoning_format="none").json()["choices"][0]["message"]["content"]
+                assert "</think>" in raw and raw.split("</think>")[0].strip() == msg["reasoning_content"]
+                assert msg["content"] == raw.split("</think>", 1)[1].lstrip()
+    finally:
+        e.close()
