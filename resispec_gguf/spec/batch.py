@@ -336,8 +336,11 @@ class Batch:
         seconds = time.perf_counter() - t_step
         for r in commits:
             r.gen.step_done(seconds)
-            for piece in r.gen.emit():
-                r._put(piece)
+            try:
+                for piece in r.gen.emit():
+                    r._put(piece)
+            except ConstraintError as e:  # committing the tokens to it failed: this request's own end
+                r.gen.failed(e)
         for r in reqs:
             if r.gen.finish_reason is not None:
                 self._close(r)

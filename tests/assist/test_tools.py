@@ -703,3 +703,41 @@ def test_nested_tool_parameters_compile_and_calls_validate(tool_server, offered)
 def test_a_response_format_with_defs_compiles(engine):
     grammar = engine.compile_constraint(json_schema=ORDER["function"]["parameters"])
     assert grammar.start().mask(()).any()
+
+
+_FUZZ_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                                "arguments": {"city": "Oslo", "unit": "c"}}},
+               {"id": "call_2", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]
+
+
+@pytest.mark.parametrize("name", sorted(formats.FORMATS))
+def test_every_format_streams_as_the_unstreamed_reply_for_any_split_and_any_cut(name):
+    """Replies of the shape a tool grammar allows (prose, then the calls as the format
+    writes them), whole or cut anywhere (max_tokens), streamed in random pieces: the content
+    that streams out reassembles to the unstreamed content (up to its surrounding
+    whitespace) and the calls are the same."""
+    import random
+
+    fmt = formats.FORMATS[name]()
+    written = [fmt.write_calls(_FUZZ_CALLS[:1]), fmt.write_calls(_FUZZ_CALLS[1:]), fmt.write_calls(_FUZZ_CALLS)]
+    prose = ["Hi. ", "\n", " ", "{", "}", '"name"', ": ", '"add"', "```json\n", "```", '{"a": 1}',
+             fmt.open[: max(1, len(fmt.open) // 2)]]
+    rng = random.Random(3)
+    for _ in range(1500):
+        text = "".join(rng.choice(prose) for _ in range(rng.randint(0, 4)))
+        if rng.random() < 0.7:
+            text += rng.choice(["", "\n"]) + rng.choice(written)
+        if rng.random() < 0.4:
+            text = text[: rng.randint(0, len(text))]
+        for parallel in (True, False):
+            s = tools.ToolStream(fmt, OFFERED, parallel)
+            out, k = "", 0
+            while k < len(text):
+                n = rng.randint(1, 7)
+                out, k = out + s.push(text[k:k + n]), k + n
+            rest, calls = s.finish(text)
+            parsed = fmt.parse(text, OFFERED, parallel)
+            if parsed is None:
+                assert (out + rest, calls) == (text, None), text
+            else:
+                assert (out + rest).strip() == parsed[0] and _calls(calls) == _calls(parsed[1]), text

@@ -282,6 +282,46 @@ def test_one_requests_failing_constraint_mid_step_leaves_the_others_alone():
             assert a.gen.out == b.gen.out and a.gen.finish_reason == b.gen.finish_reason
 
 
+class _FailingAdvance:
+    """A constraint that fails when its first step's tokens are committed, as a grammar
+    does when it cannot consume a generated token (``GrammarState.advance``)."""
+
+    def __init__(self):
+        self.states = []
+
+    def start(self):
+        state = CONSTRAINT.start()
+        advance, state.steps = state.advance, 0
+        self.states.append(state)
+
+        def failing(tokens):
+            state.steps += 1
+            if state.steps == 1:
+                raise ConstraintError("the grammar gave up at a generated token")
+            advance(tokens)
+
+        state.advance = failing
+        return state
+
+
+def test_a_constraint_failing_as_it_commits_ends_its_own_request_only():
+    """``emit`` commits a step's tokens to the constraint; a failure there is the request's
+    own, as in ``loop.run``: it ends with "error" and the others go on unchanged."""
+    engine, target = _engine("gpu", n_slots=3)
+    failed = 0
+    for seed in range(6):
+        calm = _outputs(engine, FIXED, seed=seed)
+        failing = _FailingAdvance()
+        hit = _outputs(engine, [(PROMPT, T1, _dp("resispec"), failing)] + FIXED[1:], seed=seed)
+        res = hit[0].gen.result()
+        if failing.states[0].steps:  # (a reply may end at its first token)
+            failed += 1
+            assert res.finish_reason == "error" and "gave up" in res.error and hit[0].done
+        for a, b in zip(calm[1:], hit[1:]):
+            assert a.gen.out == b.gen.out and a.gen.finish_reason == b.gen.finish_reason
+    assert failed >= 3
+
+
 def test_a_prompt_that_cannot_fit_a_slot_is_refused_at_admission():
     from resispec_gguf.errors import ContextFullError
 

@@ -94,6 +94,11 @@ class HermesFormat(ToolFormat):
         cut = content.find(self.open)
         if cut >= 0:
             content = content[:cut]
+        else:  # a reply cut inside a next block's marker: not content either (nor streamed)
+            for k in range(len(self.open) - 1, 0, -1):
+                if text.endswith(self.open[:k]):
+                    content = content[:-k]
+                    break
         return content.strip(), calls
 
     def unmarked_calls(self, text: str, allowed):
