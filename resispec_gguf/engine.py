@@ -268,16 +268,23 @@ class Engine:
         if self._tool_format is None:
             self._tool_format = formats.detect_format(self.chat_template, self.target, self.grammars.tokenizer(),
                                                       self._tool_format_name)
-            if hasattr(self.target, "shown_specials"):  # the reply's text shows the format's markers
-                self.target.shown_specials = frozenset(self._tool_format.special.values())
+            self._show(self._tool_format.special.values())  # the reply's text shows the format's markers
         return self._tool_format
 
     def reasoning_format(self):
-        """The target's thinking markers (``reasoning.detect_reasoning``; found once), None
-        for a model that does not think in a marked block."""
+        """The target's thinking markers (``reasoning.detect_reasoning`` on its vocabulary and
+        chat template; found once), None for a model that does not think in a marked block."""
         if self._reasoning is False:
-            self._reasoning = reasoning.detect_reasoning(self.target)
+            self._reasoning = reasoning.detect_reasoning(self.target, self.chat_template)
+            if self._reasoning is not None:
+                self._show(self._reasoning.shown)  # markers that are control tokens show in the text
         return self._reasoning
+
+    def _show(self, tokens) -> None:
+        """Special tokens whose text the reply's text shows (``LlamaModel.shown_specials``),
+        added to those shown already (a tool format's markers, a reasoning model's)."""
+        if hasattr(self.target, "shown_specials"):
+            self.target.shown_specials = self.target.shown_specials | frozenset(int(t) for t in tokens)
 
     def grammar_tokenizer(self):
         return self.grammars.tokenizer()
