@@ -268,16 +268,23 @@ class Engine:
         if self._tool_format is None:
             self._tool_format = formats.detect_format(self.chat_template, self.target, self.grammars.tokenizer(),
                                                       self._tool_format_name)
-            if hasattr(self.target, "shown_specials"):  # the reply's text shows the format's markers
-                self.target.shown_specials = frozenset(self._tool_format.special.values())
+            self._show(self._tool_format.special.values())  # the reply's text shows the format's markers
         return self._tool_format
 
     def reasoning_format(self):
-        """The target's thinking markers (``reasoning.detect_reasoning``; found once), None
-        for a model that does not think in a marked block."""
+        """The target's thinking markers (``reasoning.detect_reasoning`` on its vocabulary and
+        chat template; found once), None for a model that does not think in a marked block."""
         if self._reasoning is False:
-            self._reasoning = reasoning.detect_reasoning(self.target)
+            self._reasoning = reasoning.detect_reasoning(self.target, self.chat_template)
+            if self._reasoning is not None:
+                self._show(self._reasoning.shown)  # markers that are control tokens show in the text
         return self._reasoning
+
+    def _show(self, tokens) -> None:
+        """Special tokens whose text the reply's text shows (``LlamaModel.shown_specials``),
+        added to those shown already (a tool format's markers, a reasoning model's)."""
+        if hasattr(self.target, "shown_specials"):
+            self.target.shown_specials = self.target.shown_specials | frozenset(int(t) for t in tokens)
 
     def grammar_tokenizer(self):
         return self.grammars.tokenizer()
@@ -329,26 +336,27 @@ class Engine:
 
     def submit(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
-               logprobs: int | None = None) -> Ticket:
+               logprobs: int | None = None, cancel=None) -> Ticket:
         """Start a request beside the others (``stream``'s arguments; bad arguments raise
         here): it waits for a free slot, then runs in the same steps as every other request
         in a slot.  Iterate the ``Ticket`` for its text, ``close()`` it to withdraw it,
         ``result()`` for its ``Result``.  Any thread may submit; one thread of the engine's
         own makes every model call.  ``stream`` and ``generate`` go through here when the
-        engine has more than one slot."""
+        engine has more than one slot.  ``cancel``: an event (``is_set()``) that withdraws
+        the request as ``close()`` does, from any thread."""
         gen = self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
-        return self._submit(gen)
+        return self._submit(gen, cancel)
 
-    def _submit(self, gen: Generation) -> Ticket:
+    def _submit(self, gen: Generation, cancel=None) -> Ticket:
         with self._runner_lock:
             if self._runner is None:
                 self._runner = Runner(self.batch())
-        return self._runner.submit(gen)
+        return self._runner.submit(gen, cancel)
 
-    def _shared(self, gen: Generation) -> Iterator[tuple[str, int]]:
+    def _shared(self, gen: Generation, cancel=None) -> Iterator[tuple[str, int]]:
         """``gen``'s pieces with their logprob counts through the runner (withdrawn when the
-        iterator is closed)."""
-        ticket = self._submit(gen)
+        iterator is closed, or ``cancel`` is set)."""
+        ticket = self._submit(gen, cancel)
         try:
             yield from ticket.marked()
         finally:
@@ -357,10 +365,13 @@ class Engine:
 
     def stream(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
-               logprobs: int | None = None) -> Iterator[str]:
+               logprobs: int | None = None, cancel=None) -> Iterator[str]:
         """Yield text pieces as soon as they are complete UTF-8 (and past any stop string).
         When the iterator ends, ``engine.last_result`` holds the full ``Result``; closed or
         interrupted early (Ctrl-C, an error), its ``finish_reason`` is "interrupted".
+        ``cancel``: an event (``is_set()``, e.g. a ``threading.Event``) that another thread
+        may set to end the reply before its next step (its slot is then free), even while
+        the iterator waits for text that has not come.
 
         ``json_schema`` / ``grammar`` (see ``compile_constraint``) or an already compiled
         ``constraint`` restrict the output: every token is drawn exactly as plain constrained
@@ -372,9 +383,9 @@ class Engine:
         self.last_result = None
         try:
             if self.n_slots == 1:
-                yield from loop.run(gen, self.target, self.draft)
+                yield from loop.run(gen, self.target, self.draft, cancel)
             else:
-                with contextlib.closing(self._shared(gen)) as shared:
+                with contextlib.closing(self._shared(gen, cancel)) as shared:
                     for piece, _ in shared:
                         yield piece
         finally:
@@ -382,21 +393,22 @@ class Engine:
 
     def stream_logprobs(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None,
                         logprobs: int = 0, *, constraint: Constraint | None = None, json_schema=None,
-                        grammar: str | None = None) -> Iterator[tuple[str, list[TokenLogprob]]]:
+                        grammar: str | None = None, cancel=None) -> Iterator[tuple[str, list[TokenLogprob]]]:
         """``stream`` with logprobs: yields ``(piece, entries)``, ``entries`` the
         ``TokenLogprob`` of the tokens emitted since the previous piece (text and tokens do not
         align one to one: a token may hold part of a character, or text a stop string may
         still swallow).  The yielded lists, concatenated, are a prefix of
         ``last_result.logprobs``; what follows it (tokens whose text never became final, such
-        as a stop string's) is only there.  The constraint arguments are ``stream``'s."""
+        as a stop string's) is only there.  The constraint arguments and ``cancel`` are
+        ``stream``'s."""
         gen = self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
         self.last_result = None
         sent = 0
         try:
             if self.n_slots == 1:
-                pieces = ((piece, len(gen.logprobs)) for piece in loop.run(gen, self.target, self.draft))
+                pieces = ((piece, len(gen.logprobs)) for piece in loop.run(gen, self.target, self.draft, cancel))
             else:
-                pieces = self._shared(gen)
+                pieces = self._shared(gen, cancel)
             with contextlib.closing(pieces):
                 for piece, n in pieces:
                     yield piece, gen.logprobs[sent:n]

@@ -60,6 +60,8 @@ class SlowEngine:
         self.fail = False
         self.tokenized = 0  # prompts tokenized (chat or text)
         self.tokenize_delay = {}  # prompt text -> seconds its tokenization takes
+        self.quiet = False  # after its first piece, steps that make no text until cancelled
+        self.cancel_seen = threading.Event()  # a quiet stream saw its cancel event
 
     def __getattr__(self, name):
         return getattr(self.real, name)
@@ -73,7 +75,7 @@ class SlowEngine:
         time.sleep(self.tokenize_delay.get(text, 0))
         return self.real.text_tokens(text)
 
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None, cancel=None):
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         n, reason = 0, "stop"
@@ -84,6 +86,11 @@ class SlowEngine:
             for _ in range(sampling.max_tokens):
                 time.sleep(self.delay)
                 n += 1
+                if self.quiet and n > 1:  # a step with no text: only the cancel event can end it
+                    if cancel is not None and cancel.is_set():
+                        self.cancel_seen.set()
+                        return
+                    continue
                 yield "x"
             reason = "length"
         except GeneratorExit:

@@ -42,8 +42,13 @@ HERMES = (
     "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Qwen3's: earlier thinking rendered, and ``enable_thinking`` false closing an empty block in
+# the generation prompt
 QWEN3 = HERMES.replace("{{ m.content or '' }}", "{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n"
-                                                 "</think>\n{% endif %}{{ m.content or '' }}")
+                                                 "</think>\n{% endif %}{{ m.content or '' }}").replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% endif %}{% endif %}")
 LLAMA3 = (
     "{{ bos_token }}{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
     "Functions:{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n"

@@ -9,7 +9,7 @@ tool requests and streams replies that may call; ``formats`` holds the formats m
 calls in (one module per family: markers, grammars, parsing, rendering).  ``reasoning`` owns
 a reasoning model's thinking block: its markers, the reply split into reasoning and answer,
 and the constraint that lets it think before a grammar applies (``lazy.After``: a constraint
-that starts after a closing token).  ``plan`` turns a chat request (tools, tool_choice,
+that starts after a closing marker).  ``plan`` turns a chat request (tools, tool_choice,
 response_format, reasoning fields) into a prompt and a constraint; the surfaces then run it
 on the engine.
 

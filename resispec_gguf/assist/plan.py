@@ -76,6 +76,11 @@ class ChatPlan:
     final: object = None  # ``ChatOptions.final``: the reply is calls or JSON under it
     reasoning: _reasoning.ReasoningFormat | None = None
     phase: str = "after"
+    # the model's thinking markers (returned apart or not), the request's budget and the
+    # vocabulary's size: what ``constrain`` wraps another constraint with
+    thinking: _reasoning.ReasoningFormat | None = None
+    budget: int = -1
+    n_vocab: int = 0
 
     @property
     def tools_active(self) -> bool:
@@ -85,6 +90,13 @@ class ChatPlan:
         """``(reasoning, content)`` of a finished reply (``reasoning.split_reasoning``):
         reasoning None when the reply had no thinking block or it is not returned apart."""
         return _reasoning.split_reasoning(self.reasoning, self.phase, text)
+
+    def constrain(self, inner):
+        """``inner`` (a constraint, or None) as this request runs it: on a reasoning model,
+        after the thinking, with the request's budget (``reasoning.constrain``)."""
+        if self.thinking is None:
+            return inner
+        return _reasoning.constrain(self.thinking, inner, self.phase, self.budget, self.n_vocab)
 
     def reasoning_stream(self) -> _reasoning.ReasoningStream | None:
         """The streamed form of ``split``; None when the text is not split."""
@@ -183,18 +195,22 @@ def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, r
 
 
 def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
-              functions=None, function_call=None, checked: ChatOptions | None = None, **reasoning) -> ChatPlan:
+              functions=None, function_call=None, checked: ChatOptions | None = None, constraint=None,
+              **reasoning) -> ChatPlan:
     """The prompt and constraint for a chat request on ``engine``.  ``checked``:
     ``check_chat_options``' result when the caller has it already; ``messages`` may come
-    checked (``chat_format.Messages``): they are checked once per request.  ``reasoning``:
-    ``check_chat_options``' reasoning keywords.  On a reasoning model the constraint starts
-    when the thinking ends (``reasoning.constrain``)."""
+    checked (``chat_format.Messages``): they are checked once per request.  ``constraint``: one
+    the caller compiled (a command line's ``--json-schema`` or ``--grammar``), in place of the
+    request's tools and ``response_format``.  ``reasoning``: ``check_chat_options``' reasoning
+    keywords.  On a reasoning model the constraint starts when the thinking ends
+    (``reasoning.constrain``)."""
     options = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
                                             functions, function_call, **reasoning)
     req = options.tools
     msgs = check_messages(messages)
     fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
-    constraint = _constraint(engine, options, fmt)  # first: a constraint that cannot work names its field
+    if constraint is None:  # first: a constraint that cannot work names its field
+        constraint = _constraint(engine, options, fmt)
     variables = options.reasoning.template_variables()
     extra = {"template_kwargs": variables} if variables else {}
     if fmt is not None:  # the format renders tools, earlier calls and their results
@@ -206,8 +222,8 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     thinks = engine.reasoning_format()
     if thinks is not None:
         plan.phase = thinks.phase(prompt, engine.token_piece)
-        plan.constraint = _reasoning.constrain(thinks, constraint, plan.phase, options.reasoning.budget,
-                                               engine.n_vocab)
+        plan.thinking, plan.budget, plan.n_vocab = thinks, options.reasoning.budget, engine.n_vocab
+        plan.constraint = plan.constrain(constraint)
         plan.reasoning = thinks if options.reasoning.split else None
     return plan
 

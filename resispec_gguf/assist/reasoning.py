@@ -2,22 +2,29 @@
 the constraint that lets them think before a grammar applies.
 
 Qwen3, QwQ, DeepSeek-R1 and its distills think in a ``<think>…</think>`` block before they
-answer; their vocabularies hold both markers as single tokens, whose text is the marker
+answer.  The marker pairs looked for are the tool formats' ``reasoning`` (``formats``: the
+families that think).  Most vocabularies hold both markers as single tokens: user-defined,
+whose text shows in the reply, or control tokens, whose text the reply shows only when asked
+(``ReasoningFormat.shown``: the engine adds them to the tokens the reply's text shows).  A
+vocabulary without them spells a marker in several tokens; the markers are then taken when the
+chat template mentions the opening one, each as its tokens in one fixed tokenisation
 (``detect_reasoning``).  Some templates open the block themselves at the end of the
 generation prompt (DeepSeek-R1 distills, QwQ), some let the model open it (Qwen3), and some
 close it at once when asked not to think (Qwen3 with ``enable_thinking`` false): where a
-reply starts is read from the prompt's last tokens (``ReasoningFormat.phase``).
+reply starts is read from the prompt's last text (``ReasoningFormat.phase``).
 
 * ``split_reasoning`` — a finished reply as ``(reasoning, content)``; ``ReasoningStream``
   streams the same split, so that its deltas concatenate to exactly the non-streamed parts.
 * ``constrain`` — a request's constraint (tools, ``response_format``) made to start after the
-  block (``lazy.After``), and a reasoning budget: after N tokens of thinking only the
-  closing marker may follow.
+  block (``lazy.After``, which recognises a marker of several tokens in its fixed
+  tokenisation), and a reasoning budget: after N tokens of thinking only the closing marker
+  (its tokens, one after the other) may follow.
 * ``check_reasoning`` — a request's ``reasoning_format``, ``reasoning_budget`` and
   ``chat_template_kwargs`` checked (``ReasoningRequest``).
 
-Pure Python: the vocabulary comes in as an object (``tokenize``, ``token_piece``).  May import
-``errors``, ``config`` and its ``assist`` neighbours (``lazy``); never the engine,
+Pure Python: the vocabulary comes in as an object (``tokenize``, ``token_piece``,
+``token_text``).  May import ``errors``, ``config`` and its ``assist`` neighbours (``lazy``,
+``formats``); never the engine,
 ``llama`` or a surface.
 """
 
@@ -27,58 +34,94 @@ from dataclasses import dataclass, field
 
 from ..config import ConfigError, ReasoningParams
 from ..errors import FieldError
+from .formats import FORMATS
 from .lazy import AFTER, BEFORE, FREE, After
 
 __all__ = ["ReasoningFormat", "ReasoningRequest", "ReasoningStream", "detect_reasoning", "split_reasoning",
-           "constrain", "check_reasoning", "check_template_kwargs"]
+           "constrain", "check_reasoning", "check_template_kwargs", "marker_pairs"]
 
-# the marker pairs looked for in a vocabulary, in order
-MARKERS = (("<think>", "</think>"),)
+
+def marker_pairs() -> tuple[tuple[str, str], ...]:
+    """The marker pairs looked for, in order: the ``reasoning`` of the tool formats' families
+    that think (the one place they are written)."""
+    return tuple(dict.fromkeys(cls.reasoning for cls in FORMATS.values() if cls.reasoning))
+
 # variables the renderer sets itself: chat_template_kwargs may not replace them
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception"})
 
 
+def _tokens(value) -> tuple[int, ...]:
+    return (int(value),) if isinstance(value, int) else tuple(int(t) for t in value)
+
+
 @dataclass(frozen=True)
 class ReasoningFormat:
-    """A model's thinking markers: their texts and their (single) token ids."""
+    """A model's thinking markers: their texts and their tokens (a token, or the tokens that
+    spell the marker in a fixed tokenisation; given as an int or a sequence)."""
 
     start: str
     end: str
-    start_id: int
-    end_id: int
+    start_ids: tuple
+    end_ids: tuple
     # the vocabulary's end-of-generation tokens (refused inside a constrained block); a format
     # is its markers, so they take no part in comparisons
     ends: tuple = field(default=(), compare=False)
+    # the markers that are control tokens: the reply's text must show them (``split_reasoning``
+    # reads the text)
+    shown: tuple = field(default=(), compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "start_ids", _tokens(self.start_ids))
+        object.__setattr__(self, "end_ids", _tokens(self.end_ids))
 
     def phase(self, prompt, piece) -> str:
-        """Where a reply to ``prompt`` (token ids) starts: ``lazy.FREE`` when the prompt ends
-        with the opening marker (the template opened the block), ``lazy.AFTER`` when it ends
-        with the closing one (closed already: no thinking this turn), else ``lazy.BEFORE``
-        (the model may open it).  Trailing whitespace tokens are looked past; ``piece(id)``
-        is a token's bytes."""
+        """Where a reply to ``prompt`` (token ids) starts: ``lazy.FREE`` when the prompt's text
+        ends with the opening marker (the template opened the block), ``lazy.AFTER`` when it
+        ends with the closing one (closed already: no thinking this turn), else
+        ``lazy.BEFORE`` (the model may open it).  Trailing whitespace is looked past;
+        ``piece(id)`` is a token's bytes (a control marker's text included: ``shown``)."""
+        start, end = self.start.encode(), self.end.encode()
+        tail = b""
         for t in reversed(prompt):
-            t = int(t)
-            if t == self.start_id:
-                return FREE
-            if t == self.end_id:
-                return AFTER
-            if piece(t).strip():
-                return BEFORE
-        return BEFORE
-
-
-def detect_reasoning(vocab) -> ReasoningFormat | None:
-    """The model's thinking markers, when its vocabulary has both of a pair as single tokens
-    whose text is the marker (``vocab.tokenize``, ``vocab.token_piece``); None otherwise."""
-    for start, end in MARKERS:
-        ids = []
-        for text in (start, end):
-            found = vocab.tokenize(text, add_special=False, parse_special=True)
-            if len(found) != 1 or vocab.token_piece(found[0]) != text.encode():
+            tail = piece(int(t)) + tail
+            if len(tail.rstrip()) >= max(len(start), len(end)):
                 break
-            ids.append(int(found[0]))
-        else:
-            return ReasoningFormat(start, end, *ids, _end_tokens(vocab))
+        tail = tail.rstrip()
+        if tail.endswith(end):
+            return AFTER
+        return FREE if tail.endswith(start) else BEFORE
+
+
+def _single_token(vocab, text: str) -> tuple[int | None, bool]:
+    """``(id, control)``: the one token whose text is ``text`` (user-defined, its piece the
+    text; or a control token, whose piece is empty unless shown), or ``(None, False)``."""
+    found = vocab.tokenize(text, add_special=False, parse_special=True)
+    if len(found) != 1:
+        return None, False
+    t = int(found[0])
+    if vocab.token_piece(t) == text.encode():
+        return t, False
+    token_text = getattr(vocab, "token_text", None)
+    if token_text is not None and token_text(t) == text.encode():
+        return t, True
+    return None, False
+
+
+def detect_reasoning(vocab, template: str | None = None) -> ReasoningFormat | None:
+    """The model's thinking markers (``vocab.tokenize``, ``vocab.token_piece``,
+    ``vocab.token_text``): a pair both of whose markers are single tokens of the vocabulary
+    (as text or as control tokens); else, when the chat ``template`` mentions a pair's
+    opening marker, that pair with each marker as its tokens (a single token where there is
+    one); None otherwise."""
+    for start, end in marker_pairs():
+        (a, a_shown), (b, b_shown) = _single_token(vocab, start), _single_token(vocab, end)
+        shown = tuple(t for t, c in ((a, a_shown), (b, b_shown)) if c)
+        if a is not None and b is not None:
+            return ReasoningFormat(start, end, a, b, _end_tokens(vocab), shown)
+        if template and start in template:
+            ids = [t if t is not None else vocab.tokenize(text, add_special=False, parse_special=True)
+                   for t, text in ((a, start), (b, end))]
+            return ReasoningFormat(start, end, *ids, _end_tokens(vocab), shown)
     return None
 
 
@@ -186,7 +229,7 @@ def constrain(fmt: ReasoningFormat, inner, phase: str, budget: int, n_vocab: int
     when the prompt closed the block already."""
     if phase == AFTER or (inner is None and budget < 0):
         return inner
-    return After(inner, fmt.end_id, n_vocab, open=fmt.start_id, phase=phase, budget=budget, ends=fmt.ends)
+    return After(inner, fmt.end_ids, n_vocab, open=fmt.start_ids, phase=phase, budget=budget, ends=fmt.ends)
 
 
 def check_template_kwargs(value, param: str = "chat_template_kwargs") -> dict | None:

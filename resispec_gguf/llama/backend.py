@@ -93,13 +93,13 @@ class LogitsRows:
     def __init__(self, model, generation, batch_index):
         self._model = model
         self._generation = generation
-        self._index = batch_index  # [n_out] batch positions of the rows
+        self._index = batch_index  # [n_out] batch positions of the rows (a range when every node has one)
 
     def __len__(self):
         return len(self._index)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self._model._row(self._generation, int(self._index[i]))
+        return self._model._row(self._generation, i, len(self._index))
 
 
 def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
@@ -171,6 +171,7 @@ class LlamaModel:
         # [TOOL_CALLS]: llama.cpp's "preserved tokens"); other special tokens add no text
         self.shown_specials: frozenset[int] = frozenset()
         self._generation = 0
+        self._rows, self._rows_of = None, -1  # the last decode's logits buffer as [n_out, V], and its generation
         self._specials = None
         self._max_piece = None
 
@@ -417,13 +418,17 @@ class LlamaModel:
         ptr = _ll.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()  # [n_out, V]
 
-    def _row(self, generation: int, i: int) -> np.ndarray:
+    def _row(self, generation: int, i: int, n_out: int) -> np.ndarray:
+        """Output row ``i`` of the decode ``generation`` (of ``n_out`` rows): a read-only view
+        of llama.cpp's buffer, which holds the rows in batch order.  One view of the whole
+        buffer per decode: viewing each row on its own costs ~5 us at 152k tokens."""
         if generation != self._generation:
             raise RuntimeError("logits rows are only readable until the next decode")
-        ptr = _ll.llama_get_logits_ith(self._ctx, i)
-        row = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))  # [V] a view of llama.cpp's buffer
-        row.flags.writeable = False
-        return row
+        if self._rows_of != generation:
+            rows = np.ctypeslib.as_array(_ll.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))  # [n_out, V]
+            rows.flags.writeable = False
+            self._rows, self._rows_of = rows, generation
+        return self._rows[i]
 
     def sync_prefix(self, tokens: list[int]) -> int:
         """Make sequence 0 hold ``tokens[:-1]`` plus nothing else; returns tokens reused.
@@ -471,8 +476,6 @@ class LlamaModel:
 
     def decode_slots(self, tokens, parents, slots, want_logits=None) -> "LogitsRows":
         """``decode`` of nodes of several slots (``slots[j]``: node j's; None: all slot 0)."""
-        tokens = np.asarray(tokens, np.int64)
-        parents = np.asarray(parents, np.int64)
         n = len(tokens)
         base = len(self._nodes)
         pasts = [len(seq) for seq in self._seqs]
@@ -481,21 +484,26 @@ class LlamaModel:
         if depth_end > self.n_ctx or self._overfull():
             self._forget_nodes(base)
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
-        ids, counts, anchors = self._nodes.cells(base)
-        for j, anchor_seq in enumerate(anchors):
-            _ll.llama_memory_seq_cp(self._mem, anchor_seq, self._nodes.seq[base + j], -1, -1)
+        ids, counts, copies = self._nodes.cells(base)
+        for src, dst, end in copies:
+            _ll.llama_memory_seq_cp(self._mem, src, dst, -1, end)
         self._tok[:n] = tokens
         self._pos[:n] = self._nodes.pos[base:]
         self._nseq[:n] = counts
         self._seq[:n, : ids.shape[1]] = ids
-        out = np.ones(n, bool) if want_logits is None else np.asarray(want_logits, bool)
-        self._out[:n] = out
+        if want_logits is None:
+            self._out[:n] = 1
+            rows = range(n)
+        else:
+            out = np.asarray(want_logits, bool)
+            self._out[:n] = out
+            rows = np.flatnonzero(out)
         try:
             self._decode_batch(n)
         except Exception:
             self._forget_nodes(base)
             raise
-        return LogitsRows(self, self._generation, np.flatnonzero(out))
+        return LogitsRows(self, self._generation, rows)
 
     def _overfull(self) -> bool:
         """Whether a slot's committed plus uncommitted tokens exceed its context."""
@@ -507,8 +515,8 @@ class LlamaModel:
         return max(held) > self.n_ctx
 
     def _forget_nodes(self, keep: int) -> None:
-        for sid in self._nodes.forget(keep):
-            _ll.llama_memory_seq_rm(self._mem, sid, -1, -1)
+        for sid, start in self._nodes.forget(keep):
+            _ll.llama_memory_seq_rm(self._mem, sid, start, -1)
 
     def commit(self, path) -> None:
         """Append the uncommitted nodes ``path`` (a chain from a -1-parent node) to sequence
@@ -526,12 +534,12 @@ class LlamaModel:
         self.drop_uncommitted()
 
     def drop_uncommitted(self) -> None:
+        # Every id in the cache but the slots' is one of this step's nodes', so removing those
+        # ids is llama_memory_seq_keep of the slots; it is also several times cheaper than
+        # seq_keep(0) for one slot, which re-indexes every committed cell (a cost that grows
+        # with the context), where seq_rm touches only the cells that carry the id.
         if len(self._nodes):
-            if self.n_slots == 1:
-                _ll.llama_memory_seq_keep(self._mem, 0)
-                self._nodes.clear()
-            else:  # every slot's sequence stays: each node's goes on its own
-                self._forget_nodes(0)
+            self._forget_nodes(0)
 
     def reset(self) -> None:
         self.drop_uncommitted()

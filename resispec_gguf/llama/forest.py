@@ -6,11 +6,16 @@ chain of them.  ``Forest`` keeps those nodes (sequence id, parent, position, tok
 out the layout below; ``backend`` makes the llama.cpp calls it implies.
 
 KV layout.  Sequences ``0 .. n_slots - 1`` hold the committed tokens, one per slot (one
-request each; a single request uses slot 0).  Every uncommitted node gets its own sequence id
-``s`` above those; its cell carries ``s`` plus the ids of all its descendants decoded in the
-same batch, and before the decode the node's *anchor* (its nearest ancestor already in the
-cache, or its slot's committed sequence) is copied to ``s``.  llama.cpp masks attention by a token's first
-sequence id, so each node sees exactly the committed prefix and its own ancestors.  This needs
+request each; a single request uses slot 0).  An uncommitted node's first child takes over
+its parent's sequence id (so a chain of nodes is one sequence); every other node, and every
+node hanging off a committed sequence, opens a new id ``s`` above the slots'.  A node's cell
+carries its id plus the ids that its descendants decoded in the same batch open, and before
+the decode each new id gets a copy of the node's *anchor* (its nearest ancestor already in
+the cache, or its slot's committed sequence) up to the anchor's position.  llama.cpp masks
+attention by a token's first sequence id and by position, and the nodes sharing an id form
+one root-to-leaf chain, so each node sees exactly the committed prefix and its own
+ancestors.  Sharing ids saves copies: each copy adds the id to every committed cell (its
+cost grows with the context), and a chain needs one instead of one per node.  This needs
 ``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
 
 Python and NumPy: imports nothing from the package, never llama_cpp.
@@ -25,8 +30,9 @@ __all__ = ["Forest"]
 
 class Forest:
     """This step's uncommitted nodes in the order they were decoded: node ``i`` has sequence
-    id ``seq[i]`` (``i + n_slots``), parent ``parent[i]`` (an earlier node, or -1 for its
-    slot's committed sequence), position ``pos[i]``, token ``tok[i]`` and slot ``slot[i]``."""
+    id ``seq[i]`` (its parent's for the parent's first child, else a new one, counting from
+    ``n_slots``), parent ``parent[i]`` (an earlier node, or -1 for its slot's committed
+    sequence), position ``pos[i]``, token ``tok[i]`` and slot ``slot[i]``."""
 
     def __init__(self, n_slots: int = 1):
         self.n_slots = int(n_slots)
@@ -35,6 +41,9 @@ class Forest:
         self.pos: list[int] = []
         self.tok: list[int] = []
         self.slot: list[int] = []
+        self._opens: list[bool] = []  # node i opened its id (else took over its parent's)
+        self._handed: list[bool] = []  # node i's id went to a child already
+        self._next_id = self.n_slots
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -64,39 +73,61 @@ class Forest:
             if not 0 <= slot < self.n_slots or (par >= 0 and self.slot[par] != slot):
                 raise ValueError(f"node {base + j} of slot {slot} has a parent outside that slot")
             pos = (n_past if isinstance(n_past, int) else n_past[slot]) if par < 0 else self.pos[par] + 1
+            opens = par < 0 or self._handed[par]
+            if opens:
+                sid, self._next_id = self._next_id, self._next_id + 1
+            else:
+                sid, self._handed[par] = self.seq[par], True
             self.parent.append(par)
             self.pos.append(pos)
-            self.seq.append(base + j + self.n_slots)
+            self.seq.append(sid)
             self.tok.append(int(tokens[j]))
             self.slot.append(slot)
+            self._opens.append(opens)
+            self._handed.append(False)
             depth_end = max(depth_end, pos + 1)
         return depth_end
 
-    def cells(self, base: int) -> tuple[np.ndarray, list[int], list[int]]:
-        """The batch of the nodes from ``base`` on: ``(ids, counts, anchors)``, per node the
-        sequence ids its cell carries (``ids[j, :counts[j]]``: its own first, then every
-        descendant's in the batch; int32, zero-padded) and its anchor's sequence id (the
-        nearest ancestor decoded before ``base``, or its slot's committed sequence)."""
+    def cells(self, base: int) -> tuple[np.ndarray, list[int], list[tuple[int, int, int]]]:
+        """The batch of the nodes from ``base`` on: ``(ids, counts, copies)``.  Per node, the
+        sequence ids its cell carries (``ids[j, :counts[j]]``: its own first, then every id
+        its descendants in the batch open; int32, zero-padded).  ``copies``: per id a node of
+        the batch opens, ``(src, dst, end)``: copy sequence ``src`` (the node's anchor's: the
+        nearest ancestor decoded before ``base``, or its slot's committed sequence) to ``dst``
+        at positions below ``end`` (-1: all; the anchor's own position + 1 otherwise, which
+        leaves out the anchor's descendants that share its id)."""
         n = len(self.seq) - base
         seqs = [[self.seq[base + j]] for j in range(n)]
-        anchors = []
+        copies = []
         for j in range(n):
-            a = self.parent[base + j]
+            if not self._opens[base + j]:  # the parent's id: its ancestors in the batch carry it already
+                continue
             sid = self.seq[base + j]
+            a = self.parent[base + j]
             while a >= base:
                 seqs[a - base].append(sid)
                 a = self.parent[a]
-            anchors.append(self.slot[base + j] if a < 0 else self.seq[a])
-        ids = np.zeros((n, max(len(s) for s in seqs)), np.int32)
-        for j, s in enumerate(seqs):
-            ids[j, : len(s)] = s
-        return ids, [len(s) for s in seqs], anchors
+            copies.append((self.slot[base + j], sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
+        counts = [len(s) for s in seqs]
+        width = max(counts)
+        ids = np.array([s + [0] * (width - len(s)) for s in seqs], np.int32)  # one conversion, not one per row
+        return ids, counts, copies
 
-    def forget(self, keep: int) -> list[int]:
-        """Drop the nodes from ``keep`` on; returns their sequence ids."""
-        gone = self.seq[keep:]
-        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot):
+    def forget(self, keep: int) -> list[tuple[int, int]]:
+        """Drop the nodes from ``keep`` on; returns what leaves the cache with them: ``(id,
+        from)`` per sequence id, ``from`` -1 for an id one of them opened (all of it), else
+        the first dropped position of an id a kept node opened."""
+        gone, seen = [], set()
+        for i in range(keep, len(self.seq)):
+            sid = self.seq[i]
+            if sid not in seen:
+                seen.add(sid)
+                gone.append((sid, -1 if self._opens[i] else self.pos[i]))
+            if not self._opens[i] and self.parent[i] < keep:
+                self._handed[self.parent[i]] = False
+        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             del lst[keep:]
+        self._next_id = 1 + max((s for s, o in zip(self.seq, self._opens) if o), default=self.n_slots - 1)
         return gone
 
     def chain(self, path, slot: int = 0) -> list[int]:
@@ -111,5 +142,6 @@ class Forest:
         return path
 
     def clear(self) -> None:
-        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot):
+        for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             lst.clear()
+        self._next_id = self.n_slots

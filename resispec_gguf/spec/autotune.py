@@ -63,12 +63,14 @@ _TABLE_ROWS = TABLE_ROWS = 512
 
 
 @njit(cache=True)
-def _width(s, value, cost, n_nodes, accept, a, children, n_m, budget, target_s, draft_s, row_s, is_draft):
+def _width(s, value, cost, n_nodes, accept, a, children, n_m, budget, target_s, draft_s, row_s, is_draft,
+           draft_in, shared):
     """``StepPlan.width``'s search: expanding the best w children (``s``: their cumulative
     scores) with m levels below them, for every w and m within the budget; returns the best
     w, or 0 where growing no further (the children kept as leaves) does as well, and the
-    draft seconds of that w's call."""
-    nt, nd = target_s.shape[0] - 1, draft_s.shape[0] - 1
+    draft seconds of that w's call.  The first ``shared`` of those draft calls are priced
+    by ``draft_in`` (calls other requests make anyway), the rest by ``draft_s``."""
+    nt, nd, ni = target_s.shape[0] - 1, draft_s.shape[0] - 1, draft_in.shape[0] - 1
     n = 1 + n_nodes
     t_n = target_s[min(n, nt)]
     best, best_w, best_draft = -np.inf, 0, 0.0
@@ -79,11 +81,14 @@ def _width(s, value, cost, n_nodes, accept, a, children, n_m, budget, target_s, 
         am *= a
         for i in range(s.shape[0]):
             w = i + 1
-            d_draft = draft_s[min(w, nd)] + w * row_s if is_draft else 0.0
+            d_full = draft_s[min(w, nd)] + w * row_s if is_draft else 0.0
+            d_in = draft_in[min(w, ni)] + w * row_s if is_draft else 0.0
+            m_in = min(m, shared)
+            d_draft = d_in if shared > 0 else d_full  # the first call's
             rows = w * (children + m - 1)
             r = 0.0
             if n_nodes + w + rows <= budget:
-                c = (cost + m * d_draft + target_s[min(n + w + int(np.ceil(rows)), nt)] - t_n
+                c = (cost + m_in * d_in + (m - m_in) * d_full + target_s[min(n + w + int(np.ceil(rows)), nt)] - t_n
                      + row_s * s[i] * (1.0 + below))
                 r = (value + s[i] * (1.0 + below)) / c
             if r > best:
@@ -95,6 +100,23 @@ def _width(s, value, cost, n_nodes, accept, a, children, n_m, budget, target_s, 
     if best <= keep * (1.0 + 1e-9):
         return 0, 0.0
     return best_w, best_draft
+
+
+@dataclass(frozen=True)
+class Background:
+    """The other requests of a step that serves several (``batch``), as one request's plan
+    prices its own rows against them: the rows they are expected to hold and the tokens
+    they are expected to yield, learnt from their past steps (fixed before this step draws).
+
+    With one, a row of this request costs what it adds to the step (one target decode of
+    every request's rows; its draft rows join the others' draft calls, so a level costs
+    its rows, not a call), and the bar it must clear is the whole step's expected tokens
+    per second, not this request's alone."""
+
+    rows: int  # the others' target rows
+    value: float  # their expected tokens
+    draft_rows: int  # their draft rows per draft call
+    draft_levels: int  # the draft calls they make
 
 
 @dataclass
@@ -125,6 +147,7 @@ class StepPlan:
     draft_cost: float = 0.0
     best_score: float = 1.0  # the best expanded score of the last level (the root's: 1)
     promise: float = 0.0  # the tuner's ``expected_case`` for the arm at the acceptance this plan was built on
+    background: Background | None = None  # the step's other requests (``batch``); None: alone
 
     @property
     def kind(self) -> str:
@@ -133,6 +156,17 @@ class StepPlan:
     def __post_init__(self):
         self.draft_cost = self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
         self.cost = self.draft_cost + self.target_s[1] + self.overhead_s + self.row_s
+        bg = self.background
+        if bg is not None:
+            # the growth rule's prices within the step: the target's curve past the others'
+            # rows, a draft level's past the others' rows in the calls they make anyway
+            self._t_in = self.target_s[min(bg.rows, len(self.target_s) - 2):]
+            d0 = min(bg.draft_rows, len(self.draft_s) - 2) if bg.draft_levels else 0
+            self._d_in = self.draft_s[d0:] - self.draft_s[d0] if d0 else self.draft_s
+            self._bg_cost = bg.draft_levels * self.draft_s[d0] if d0 else 0.0
+            d = self._d_in[min(self.pending, len(self._d_in) - 1)] + self.row_s if self.kind == "draft" else 0.0
+            self._draft_in = d
+            self._cost_in = self._bg_cost + d + self._t_in[1] + self.overhead_s + self.row_s
 
     def _draft(self, n):
         return self.draft_s[np.minimum(n, len(self.draft_s) - 1)] if self.kind == "draft" else 0.0 * n
@@ -157,9 +191,23 @@ class StepPlan:
         s = np.cumsum(np.asarray(scores, np.float64))  # value of the best w children
         n_m = max(1, int(self.params.depth) - level - 1)
         a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0
-        k, d_draft = _width(s, float(self.value), float(self.cost), int(self.n_nodes), float(self.accept), a,
-                            float(self.children), n_m, int(self.params.budget), self.target_s, self.draft_s,
-                            float(self.row_s), self.kind == "draft")
+        bg = self.background
+        if bg is None:
+            k, d_draft = _width(s, float(self.value), float(self.cost), int(self.n_nodes), float(self.accept), a,
+                                float(self.children), n_m, int(self.params.budget), self.target_s, self.draft_s,
+                                float(self.row_s), self.kind == "draft", self.draft_s, 0)
+        else:  # priced within the step (``Background``); this plan's own figures follow below
+            # the draft calls this width and the levels below it make: call level + 1 onwards
+            shared = max(0, bg.draft_levels - level - 1)
+            k, d_in = _width(s, float(self.value + bg.value), float(self._cost_in), int(self.n_nodes),
+                             float(self.accept), a, float(self.children), n_m, int(self.params.budget), self._t_in,
+                             self.draft_s, float(self.row_s), self.kind == "draft", self._d_in, shared)
+            if k:
+                n = 1 + self.n_nodes
+                self._cost_in += float(d_in + self._t_in[min(n + k, len(self._t_in) - 1)]
+                                       - self._t_in[min(n, len(self._t_in) - 1)] + self.row_s * s[k - 1])
+                self._draft_in += float(d_in)
+                d_draft = float(self._draft(k) + k * self.row_s) if self.kind == "draft" else 0.0
         if k == 0:
             return 0
         n = 1 + self.n_nodes
@@ -183,7 +231,13 @@ class StepPlan:
             return 0
         s = np.concatenate([[0.0], np.cumsum(np.asarray(leaf_scores, float))])
         k = np.arange(len(s))
-        ratio = (self.value + s) / (self.cost + self._target(n + k) - self._target(n) + self.row_s * s)
+        bg = self.background
+        if bg is None:
+            ratio = (self.value + s) / (self.cost + self._target(n + k) - self._target(n) + self.row_s * s)
+        else:  # priced within the step (``Background``)
+            t_in = self._t_in[np.minimum(n + k, len(self._t_in) - 1)]
+            cost = self._bg_cost + self._draft_in + self.overhead_s + self.row_s * (1.0 + sum(expanded_scores))
+            ratio = (self.value + bg.value + s) / (cost + t_in + self.row_s * s)
         best = int(np.argmax(ratio))  # the first maximum: ties keep fewer rows
         self.value += float(s[best])
         self.cost += float(self._target(n + best) - self._target(n) + self.row_s * s[best])
@@ -272,6 +326,7 @@ class AutoTuner:
         # the draft arms' K, in the order ``observe_draft_node`` takes their figures
         self.exact_ks = np.array([a.k for a in self.arms.values() if a.k], np.int64)
         self.current: str | None = None  # the arm of the step under way
+        self.background: Background | None = None  # the step's other requests (``Auto.share_step``)
         self.last_choice = "none"
         self.reason = "start: probe"
         # per arm ("none" for plain): [steps, predicted seconds, measured seconds],
@@ -392,10 +447,12 @@ class AutoTuner:
         self.last_choice, self.reason = arm, reason
         if arm == "grammar":
             return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.calibration.lookup(FORCED_BIN),
-                            overhead_s=self.overhead_s, pending=pending, row_s=self.row_s)
+                            overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
+                            background=self.background)
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
                         overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
-                        children=self.arms[arm].children, promise=self.expected_case(arm, pending))
+                        children=self.arms[arm].children, promise=self.expected_case(arm, pending),
+                        background=self.background)
 
     # -------------------------------------------------------------- learning
 
@@ -501,6 +558,12 @@ class Auto:
     def choose(self, pending: int, forced: int = 0) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
         return self.tuner.choose(pending, forced)
+
+    def share_step(self, background: Background | None) -> None:
+        """The next plans grow their trees within a step that also serves the requests
+        ``background`` describes (None: alone).  Only how far a tree grows changes; the
+        arm's rates stay counted as if alone."""
+        self.tuner.background = background
 
     def record_time(self, plan: StepPlan | None, seconds: float) -> None:
         self.tuner.record_time(plan, seconds)

@@ -4,9 +4,10 @@ A ``Batch`` holds up to ``n_slots`` requests, each a ``Generation`` in a slot of
 ``protocol.SlotBackend`` (its committed tokens live in the slot's own sequence).  One call
 of ``step`` does two things:
 
-1. **Prefill** — one chunk (``chunk`` tokens at most) of one waiting prompt goes into its
-   slot, so a long prompt delays the running requests by one chunk per step, never by its
-   whole length.
+1. **Prefill** — one chunk (``chunk`` tokens at most, per model) of one waiting prompt goes
+   into its slot, so a long prompt delays the running requests by one chunk per step, never
+   by its whole length (nor does a draft slot that holds less of the prompt than the
+   target's).
 2. **One step of every running request** — each generation plans its step (``plan``); the
    draft calls they yield are made level by level, *one* draft decode per level holding
    every request's frontier; then *one* target decode holds every request's rows; each
@@ -19,8 +20,12 @@ The row budget.  Before anything is drawn, the step's target rows are shared out
 best-first across requests while the step's expected tokens per predicted second (the
 measured cost curves: one target decode of all rows, one draft decode per level) keep
 rising, as ``auto`` grows one tree.  Each share becomes that request's ``Room.tree_nodes``,
-an upper bound its own plan grows within.  A request with a fixed method keeps its own
-shape; every request is bounded by an equal share of the models' sequences.
+an upper bound its own plan grows within.  Within it, an ``auto`` request's plan prices its
+rows at what they add to the step (``autotune.Background``: the other requests' rows, tokens
+and draft calls as in their past steps; a draft level they make anyway costs its rows only),
+and a row must beat the whole step's expected tokens per second.  A request with a fixed
+method keeps its own shape; every request is bounded by an equal share of the models'
+sequences.
 
 Exactness.  What a request's tree may hold is fixed before its nodes draw and depends only
 on what other requests and earlier steps showed, never on its own draws (``tree``'s pruning
@@ -44,6 +49,7 @@ import numpy as np
 
 from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
+from .autotune import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
 from .protocol import SlotBackend
 
@@ -61,13 +67,20 @@ class Request:
 
     gen: Generation
     slot: int
-    filled: int = 0  # prompt tokens (of prompt[:-1]) in the slot so far
+    filled: int = 0  # prompt tokens (of prompt[:-1]) in the target's slot so far
+    d_filled: int = 0  # ... in the draft's (it may hold less of the prompt than the target)
     reused: int = 0
     prefill_s: float = 0.0
     started: bool = False
     done: bool = False
     pieces: list[tuple[str, int]] = field(default_factory=list)
     t_start: float = 0.0
+    # what its steps held and yielded (decayed means over its past steps): the background
+    # the other requests' plans price their rows against (``autotune.Background``)
+    rows: float = 1.0
+    tokens: float = 1.0
+    draft_rows: float = 0.0  # per draft call
+    draft_calls: float = 0.0
 
     def take(self) -> list[str]:
         """The text pieces since the last take."""
@@ -196,6 +209,8 @@ class Batch:
             raise RuntimeError("no free slot")
         req = Request(gen, slot)
         req.reused = req.filled = _common(self.target.slot_tokens(slot), gen.prompt[:-1])
+        if gen.uses_draft:
+            req.d_filled = _common(self.draft.slot_tokens(slot), gen.prompt[:-1])
         self.slots[slot] = req
         return req
 
@@ -223,18 +238,25 @@ class Batch:
         return changed
 
     def _prefill(self, r: Request) -> None:
+        """One chunk more of ``r``'s prompt into each model's slot that still lacks some."""
         gen = r.gen
         t0 = time.perf_counter()
-        end = min(len(gen.prompt) - 1, r.filled + self.chunk)
-        tokens = gen.prompt[: end + 1]  # sync_slot leaves the last one out
-        self.target.sync_slot(r.slot, tokens)
+        last = len(gen.prompt) - 1  # the prompt's last token is the first step's root
+        r.filled = self._fill(self.target, r.slot, gen.prompt, r.filled)
         if gen.uses_draft:
-            self.draft.sync_slot(r.slot, tokens)
-        r.filled = end
+            r.d_filled = self._fill(self.draft, r.slot, gen.prompt, r.d_filled)
         r.prefill_s += time.perf_counter() - t0
-        if end == len(gen.prompt) - 1:
+        if r.filled == last and (r.d_filled == last or not gen.uses_draft):
             gen.started(r.reused, r.prefill_s)
             r.started, r.t_start = True, time.perf_counter()
+
+    def _fill(self, model: SlotBackend, slot: int, prompt: Sequence[int], filled: int) -> int:
+        """``model``'s slot holds ``prompt[:filled]`` (and maybe more after it): one chunk
+        more, and nothing after it (``sync_slot`` leaves the last of the tokens it is given
+        out); returns the new fill."""
+        end = min(len(prompt) - 1, filled + self.chunk)
+        model.sync_slot(slot, prompt[: end + 1])
+        return end
 
     def _rooms(self, reqs: list[Request]) -> dict[Request, Room]:
         t, d = self.target, self.draft
@@ -242,6 +264,9 @@ class Batch:
         drafting = sum(r.gen.uses_draft for r in reqs)
         d_share = (d.n_seq_max - d.n_slots) // max(1, drafting) if d is not None else 0
         allow = self._allowances(reqs, share) if len(reqs) > 1 else {}
+        for r in reqs:
+            if r.gen.auto is not None:
+                r.gen.auto.share_step(_background([o for o in reqs if o is not r]) if len(reqs) > 1 else None)
         rooms = {}
         for r in reqs:
             nodes = min(MAX_TREE_NODES, share, allow.get(r, MAX_TREE_NODES))
@@ -266,7 +291,7 @@ class Batch:
                 base += min(cap, gen.dp.max_budget)
         if not offers:
             return {}
-        accepts = [r.gen.auto.tuner.accept for r in offers]
+        accepts = [_chain_accept(r.gen.auto.tuner) for r in offers]
         drafts = [r.gen.uses_draft for r in offers]
         counts = share_rows(accepts, drafts, base, min(cap, MAX_TREE_NODES), self.tables[0], self.tables[1],
                             self.row_s, base_tokens=len(reqs))
@@ -283,6 +308,8 @@ class Batch:
             self._advance(r, plans[r], None, calls, finals, failed, first=True)
         dmap: dict[Request, list[int]] = {r: [] for r in reqs}  # draft node -> index in the step
         n_draft = 0
+        drafted: dict[Request, int] = {}  # draft rows and calls per request this step
+        levels: dict[Request, int] = {}
         while calls:
             order = list(calls)
             tokens, parents, slots, want, spans = [], [], [], [], []
@@ -301,6 +328,9 @@ class Batch:
             rows = self.draft.decode_slots(tokens, parents, slots, want)
             dt = time.perf_counter() - t
             n_draft += len(tokens)
+            for r in order:
+                drafted[r] = drafted.get(r, 0) + len(calls[r].tokens)
+                levels[r] = levels.get(r, 0) + 1
             calls = {}
             for r, (start, n) in zip(order, spans):
                 r.gen.stats.draft_time += dt
@@ -336,11 +366,13 @@ class Batch:
         seconds = time.perf_counter() - t_step
         for r in commits:
             r.gen.step_done(seconds)
+            n_out = len(r.gen.out)
             try:
                 for piece in r.gen.emit():
                     r._put(piece)
             except ConstraintError as e:  # committing the tokens to it failed: this request's own end
                 r.gen.failed(e)
+            _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
         for r in reqs:
             if r.gen.finish_reason is not None:
                 self._close(r)
@@ -372,6 +404,31 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
+
+
+def _chain_accept(tuner) -> float:
+    """The chance that a request's best path goes one node deeper: its chain arm's learnt
+    acceptance (learnt at every drafted node whatever ran), else its arm's.  A K-draw
+    tree accepts a candidate at a node more often, but its path goes on only through the
+    child it expanded, which is the draft's best guess: about a chain's draw."""
+    chain = tuner.arms.get("chain")
+    return chain.accept if chain is not None else tuner.accept
+
+
+def _learn(r: Request, rows: int, tokens: int, drafted: int, calls: int, keep: float = 0.5) -> None:
+    """One more step of ``r`` into its decayed means (``Request.rows`` ...)."""
+    r.rows = keep * r.rows + (1 - keep) * rows
+    r.tokens = keep * r.tokens + (1 - keep) * max(1, tokens)
+    r.draft_rows = keep * r.draft_rows + (1 - keep) * (drafted / calls if calls else 0.0)
+    r.draft_calls = keep * r.draft_calls + (1 - keep) * calls
+
+
+def _background(others: list[Request]) -> Background:
+    """What ``others`` are expected to hold in the next step: their rows, tokens, draft rows
+    per call and draft calls as in their past steps (decayed means)."""
+    return Background(rows=int(round(sum(o.rows for o in others))), value=float(sum(o.tokens for o in others)),
+                      draft_rows=int(round(sum(o.draft_rows for o in others))),
+                      draft_levels=int(round(max(o.draft_calls for o in others))))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

@@ -17,8 +17,10 @@ from .protocol import ModelBackend
 __all__ = ["run"]
 
 
-def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> Iterator[str]:
-    """Generate ``gen``'s reply: yield its text pieces as they become final."""
+def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel=None) -> Iterator[str]:
+    """Generate ``gen``'s reply: yield its text pieces as they become final.  ``cancel``: an
+    event (``is_set()``) checked before every step; once set, the reply ends there
+    ("interrupted"), whether or not its last steps made text."""
     gen.check_fits(target.n_ctx)
     t0 = time.perf_counter()
     reused = target.sync_prefix(gen.prompt)
@@ -28,7 +30,7 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> It
     t_start = time.perf_counter()
     try:
         try:
-            yield from _steps(gen, target, draft)
+            yield from _steps(gen, target, draft, cancel)
         except ConstraintError as e:  # a grammar limit met late, or the mask budget spent
             gen.failed(e)  # the models' uncommitted nodes go at the next sync_prefix
         tail = gen.flush()
@@ -38,8 +40,8 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> It
         gen.closed(time.perf_counter() - t_start)
 
 
-def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None) -> Iterator[str]:
-    while gen.finish_reason is None:
+def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel) -> Iterator[str]:
+    while gen.finish_reason is None and not (cancel is not None and cancel.is_set()):
         t_step = time.perf_counter()
         call = _draft_calls(gen.plan(_room(target, draft)), draft, gen.stats)
         if call is None:

@@ -26,16 +26,23 @@ _END = object()
 class Ticket:
     """One submitted request: iterate it for its text pieces (``(text, n_logprobs)`` with
     ``marked``: the number of ``gen.logprobs`` entries final when the piece was); ``close``
-    withdraws it; ``result()`` waits for its ``Result``."""
+    withdraws it; ``result()`` waits for its ``Result``.  ``cancel``: an event (``is_set()``)
+    that withdraws it too, seen before the next step even while its reader waits for text
+    that does not come (a client gone while its request makes none)."""
 
-    def __init__(self, gen: Generation, runner: "Runner"):
+    def __init__(self, gen: Generation, runner: "Runner", cancel=None):
         self.gen = gen
         self._runner = runner
         self._queue: queue.Queue = queue.Queue()
         self._done = threading.Event()
         self._error: BaseException | None = None
-        self.closed = False
+        self._closed = False
+        self._cancel = cancel
         self.slot: int | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._cancel is not None and self._cancel.is_set())
 
     def marked(self):
         """The pieces with their logprob counts, as they come; raises what ended the request
@@ -55,7 +62,7 @@ class Ticket:
     def close(self) -> None:
         """Withdraw the request: it leaves its slot (or the queue) before the next step."""
         if not self._done.is_set():
-            self.closed = True
+            self._closed = True
             self._runner._wake()
 
     def result(self, timeout: float | None = None) -> Result:
@@ -96,8 +103,8 @@ class Runner:
         with self._cv:
             return len(self._waiting)
 
-    def submit(self, gen: Generation) -> Ticket:
-        ticket = Ticket(gen, self)
+    def submit(self, gen: Generation, cancel=None) -> Ticket:
+        ticket = Ticket(gen, self, cancel)
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the runner is stopped")

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from ..config import METHODS, DraftParams, ModelParams, SamplingParams
+from ..config import METHODS, DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..engine import Stats
 from ..errors import UserError
 from .workloads import WORKLOADS
@@ -94,6 +94,27 @@ def prompt_tokens(engine, item) -> list[int]:
     return engine.text_tokens(item["prompt"])
 
 
+def prompt_plan(engine, item, reasoning: ReasoningParams | None = None):
+    """``(tokens, plan)``: a chat item planned as a chat request is (``plan.plan_chat``: on a
+    reasoning model, its thinking's budget applies), plan None for the others."""
+    if "messages" in item:
+        from ..assist.plan import plan_chat
+
+        plan = plan_chat(engine, item["messages"], reasoning=reasoning)
+        return plan.prompt, plan
+    return prompt_tokens(engine, item), None
+
+
+def planned_prompts(engine, workloads: dict, reasoning) -> dict:
+    """``{workload: [(tokens, plan)]}`` (``prompt_plan``)."""
+    return {w: [prompt_plan(engine, p, reasoning) for p in items] for w, items in workloads.items()}
+
+
+def as_run(plan, constraint):
+    """``constraint`` as a prompt's plan runs it (after the thinking of a reasoning model)."""
+    return constraint if plan is None else plan.constrain(constraint)
+
+
 # --------------------------------------------------------------------------- bench
 
 
@@ -129,15 +150,17 @@ def summarise(runs: list, baseline: dict) -> dict:
 
 
 def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True,
-              constraint=None):
+              constraint=None, reasoning: ReasoningParams | None = None):
     """Interleaved runs per workload; returns ``[{"workload", "temperature", "methods": {name:
     summary}}]``, each method compared with ``none`` on the same prompts and seeds.  With a
     ``constraint`` every method also runs under it, as ``METHOD+schema`` (its
-    ``speedup_vs_free``: the median per-prompt speed against the same method unconstrained)."""
+    ``speedup_vs_free``: the median per-prompt speed against the same method unconstrained).
+    ``reasoning``: a reasoning model's settings for the chat prompts (``prompt_plan``)."""
     variants = [(m, dp.replace(method=m), None) for m in methods]
     if constraint is not None:
         variants += [(m + "+schema", dp.replace(method=m), constraint) for m in methods]
-    results = run_variants(engine, workloads, variants, temperatures, sp, repeat=repeat, progress=progress)
+    results = run_variants(engine, workloads, variants, temperatures, sp, repeat=repeat, progress=progress,
+                           reasoning=reasoning)
     for block in results:
         summary = block["methods"]
         for name, m, c in variants:
@@ -148,30 +171,32 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
     return results
 
 
-def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingParams, repeat=1, progress=True):
+def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingParams, repeat=1, progress=True,
+                 reasoning: ReasoningParams | None = None):
     """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, in turn
-    per prompt and seed, after one warm-up generation each.  The first variant is the
-    baseline of ``speedup_vs_none``.  Returns ``[{"workload", "temperature", "methods": {name:
-    summary}, "runs": {name: [(key, Stats)]}}]``."""
+    per prompt and seed, after one warm-up generation each; a chat prompt runs as planned
+    (``prompt_plan``, ``as_run``).  The first variant is the baseline of ``speedup_vs_none``.
+    Returns ``[{"workload", "temperature", "methods": {name: summary}, "runs": {name: [(key,
+    Stats)]}}]``."""
     from tqdm import tqdm
 
-    toks = {w: [prompt_tokens(engine, p) for p in items] for w, items in workloads.items()}
+    toks = planned_prompts(engine, workloads, reasoning)
     total = len(temperatures) * sum(len(t) for t in toks.values()) * repeat * len(variants)
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, leave=False)
     # warm-up: page the weights in, settle the caches (Engine.load prepared kernels and costs)
-    first = next(iter(toks.values()))[0]
+    first, plan = next(iter(toks.values()))[0]
     for _, d, c in variants:
-        engine.generate(first, sp.replace(max_tokens=8, seed=0), d, constraint=c)
+        engine.generate(first, sp.replace(max_tokens=8, seed=0), d, constraint=as_run(plan, c))
     base = variants[0][0]
     out = []
     for w, prompt_toks in toks.items():
         for t in temperatures:
             runs: dict[str, list] = {name: [] for name, _, _ in variants}
             for r in range(repeat):
-                for i, pt in enumerate(prompt_toks):
+                for i, (pt, plan) in enumerate(prompt_toks):
                     seed = (sp.seed or 0) + 1000 * r + i
                     for name, d, c in variants:
-                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), d, constraint=c)
+                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), d, constraint=as_run(plan, c))
                         runs[name].append(((r, i), res.stats))
                         bar.update(1)
             baseline = {key: s.tokens_per_s for key, s in runs[base]}
@@ -233,7 +258,7 @@ def sweep_grid(size: str, dp: DraftParams) -> list[tuple[str, DraftParams]]:
 
 
 def run_sweep(engine, workloads: dict, size: str, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1,
-              progress=True):
+              progress=True, reasoning: ReasoningParams | None = None):
     """``bench --sweep``: the grid of ``sweep_grid`` run like ``run_bench`` (one process,
     interleaved per prompt).  Settings that need a draft model are left out when none is
     loaded.  Each result block also has ``"best"``: the fixed setting with the highest
@@ -242,7 +267,7 @@ def run_sweep(engine, workloads: dict, size: str, temperatures, sp: SamplingPara
     grid = [(name, d) for name, d in sweep_grid(size, dp)
             if engine.has_draft or d.method in ("none", "auto") or not d.use_draft]
     results = run_variants(engine, workloads, [(name, d, None) for name, d in grid], temperatures, sp,
-                           repeat=repeat, progress=progress)
+                           repeat=repeat, progress=progress, reasoning=reasoning)
     params = dict(grid)
     for block in results:
         summary = block["methods"]
@@ -375,25 +400,27 @@ def model_info(path: str) -> dict:
 
 def bench_command(engine, model: ModelParams, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, *,
           repeat: int = 1, json_path: str | None = None, plot_path: str | None = None, json_schema=None,
-          sweep: str | None = None) -> dict:
+          sweep: str | None = None, reasoning: ReasoningParams | None = None) -> dict:
     """``bench``: run, print the table, write the JSON report and the plot when asked;
     returns the report.  ``model``: what was asked to load (recorded in the report).
     ``json_schema``: also run every method under this schema (see ``run_bench``).
     ``sweep`` ("quick" or "full"): run ``sweep_grid``'s settings instead of ``methods`` and
     print, per workload, the best of them with ``auto`` beside it and the command line that
-    reproduces the best (``run_sweep``)."""
+    reproduces the best (``run_sweep``).  ``reasoning``: a reasoning model's settings for the
+    chat prompts (its thinking's budget)."""
     if plot_path:
         require_pyplot()
     if sweep is not None and json_schema is not None:
         raise UserError("--sweep runs without a schema: give one of --sweep and --json-schema")
     constraint = engine.compile_constraint(json_schema=json_schema) if json_schema is not None else None
     if sweep is not None:
-        results, params = run_sweep(engine, workloads, sweep, temperatures, sp, dp, repeat=repeat)
+        results, params = run_sweep(engine, workloads, sweep, temperatures, sp, dp, repeat=repeat, reasoning=reasoning)
         methods = list(params)
         print(format_table(results))
         print(format_sweep(results, params, model, sp))
     else:
-        results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint)
+        results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint,
+                            reasoning=reasoning)
         print(format_table(results))
     print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
     info = engine.info()
@@ -405,6 +432,7 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
             "draft_params": {k: getattr(dp, k) for k in ("draws", "depth", "budget", "draft_support", "policy")},
             "n_ctx": info["target"]["n_ctx"], "n_gpu_layers": info["target"]["n_gpu_layers"],
             "json_schema": json_schema,
+            "reasoning_budget": (reasoning or ReasoningParams()).reasoning_budget,
         },
         "machine": machine_info(engine),
         "models": {role: model_info(m["path"]) if m else None for role, m in info.items()},

@@ -23,12 +23,14 @@ __all__ = ["ChunkStream", "pieces"]
 USAGE_PLACES = ("finish", "chunk", "none")
 
 
-def pieces(engine, plan: ChatPlan, sampling, draft, logprobs: int | None = None) -> Iterator:
+def pieces(engine, plan: ChatPlan, sampling, draft, logprobs: int | None = None, cancel=None) -> Iterator:
     """The engine's stream for ``plan``: text pieces, or with ``logprobs`` (alternatives per
-    token) ``(text, TokenLogprob entries)`` pairs (``Engine.stream_logprobs``)."""
+    token) ``(text, TokenLogprob entries)`` pairs (``Engine.stream_logprobs``).  ``cancel``:
+    the engine's (``Engine.stream``), passed on when given."""
+    kw = {} if cancel is None else {"cancel": cancel}
     if logprobs is None:
-        return engine.stream(plan.prompt, sampling, draft, constraint=plan.constraint)
-    return engine.stream_logprobs(plan.prompt, sampling, draft, logprobs, constraint=plan.constraint)
+        return engine.stream(plan.prompt, sampling, draft, constraint=plan.constraint, **kw)
+    return engine.stream_logprobs(plan.prompt, sampling, draft, logprobs, constraint=plan.constraint, **kw)
 
 
 class ChunkStream:

@@ -115,25 +115,61 @@ def _constraint_flag(constraint_args: dict) -> str:
     return "--json-schema" if "json_schema" in constraint_args else "--grammar"
 
 
+class _Reply:
+    """``generate``'s reply as it streams: the answer on stdout; a reasoning model's thinking,
+    when split off, dimmed before it on a terminal, else on stderr between ``[reasoning]``
+    and ``[/reasoning]`` lines (so that stdout holds the answer alone)."""
+
+    def __init__(self, out, err):
+        self.out, self.err = out, err
+        self.tty = out.isatty() if hasattr(out, "isatty") else False
+        self.thinking = False
+
+    def write(self, thinking: str, answer: str) -> None:
+        from .display import dimmed
+
+        if thinking:
+            if not self.thinking and not self.tty:
+                self.err.write("[reasoning]\n")
+            self.thinking = True
+            (self.out if self.tty else self.err).write(dimmed(thinking, self.tty))
+        if answer:
+            self.end_thinking()
+            self.out.write(answer)
+        self.out.flush()
+
+    def end_thinking(self) -> None:
+        if self.thinking:
+            (self.out if self.tty else self.err).write("\n\n" if self.tty else "\n[/reasoning]\n")
+            self.thinking = False
+
+
 def _cmd_generate(args) -> int:
     from .display import stats_line
 
     model, sp, dp = _speculation(args)
     constraint_args = _constraint_args(args)
+    reasoning = flags.from_args(ReasoningParams, args)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     with _load(model) as engine:
-        constraint = _compile(engine, constraint_args)
-        if args.chat:  # the text stays text: see Engine.chat_tokens
-            prompt = engine.chat_tokens([{"role": "user", "content": prompt}])
+        constraint, split = _compile(engine, constraint_args), None
+        if args.chat:  # the text stays text: see Engine.chat_tokens; the thinking apart, its budget applied
+            from ..assist.plan import plan_chat
+
+            plan = plan_chat(engine, [{"role": "user", "content": prompt}], constraint=constraint, reasoning=reasoning)
+            prompt, constraint, split = plan.prompt, plan.constraint, plan.reasoning_stream()
         else:  # refuses a prompt that cannot fit before tokenizing it
             prompt = engine.text_tokens(prompt)
+        reply = _Reply(sys.stdout, sys.stderr)
         try:
             for piece in engine.stream(prompt, sp, dp, constraint=constraint):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+                reply.write(*(split.push(piece) if split else ("", piece)))
         except KeyboardInterrupt:
             pass
         res = engine.last_result
+        if split and res is not None:
+            reply.write(*split.finish(res.text))
+        reply.end_thinking()
         sys.stdout.write("\n")
         if res is not None:
             print(stats_line(res.stats), file=sys.stderr)
@@ -195,9 +231,11 @@ def _cmd_bench(args) -> int:
     schema = _constraint_args(args).get("json_schema")
     if args.plot:  # before the run, not after minutes of it
         bench.require_pyplot()
+    reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
-                            json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep)
+                            json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep,
+                            reasoning=reasoning)
     return 0
 
 
@@ -215,8 +253,9 @@ def _bench_concurrency(args) -> int:
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
     prompts = bench.select_prompts(args.prompts, args.workload)
+    reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
-        rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp)
+        rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp, reasoning)
     print(concurrency.format_concurrency(rows))
     rss = bench._peak_rss_mb()
     print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
@@ -349,8 +388,10 @@ def _add_chat(sub) -> None:
 def _add_generate(sub) -> None:
     gen = _command(sub, "generate", _cmd_generate, "complete one prompt and print the text")
     _speculation_flags(gen, skip_sampling=())
+    flags.add_settings(gen, ReasoningParams, "reasoning (with --chat)")
     gen.add_argument("prompt", nargs="?", default=None, help="the prompt (default: read stdin)")
-    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (a reasoning "
+                                                         "model's thinking is then printed apart, before the answer)")
     gen.add_argument("--json-schema", default=None, metavar="FILE|JSON",
                      help="constrain the output to JSON valid under this schema (a file, or the JSON itself)")
     gen.add_argument("--grammar", default=None, metavar="FILE",
@@ -384,6 +425,8 @@ def _add_bench(sub) -> None:
     b = _command(sub, "bench", _cmd_bench, "measure methods against plain decoding on this machine")
     _speculation_flags(b, skip_sampling=("temperature", "stop"), skip_draft=("method",),
                        defaults={"max_tokens": 128, "seed": 0})
+    flags.add_settings(b, ReasoningParams, "reasoning (the chat prompts of a reasoning model)",
+                       skip=("reasoning_format",))
     _add_prompt_sets(b)
     b.add_argument("--methods", type=_checked_by("parse_methods"), default=None,
                    help=f"comma-separated methods; none is always included (default: {_BENCH_METHODS})")

@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from ..config import DraftParams, SamplingParams
+from ..config import DraftParams, ReasoningParams, SamplingParams
 from ..errors import UserError
-from .bench import prompt_tokens
+from .bench import planned_prompts, as_run
 
 __all__ = ["format_concurrency", "parse_levels", "run_concurrency"]
 
@@ -40,10 +40,11 @@ def parse_levels(text: str) -> list[int]:
 
 
 def _client(engine, prompts, sp: SamplingParams, dp: DraftParams, out: list) -> None:
-    """Send ``prompts`` (``(index, tokens)``) one after the other, prompt i seeded ``seed + i``."""
-    for i, tokens in prompts:
+    """Send ``prompts`` (``(index, (tokens, plan))``, ``bench.prompt_plan``) one after the other,
+    prompt i seeded ``seed + i``."""
+    for i, (tokens, plan) in prompts:
         t0 = time.perf_counter()
-        ticket = engine.submit(tokens, sp.replace(seed=(sp.seed or 0) + i), dp)
+        ticket = engine.submit(tokens, sp.replace(seed=(sp.seed or 0) + i), dp, constraint=as_run(plan, None))
         first = None
         for _ in ticket:
             if first is None:
@@ -53,8 +54,9 @@ def _client(engine, prompts, sp: SamplingParams, dp: DraftParams, out: list) -> 
         out.append({"ttft": first if first is not None else end, "e2e": end, "tokens": res.stats.tokens})
 
 
-def run_level(engine, prompts: list[list[int]], clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
-    """One level: ``clients`` threads sharing ``prompts`` (token lists); its figures."""
+def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
+    """One level: ``clients`` threads sharing ``prompts`` (``(tokens, plan)``, ``bench.prompt_plan``);
+    its figures."""
     records: list[dict] = []
     numbered = list(enumerate(prompts))
     threads = [threading.Thread(target=_client, args=(engine, numbered[i::clients], sp, dp, records))
@@ -80,16 +82,16 @@ def run_level(engine, prompts: list[list[int]], clients: int, sp: SamplingParams
 
 
 def run_concurrency(engine, workloads: dict, levels: list[int], methods: list[str], sp: SamplingParams,
-                    dp: DraftParams) -> list[dict]:
+                    dp: DraftParams, reasoning: ReasoningParams | None = None) -> list[dict]:
     """Every method at every level, per workload: ``[{"workload", "method", **run_level}]``.
     The engine needs ``max(levels)`` slots for the clients to run at once (fewer: the rest
-    wait in its queue, which the figures then include)."""
+    wait in its queue, which the figures then include).  ``reasoning``: a reasoning model's
+    settings for the chat prompts (its thinking's budget)."""
     if engine.n_slots < max(levels):
         raise UserError(f"--concurrency {max(levels)} needs --parallel {max(levels)} or more "
                         f"(the engine has {engine.n_slots} slots)")
     out = []
-    for name, items in workloads.items():
-        prompts = [prompt_tokens(engine, item) for item in items]
+    for name, prompts in planned_prompts(engine, workloads, reasoning).items():
         for method in methods:
             for c in levels:
                 out.append({"workload": name, "method": method,

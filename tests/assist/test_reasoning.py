@@ -104,11 +104,16 @@ def test_random_replies_stream_as_they_split(phase):
 
 
 def test_phase_is_read_from_the_prompts_last_tokens():
-    piece = {START_ID: b"<think>", END_ID: b"</think>", 10: b"\n", 11: b"  ", 12: b"x"}.__getitem__
+    piece = {START_ID: b"<think>", END_ID: b"</think>", 10: b"\n", 11: b"  ", 12: b"x", 13: b"<th", 14: b"ink>",
+             15: b"</", 16: b"think", 17: b">"}.__getitem__
     assert FMT.phase([12, START_ID, 10], piece) == FREE
     assert FMT.phase([START_ID, 10, END_ID, 10, 11], piece) == AFTER
     assert FMT.phase([START_ID, 12, 10], piece) == BEFORE
     assert FMT.phase([], piece) == BEFORE
+    # markers spelled in several tokens, whichever way the prompt's text was cut
+    assert FMT.phase([12, 13, 14, 10, 11], piece) == FREE
+    assert FMT.phase([13, 14, 15, 16, 12], piece) == BEFORE
+    assert FMT.phase([13, 14, 10, 15, 16, 17, 10], piece) == AFTER
 
 
 # --------------------------------------------------------------------------- fields
@@ -140,7 +145,10 @@ def test_constrain_wraps_only_when_something_is_constrained():
     inner = object()
     assert reasoning.constrain(FMT, inner, AFTER, 3, 300) is inner
     wrapped = reasoning.constrain(FMT, None, BEFORE, 2, 300)
-    assert isinstance(wrapped, After) and (wrapped.open, wrapped.close, wrapped.budget) == (START_ID, END_ID, 2)
+    assert isinstance(wrapped, After) and (wrapped.open, wrapped.close, wrapped.budget) == ((START_ID,), (END_ID,), 2)
+    spelled = reasoning.ReasoningFormat("<think>", "</think>", [7, 8, 9], (7, 10, 9))
+    wrapped = reasoning.constrain(spelled, None, FREE, 0, 300)
+    assert (wrapped.close, wrapped.budget) == ((7, 10, 9), 0) and wrapped.start().forced([]) == [7, 10, 9]
 
 
 # --------------------------------------------------------------------------- on tiny models
@@ -148,7 +156,8 @@ def test_constrain_wraps_only_when_something_is_constrained():
 
 def test_markers_are_found_in_a_vocabulary_that_has_them(think, engine):
     found = think.reasoning_format()
-    assert (found.start, found.end, found.start_id, found.end_id) == (FMT.start, FMT.end, START_ID, END_ID)
+    assert (found.start, found.end, found.start_ids, found.end_ids) == (FMT.start, FMT.end, (START_ID,), (END_ID,))
+    assert found.shown == ()  # user-defined: their text shows anyway
     assert think.target.eos in found.ends and all(think.target.is_eog(t) for t in found.ends)
     assert engine.reasoning_format() is None  # the plain tiny pair: no thinking markers
 
@@ -226,3 +235,121 @@ def test_a_forced_tool_call_comes_after_the_thinking(open_think):
         if res.finish_reason == "eos":
             (call,) = plan.tool_calls(content)[1]
             assert call.name == "add" and isinstance(json.loads(call.arguments)["a"], int)
+
+
+# --------------------------------------------------------------------------- markers that are not user-defined tokens
+
+
+def _pair_with(tmp_path_factory, name: str, template: str, *, control: bool):
+    """A tiny pair with ``template``: its thinking markers control tokens (``control``), or
+    absent from the vocabulary (spelled in bytes)."""
+    folder = tmp_path_factory.mktemp(name)
+    extra = tiny_gguf.THINK_TOKENS if control else ()
+    common = dict(base_seed=0, chat_template=template, extra_tokens=extra)
+    return (tiny_gguf.write_tiny_llama(folder / "target.gguf", seed=0, **common),
+            tiny_gguf.write_tiny_llama(folder / "draft.gguf", seed=1, noise=tiny_gguf.DEFAULT_DRAFT_NOISE, **common))
+
+
+@pytest.fixture(scope="module")
+def control_think(tmp_path_factory):
+    with _load(_pair_with(tmp_path_factory, "control-think", tiny_gguf.THINK_TEMPLATE, control=True)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def spelled_open_think(tmp_path_factory):
+    with _load(_pair_with(tmp_path_factory, "spelled-open", tiny_gguf.OPEN_THINK_TEMPLATE, control=False)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def spelled_think(tmp_path_factory):
+    with _load(_pair_with(tmp_path_factory, "spelled", tiny_gguf.THINK_TEMPLATE, control=False)) as e:
+        yield e
+
+
+def _text(engine, tokens) -> str:
+    return b"".join(engine.token_piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+def test_control_token_markers_are_found_and_shown(control_think):
+    """Markers stored as control tokens: found, and their text shows in the reply (so the
+    split, which reads the text, sees them); the Qwen3-style template's closed block is read
+    as closed."""
+    found = control_think.reasoning_format()
+    start, end = tiny_gguf.N_VOCAB, tiny_gguf.N_VOCAB + 1
+    assert (found.start_ids, found.end_ids, set(found.shown)) == ((start,), (end,), {start, end})
+    assert control_think.token_piece(start) == b"<think>" and control_think.token_piece(end) == b"</think>"
+    assert plan_chat(control_think, MSGS).phase == BEFORE
+    assert plan_chat(control_think, MSGS, chat_template_kwargs={"enable_thinking": False}).phase == AFTER
+    plan = plan_chat(control_think, MSGS, response_format={"type": "json_object"}, reasoning_budget=3)
+    assert plan.constraint.start().mask([start, 5, 6, 7]).any()
+    res = control_think.generate(plan.prompt + [start], SamplingParams(seed=1, max_tokens=6), DraftParams(),
+                                 constraint=reasoning.constrain(found, None, FREE, 3, control_think.n_vocab))
+    assert res.tokens[3] == end and "</think>" in res.text
+    assert reasoning.split_reasoning(found, FREE, res.text)[0] == _text(control_think, res.tokens[:3]).strip()
+
+
+def test_markers_spelled_in_several_tokens_are_taken_from_the_template(spelled_open_think, spelled_think, engine):
+    """A vocabulary without the markers spells them in bytes: taken when the template mentions
+    the opening one (not for the plain pair, whose template does not), as their tokens."""
+    for e in (spelled_open_think, spelled_think):
+        found = e.reasoning_format()
+        assert found.start_ids == tuple(e.target.tokenize("<think>", add_special=False))
+        assert len(found.start_ids) == 7 and len(found.end_ids) == 8 and found.shown == ()
+    assert engine.reasoning_format() is None
+    assert plan_chat(spelled_open_think, MSGS).phase == FREE
+    assert plan_chat(spelled_think, MSGS).phase == BEFORE
+    assert plan_chat(spelled_think, MSGS, chat_template_kwargs={"enable_thinking": False}).phase == AFTER
+
+
+@pytest.mark.parametrize("method", ["none", "resispec", "auto"])
+def test_a_budget_forces_a_marker_spelled_in_several_tokens(spelled_open_think, method):
+    """With a budget of 5 the block's 6th token starts the closing marker's tokens, one after
+    the other (unless the model closed it by itself); the split reads the answer after it."""
+    e = spelled_open_think
+    end = list(e.reasoning_format().end_ids)
+    plan = plan_chat(e, MSGS, reasoning_budget=5)
+    for seed in range(3):
+        res = e.generate(plan.prompt, SamplingParams(seed=seed, max_tokens=20), DraftParams(method=method, draws=3),
+                         constraint=plan.constraint)
+        assert res.tokens[5:5 + len(end)] == end
+        thinking, content = plan.split(res.text)
+        assert thinking == _text(e, res.tokens[:5]).strip() and content == _text(e, res.tokens[13:]).lstrip()
+
+
+def test_a_schema_applies_after_a_spelled_marker(spelled_think):
+    """The model may open the block (spelled): a JSON schema applies after it closes, and a
+    reply that does not open it is JSON from its first token."""
+    e = spelled_think
+    start, end = list(e.reasoning_format().start_ids), list(e.reasoning_format().end_ids)
+    plan = plan_chat(e, MSGS, response_format={"type": "json_object"}, reasoning_budget=2)
+    state = plan.constraint.start()
+    from resispec_gguf.kernels.sampling import mask_allows
+
+    assert mask_allows(state.mask([]), start[0]) and mask_allows(state.mask([]), e.target.tokenize("{", add_special=False)[0])
+    assert state.forced(start + [10, 11]) == end
+    for seed in range(2):
+        res = e.generate(plan.prompt + start, SamplingParams(seed=seed, max_tokens=60), DraftParams(method="resispec"),
+                         constraint=reasoning.constrain(e.reasoning_format(), e.compile_constraint(json_schema=True),
+                                                        FREE, 2, e.n_vocab))
+        assert res.tokens[2:2 + len(end)] == end
+        if res.finish_reason == "eos":
+            assert isinstance(json.loads(reasoning.split_reasoning(e.reasoning_format(), FREE, res.text)[1]), dict)
+
+
+def test_the_markers_looked_for_are_the_formats(monkeypatch, think):
+    """One source of truth: the pairs detection looks for are the thinking families' formats'
+    ``reasoning``; another pair there is looked for instead (here spelled in bytes, taken as
+    the template mentions it)."""
+    from resispec_gguf.assist.formats import DeepSeekR1Format, Qwen3Format
+
+    assert reasoning.marker_pairs() == (("<think>", "</think>"),) == (Qwen3Format.reasoning,)
+    for cls in (Qwen3Format, DeepSeekR1Format):
+        monkeypatch.setattr(cls, "reasoning", ("<|im_start|>", "</x>"))
+    found = reasoning.detect_reasoning(think.target, think.chat_template)
+    assert (found.start, found.end, found.start_ids) == ("<|im_start|>", "</x>", (tiny_gguf.IM_START_ID,))
+    assert len(found.end_ids) == 4
+    for cls in (Qwen3Format, DeepSeekR1Format):
+        monkeypatch.setattr(cls, "reasoning", ("<reason>", "</reason>"))
+    assert reasoning.detect_reasoning(think.target, think.chat_template) is None  # no token, not in the template

@@ -628,7 +628,7 @@ class FencedCallEngine:
     def tool_format(self):
         return formats.HermesFormat()
 
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None, cancel=None):
         from resispec_gguf.engine import Result, Stats
 
         try:

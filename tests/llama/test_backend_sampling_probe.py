@@ -49,5 +49,7 @@ def test_later_decodes_return_wrong_rows_unless_the_graph_is_planned_again(findi
     plain = {k: v for k, v in wrong.items() if "re-planned" not in k}
     replanned = {k: v for k, v in wrong.items() if "re-planned" in k}
     assert len(plain) == len(replanned) == 5
-    assert all(v["bad"] > 0 for v in plain.values()), plain
+    # a pattern whose later outputs land on other sequences than the earlier ones' (fresh
+    # roots) gets wrong rows; children that take over their parent's sequence id do not
+    assert plain["1 then 3 then 3 roots"]["bad"] > 0, plain
     assert all(v["bad"] == 0 for v in replanned.values()), replanned

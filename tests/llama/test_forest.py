@@ -22,31 +22,42 @@ def test_nodes_get_sequence_ids_and_positions_below_their_parents():
     # r -> a -> c, r -> b, after 10 committed tokens
     assert f.add([50, 60, 70, 80], [-1, 0, 0, 1], 10, **ROOM) == 13  # c sits at position 12
     assert len(f) == 4
-    assert f.seq == [1, 2, 3, 4] and f.parent == [-1, 0, 0, 1] and f.pos == [10, 11, 11, 12]
+    # a first child takes over its parent's id (r, a, c are one sequence); b opens its own
+    assert f.seq == [1, 1, 2, 1] and f.parent == [-1, 0, 0, 1] and f.pos == [10, 11, 11, 12]
     assert f.tok == [50, 60, 70, 80]
     # a second call continues the indices and hangs off the first call's nodes
-    assert f.add([90], [3], 10, **ROOM) == 14
-    assert f.seq[-1] == 5 and f.pos[-1] == 13
+    assert f.add([90, 95], [3, 3], 10, **ROOM) == 14
+    assert f.seq[-2:] == [1, 3] and f.pos[-2:] == [13, 13]
 
 
-def test_a_cell_carries_its_own_id_then_its_descendants_in_the_batch():
-    f = _forest([50, 60, 70, 80], [-1, 0, 0, 1])
-    ids, counts, anchors = f.cells(0)
-    assert counts == [4, 2, 1, 1]
-    assert ids.dtype == np.int32 and ids.shape == (4, 4)
-    assert ids[0].tolist() == [1, 2, 3, 4]  # r: itself, a, b, c (a's child)
-    assert ids[1].tolist() == [2, 4, 0, 0]  # a: itself and c
-    assert ids[2].tolist() == [3, 0, 0, 0] and ids[3].tolist() == [4, 0, 0, 0]
-    assert anchors == [0, 0, 0, 0]  # every node's nearest cached ancestor is the committed sequence
+def test_a_cell_carries_its_own_id_then_the_ids_its_descendants_in_the_batch_open():
+    # r -> a -> c, r -> b -> d, b -> e
+    f = _forest([50, 60, 70, 80, 90, 100], [-1, 0, 0, 1, 2, 2])
+    assert f.seq == [1, 1, 2, 1, 2, 3]
+    ids, counts, copies = f.cells(0)
+    assert counts == [3, 1, 2, 1, 1, 1]
+    assert ids.dtype == np.int32 and ids.shape == (6, 3)
+    assert ids[0].tolist() == [1, 2, 3]  # r: itself (a and c share it), b's and e's
+    assert ids[2].tolist() == [2, 3, 0]  # b: itself (d shares it) and e's
+    assert [ids[j, 0] for j in (1, 3, 4, 5)] == [1, 1, 2, 3]
+    # one copy of the committed sequence per opened id, not one per node
+    assert copies == [(0, 1, -1), (0, 2, -1), (0, 3, -1)]
+
+
+def test_a_chain_is_one_sequence_and_needs_one_copy():
+    f = _forest([5, 6, 7, 8], [-1, 0, 1, 2])
+    ids, counts, copies = f.cells(0)
+    assert f.seq == [1, 1, 1, 1] and counts == [1, 1, 1, 1] and copies == [(0, 1, -1)]
 
 
 def test_a_later_batch_is_anchored_on_the_nodes_already_decoded():
-    f = _forest([50, 60, 70], [-1, 0, 0])
-    f.add([80, 90, 100], [1, 3, 2], 10, **ROOM)
-    ids, counts, anchors = f.cells(3)
-    assert counts == [2, 1, 1]
-    assert ids.tolist() == [[4, 5], [5, 0], [6, 0]]
-    assert anchors == [2, 2, 3]  # d under a (seq 2); e under d, so a too; f under b (seq 3)
+    f = _forest([50, 60, 70], [-1, 0, 0])  # r, a (r's id 1), b (id 2)
+    f.add([80, 85, 90, 100], [1, 1, 4, 2], 10, **ROOM)  # d, e under a; g under e; h under b
+    ids, counts, copies = f.cells(3)
+    assert f.seq[3:] == [1, 3, 3, 2]  # d takes over a's id, e opens 3 (g takes it over), h takes b's
+    assert counts == [1, 1, 1, 1] and ids[:, 0].tolist() == [1, 3, 3, 2]
+    # e's new id copies a's sequence up to a's position (11): r and a, not d, which shares a's id
+    assert copies == [(1, 3, 12)]
 
 
 @pytest.mark.parametrize("tokens, parents, room, message", [
@@ -71,12 +82,17 @@ def test_a_parent_that_is_not_an_earlier_node_is_refused():
 
 
 def test_forget_drops_the_latest_nodes_and_names_their_sequences():
-    f = _forest([50, 60, 70, 80], [-1, 0, 0, 1])
-    assert f.forget(2) == [3, 4]
-    assert f.seq == [1, 2] and f.parent == [-1, 0] and f.pos == [10, 11] and f.tok == [50, 60]
+    f = _forest([50, 60, 70, 80], [-1, 0, 0, 1])  # ids 1, 1, 2, 1
+    # b's id goes whole; c's (a's, kept) from c's position on
+    assert f.forget(2) == [(2, -1), (1, 12)]
+    assert f.seq == [1, 1] and f.parent == [-1, 0] and f.pos == [10, 11] and f.tok == [50, 60]
     assert f.forget(2) == []
+    f.add([90, 95], [1, 0], 10, **ROOM)  # a's id is free for a child again; ids count on from 2
+    assert f.seq == [1, 1, 1, 2]
     f.clear()
     assert len(f) == 0 and f.tok == []
+    f.add([5], [-1], 10, **ROOM)
+    assert f.seq == [1]
 
 
 def test_a_commit_path_must_be_a_chain_from_the_committed_sequence():
@@ -87,3 +103,15 @@ def test_a_commit_path_must_be_a_chain_from_the_committed_sequence():
         f.chain([0, 3])
     with pytest.raises(ValueError, match="not a chain"):
         f.chain([1])
+
+
+def test_ids_start_above_the_slots_and_a_slots_first_node_copies_its_sequence():
+    f = Forest(n_slots=2)
+    f.add([5, 6, 7, 8], [-1, 0, -1, 2], [10, 20], n_batch=16, n_seq_max=16, slots=[0, 0, 1, 1])
+    assert f.seq == [2, 2, 3, 3] and f.pos == [10, 11, 20, 21]
+    ids, counts, copies = f.cells(0)
+    assert copies == [(0, 2, -1), (1, 3, -1)]
+    assert f.forget(2) == [(3, -1)]
+    f.clear()
+    f.add([9], [-1], [10, 20], n_batch=16, n_seq_max=16, slots=[1])
+    assert f.seq == [2]

@@ -197,6 +197,46 @@ def test_growth_looks_past_a_costly_stretch_of_the_curve():
     assert chain_depth(plan, 0.5) <= 2
 
 
+def _chain_depth(plan, factor, most=15):
+    """Levels grown when each child's score falls by ``factor``; the widths taken."""
+    score, depth = 1.0, 0
+    while depth < most:
+        score *= factor
+        if plan.width(depth, [score]) == 0:
+            break
+        depth += 1
+    return depth
+
+
+def test_a_plan_within_a_shared_step_prices_its_rows_at_what_they_add_to_the_step():
+    """Beside other requests a draft level they make anyway costs only its rows, a level
+    they do not make costs a whole call, and a row must beat the whole step's tokens per
+    second.  The plan's own figures stay those of its tree alone (the arm's rate)."""
+    limits = DraftParams(method="auto", depth=16, budget=32)
+
+    def plan(background, accept=0.9):
+        tuner = autotune.AutoTuner(GPU_T, GPU_D, limits, row_s=0.0, overhead_s=0.0)
+        tuner.arms["chain"].accept = accept
+        tuner.background = background
+        return tuner.choose()
+
+    alone = _chain_depth(plan(None), 0.9)
+    busy = dict(rows=56, value=24.0, draft_rows=7)
+    shared = _chain_depth(plan(autotune.Background(draft_levels=6, **busy)), 0.9)
+    unshared = _chain_depth(plan(autotune.Background(draft_levels=0, **busy)), 0.9)
+    assert unshared < shared <= alone
+    # its own figures: the chain it grew, priced alone
+    p = plan(autotune.Background(draft_levels=6, **busy))
+    depth = _chain_depth(p, 0.9)
+    assert depth == shared
+    t, d = p.target_s, p.draft_s
+    assert p.value == pytest.approx(1.0 + sum(0.9 ** (i + 1) for i in range(depth)))
+    assert p.cost == pytest.approx(d[1] + depth * d[1] + t[1 + depth])
+    # a step of few tokens per second lets a plan grow as it would alone
+    idle = _chain_depth(plan(autotune.Background(rows=1, value=0.0, draft_rows=1, draft_levels=16)), 0.9)
+    assert idle >= alone
+
+
 def test_the_step_keeps_to_its_node_budget():
     gpu = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(budget=6)).choose()
     assert gpu.width(0, [0.3] * 8) <= 3  # each expanded child needs a row below it

@@ -210,6 +210,43 @@ def test_a_long_prompt_is_prefilled_a_chunk_per_step_beside_the_running_requests
     assert late.started and late.gen.stats.steps == 1 and late.gen.stats.prompt_tokens == 21
 
 
+def test_a_draft_slot_holding_less_of_the_prompt_is_prefilled_a_chunk_per_step_too():
+    """A plain request leaves the draft's slot empty: the next request in that slot finds
+    its prompt in the target's cache but not in the draft's, and the draft gets it a chunk
+    per step, as the target would."""
+    engine, target = _engine("gpu", n_slots=1)
+    draft = engine.draft
+    long_prompt = [int(x) for x in np.random.default_rng(1).integers(0, EOG, 21)]
+    batch = engine.batch(chunk=4)
+    plain = batch.admit(engine.generation(long_prompt, T1.replace(seed=3, max_tokens=3), _dp("none")))
+    _run(batch)
+    assert draft.slot_past(0) == 0 and target.slot_past(0) >= 20
+    again = long_prompt + plain.gen.out
+    fed = []  # tokens the draft's slot gains per sync
+    sync = draft.sync_slot
+
+    def counting(slot, tokens):
+        before = draft.slot_past(slot)
+        common = sync(slot, tokens)
+        fed.append(len(tokens) - 1 - min(common, before))
+        return common
+
+    draft.sync_slot = counting
+    try:
+        req = batch.admit(engine.generation(again, T1.replace(seed=4, max_tokens=4), _dp("resispec")))
+        assert req.filled == len(again) - 1 and req.d_filled == 0
+        steps = 0
+        while not req.started:
+            batch.step()
+            steps += 1
+    finally:
+        del draft.sync_slot
+    assert max(fed) <= 4 and sum(fed) >= len(again) - 1
+    assert steps == -(-(len(again) - 1) // 4)
+    _run(batch)
+    assert req.gen.finish_reason is not None
+
+
 def _outputs(engine, requests, cancel_at=None, seed=0):
     batch = engine.batch()
     reqs = [batch.admit(engine.generation(p, sp.replace(seed=seed + i, max_tokens=10), dp, constraint=c))

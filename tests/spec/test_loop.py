@@ -31,3 +31,23 @@ def test_the_loop_counts_every_model_call(method):
     assert st.steps == st.target_calls and sum(st.steps_by_kind.values()) == st.steps
     assert st.tokens == len(gen.out) and gen.finish_reason in ("eos", "length")
     assert text.encode() == b"".join(target.token_piece(t) for t in gen.out)
+
+
+class _AfterSteps:
+    """A cancel event that is set once ``gen`` has made ``n`` steps (no thread, no clock)."""
+
+    def __init__(self, gen, n):
+        self.gen, self.n = gen, n
+
+    def is_set(self):
+        return self.gen.stats.steps >= self.n
+
+
+def test_a_cancel_event_ends_the_reply_before_the_next_step():
+    target, draft = noisy_markov_pair(8, eog=7)
+    for seed in range(20):
+        sp = SamplingParams(temperature=0.9, max_tokens=40, seed=seed)
+        gen = Generation([1, 2, 3], sp, DraftParams(method="none"), vocab=target, has_draft=True, seed=seed)
+        list(loop.run(gen, target, draft, cancel=_AfterSteps(gen, 3)))
+        assert gen.stats.steps == 3 or gen.finish_reason == "eos" and gen.stats.steps < 3
+        assert gen.finish_reason in (None, "eos")  # None: "interrupted"

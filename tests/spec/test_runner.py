@@ -3,7 +3,8 @@
 Requests with fixed shapes give in the runner what they give alone (their trees do not
 depend on their neighbours), so each thread's reply is checked token for token; requests past
 the slots wait their turn; a closed ticket leaves its slot at the next step; one request's
-bad prompt fails that ticket only.
+bad prompt fails that ticket only; a cancel event ends its request before the next step
+with nobody reading it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from law_harness import LOOKUP_PROMPT, PROMPT, TEMPERATURES, slotted_pair
 from resispec_gguf.config import DraftParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import ContextFullError
+from resispec_gguf.spec.runner import Runner
 
 T1 = TEMPERATURES["T1"]
 DPS = [DraftParams(method="resispec", draws=3, depth=3, budget=6), DraftParams(method="chain", lookup=True),
@@ -82,3 +84,29 @@ def test_closing_the_engine_ends_every_request():
     for t in tickets:
         list(t)
         assert t.result(10).finish_reason in ("interrupted", "eos")
+
+
+class _AfterSteps:
+    """A cancel event that is set once ``gen`` has made ``n`` steps (no clock)."""
+
+    def __init__(self, gen, n):
+        self.gen, self.n = gen, n
+
+    def is_set(self):
+        return self.gen.stats.steps >= self.n
+
+
+def test_a_cancel_event_frees_the_slot_at_the_next_step_though_nobody_reads_the_ticket():
+    """A client gone while its request makes no text: the runner sees the event before the
+    next step, not when a piece comes."""
+    engine = Engine(*slotted_pair(2))
+    sp = T1.replace(max_tokens=40)
+    seed = next(s for s in range(200) if len(_alone(PROMPT, sp.replace(seed=s), DPS[2]).tokens) >= 10)
+    gen = engine.generation(PROMPT, sp.replace(seed=seed), DPS[2])
+    runner = Runner(engine.batch())
+    ticket = runner.submit(gen, cancel=_AfterSteps(gen, 3))
+    res = ticket.result(30)
+    assert res.finish_reason == "interrupted" and res.stats.steps == 3
+    assert runner.busy == 0
+    runner.stop()
+    engine.close()

@@ -103,7 +103,7 @@ class ScriptedEngine:
     def compile_constraint(self, **kw):
         return ("compiled", kw)
 
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None, cancel=None):
         self.constraint = constraint
         try:
             yield from self.pieces

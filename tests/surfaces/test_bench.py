@@ -187,3 +187,44 @@ def test_sweep_without_a_draft_keeps_what_runs(tiny_pair):
         results, params = bench.run_sweep(e, {"code": bench.WORKLOADS["code"][:1]}, "quick", [1.0],
                                           SamplingParams(max_tokens=4, seed=0), DraftParams(), progress=False)
     assert list(params) == ["none", "lookup-8", "auto"]
+
+
+@pytest.fixture(scope="module")
+def open_think(open_think_pair):
+    """A tiny reasoning model whose template opens the thinking block."""
+    from resispec_gguf.engine import Engine
+
+    with Engine.load(str(open_think_pair[0]), str(open_think_pair[1]), n_ctx=512, n_threads=1, flash_attn=False,
+                     progress=False) as e:
+        yield e
+
+
+def test_chat_prompts_run_as_planned_so_a_reasoning_budget_applies(open_think, engine, monkeypatch):
+    """bench plans its chat prompts as chat requests: on a reasoning model every run (warm-up,
+    each method, each schema variant) closes the thinking at the budget, the schema applying
+    after it; a plain prompt, and every prompt of a model that does not think, run as before."""
+    from resispec_gguf.config import ReasoningParams
+
+    chat, code = bench.WORKLOADS["chat"][0], bench.WORKLOADS["code"][0]
+    tokens, plan = bench.prompt_plan(engine, chat, ReasoningParams(reasoning_budget=2))
+    assert tokens == engine.chat_tokens(chat["messages"]) and bench.as_run(plan, None) is None
+    assert bench.prompt_plan(open_think, code) == (open_think.text_tokens(code["prompt"]), None)
+    end = open_think.reasoning_format().end_ids[0]
+    replies = []
+    generate = open_think.generate
+
+    def recorded(prompt, sp, dp, constraint=None):
+        res = generate(prompt, sp, dp, constraint=constraint)
+        replies.append((constraint is not None, res.tokens))
+        return res
+
+    monkeypatch.setattr(open_think, "generate", recorded)
+    schema = open_think.compile_constraint(json_schema={"type": "object"})
+    bench.run_bench(open_think, {"chat": [chat]}, ["none", "resispec"], [1.0], SamplingParams(max_tokens=8, seed=0),
+                    DraftParams(), progress=False, constraint=schema, reasoning=ReasoningParams(reasoning_budget=3))
+    assert len(replies) == 4 + 4 and all(constrained for constrained, _ in replies)
+    assert all(end in toks[:4] for _, toks in replies)
+    replies.clear()
+    bench.run_bench(open_think, {"chat": [chat]}, ["none"], [1.0], SamplingParams(max_tokens=8, seed=0), DraftParams(),
+                    progress=False)
+    assert replies and not any(constrained for constrained, _ in replies)  # no budget, no schema: free text

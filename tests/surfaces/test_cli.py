@@ -315,3 +315,46 @@ def test_bench_concurrency_prints_a_row_per_method_and_level(tiny_pair, tmp_path
     assert "agg tok/s" in r.stdout and "TTFT p95" in r.stdout
     bad = run("bench", "--concurrency", "0")
     assert bad.returncode == 2 and "--concurrency" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_generate_chat_prints_the_thinking_apart(open_think_pair):
+    """``generate --chat`` on a reasoning model (its template opens the block): the budget
+    closes the thinking, which goes to stderr between marks (stdout is no terminal) while
+    stdout holds the answer alone; with ``--reasoning-format none`` the same reply (same seed,
+    same budget) is printed whole, and splits into the same two parts."""
+    from resispec_gguf.assist.lazy import FREE  # where the template leaves the reply
+    from resispec_gguf.assist.reasoning import ReasoningFormat, split_reasoning
+
+    common = ("generate", "--target", open_think_pair[0], "--draft", open_think_pair[1], "--threads", 1, "--ctx", 256,
+              "--seed", 3, "-n", 12, "--chat", "--reasoning-budget", 4, "Think first.")
+    split = run(*common)
+    whole = run(*common, "--reasoning-format", "none")
+    assert split.returncode == 0 and whole.returncode == 0, (split.stderr, whole.stderr)
+    assert "</think>" in whole.stdout and "</think>" not in split.stdout
+    thinking, answer = split_reasoning(ReasoningFormat("<think>", "</think>", 0, 1), FREE, whole.stdout[:-1])
+    marked = split.stderr[split.stderr.index("[reasoning]\n") + 12:split.stderr.index("\n[/reasoning]\n")]
+    assert marked == thinking and split.stdout == answer + "\n"
+
+
+def test_generate_reply_dims_the_thinking_on_a_terminal():
+    """On a terminal the thinking is dimmed on stdout, a blank line before the answer; else it
+    goes to stderr between marks, closed even when the reply ends inside it."""
+    import io
+
+    from resispec_gguf.surfaces.cli import _Reply
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out, err = Terminal(), io.StringIO()
+    reply = _Reply(out, err)
+    for part in (("Hmm", ""), (" so", ""), ("", "4."), ("", " Done")):
+        reply.write(*part)
+    reply.end_thinking()
+    assert out.getvalue() == "\x1b[2mHmm\x1b[0m\x1b[2m so\x1b[0m\n\n4. Done" and err.getvalue() == ""
+    out, err = io.StringIO(), io.StringIO()
+    reply = _Reply(out, err)
+    reply.write("cut", "")
+    reply.end_thinking()
+    assert (out.getvalue(), err.getvalue()) == ("", "[reasoning]\ncut\n[/reasoning]\n")

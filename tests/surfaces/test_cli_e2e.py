@@ -147,6 +147,14 @@ def bench_report(temperatures, methods):
     return check
 
 
+def concurrent(r, tmp):
+    """``--concurrency 1,2``: a row per level and method, and the JSON report says the same."""
+    rows = [line.split() for line in r.stdout.splitlines()[2:] if line.strip()]
+    assert [(row[1], int(row[2])) for row in rows] == [("none", 1), ("none", 2), ("chain", 1), ("chain", 2)], r.stdout
+    report = json.loads((tmp / "concurrency.json").read_text())
+    assert report["levels"] == [1, 2] and report["n_slots"] == 2 and len(report["rows"]) == 4
+
+
 def swept(r, tmp):
     """``--sweep quick``: the table of every setting, then per workload the best and the command
     that reproduces it, which parses back into that setting; the report says the same."""
@@ -224,9 +232,10 @@ def worked(cache: str | None = None):
 
 # Every model flag set away from its default, in two spellings.
 # (--threads is in every case: see cases().)
-MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose", "--tool-format", "hermes")
+MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose", "--tool-format", "hermes",
+           "--parallel", "2")
 MODEL_B = ("--ctx", "300", "--n-gpu-layers", "1", "--n-gpu-layers-draft", "0", "--flash-attn", "--verbose",
-           "--tool-format", "llama3")
+           "--tool-format", "llama3", "--parallel", "3")
 SAMPLING_A = ("--temperature", "0.5", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1", "-n", "4", "--seed", "3")
 SAMPLING_B = ("--temp", "1.5", "--top-k", "5", "--top-p", "0.8", "--min-p", "0", "--max-tokens", "3", "--seed", "7")
 DRAFT_A = ("--method", "resispec", "-K", "2", "--depth", "2", "--budget", "4", "--draft-support", "8", "--policy",
@@ -244,7 +253,8 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
     return [
         Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),
         Case("generate-every-flag", ("generate", *pair, *MODEL_A, *SAMPLING_A, "--stop", "zq", "--stop", "qz",
-                                     *DRAFT_A, "--chat", "Once upon a time"), generated("resispec", 4)),
+                                     *DRAFT_A, "--chat", "--reasoning-format", "none", "--reasoning-budget", "4",
+                                     "Once upon a time"), generated("resispec", 4)),
         Case("generate-schema", ("generate", *pair, "-n", "6", "--json-schema", '{"type": "object"}', "Data:"),
              constrained("{", 6)),
         Case("generate-grammar", ("generate", *pair, "-n", "6", "--grammar", str(tmp / "yes-no.gbnf"), "Answer:"),
@@ -264,13 +274,16 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
              bench_table(["chat"], [1.0, 0.6], list(config.METHODS))),
         Case("bench-every-flag", ("bench", *pair, *MODEL_B, "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1",
                                   "--max-tokens", "3", "--seed", "5", "--draws", "2", "--depth", "2", "--budget", "4",
-                                  "--draft-support", "8", "--policy", "static", "--lookup", "--prompts", prompts,
+                                  "--draft-support", "8", "--policy", "static", "--lookup", "--reasoning-budget", "2",
+                                  "--prompts", prompts,
                                   "--methods", "chain,resispec", "--temperature", "0", "0.5", "--repeat", "2",
                                   "--json", str(tmp / "bench.json")),
              bench_report([0.0, 0.5], ["none", "chain", "resispec"])),
         Case("bench-schema", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
                               "0.5", "--json-schema", '{"type": "object"}'),
              bench_table(["prompts"], [0.5], ["none", "chain", "none+schema", "chain+schema"])),
+        Case("bench-concurrency", ("bench", *pair, "--prompts", prompts, "--methods", "none,chain", "-n", "3",
+                                   "--concurrency", "1,2", "--json", str(tmp / "concurrency.json")), concurrent),
         Case("bench-sweep", ("bench", *pair, "--prompts", prompts, "--sweep", "quick", "-n", "3", "--temperature",
                              "0.5", "--json", str(tmp / "sweep.json")), swept),
         Case("bench-plot", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
@@ -538,6 +551,7 @@ REFUSED_OWN = {
     "temperature": ["-1", "500"], "repeat": ["0"], "k": ["1,0", "1,65"], "draft_support": ["-1"],
     "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"], "sweep": ["huge"],
     "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"], "ctx": ["97", "lots"],
+    "concurrency": ["0", "1,33", "two"],
 }
 # Flags that take any value.
 ANY_VALUE = {"model_name": "any text names the model", "system": "any text is a system prompt",

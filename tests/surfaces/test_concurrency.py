@@ -39,3 +39,28 @@ def test_a_level_past_the_slots_is_refused():
     engine = Engine(*slotted_pair(2))
     with pytest.raises(UserError, match="--parallel 4"):
         concurrency.run_concurrency(engine, {"w": [{"prompt": "a"}]}, [4], ["none"], SamplingParams(), DraftParams())
+
+
+def test_chat_prompts_are_planned_so_a_reasoning_budget_applies(open_think_pair, monkeypatch):
+    """A reasoning model's chat prompts go out as planned chat requests: the budget closes
+    every reply's thinking."""
+    from resispec_gguf.config import ReasoningParams
+
+    engine = Engine.load(str(open_think_pair[0]), str(open_think_pair[1]), n_ctx=512, n_threads=1, flash_attn=False,
+                         progress=False)
+    submit, replies = engine.submit, []
+
+    def recorded(tokens, sp, dp, constraint=None):
+        ticket = submit(tokens, sp, dp, constraint=constraint)
+        replies.append(ticket)
+        return ticket
+
+    monkeypatch.setattr(engine, "submit", recorded)
+    workloads = {"chat": [{"messages": [{"role": "user", "content": "Think."}]}] * 2}
+    try:
+        concurrency.run_concurrency(engine, workloads, [1], ["none"], SamplingParams(max_tokens=6, seed=0),
+                                    DraftParams(), ReasoningParams(reasoning_budget=2))
+        end = engine.reasoning_format().end_ids[0]
+        assert len(replies) == 2 and all(end in t.result().tokens[:3] for t in replies)
+    finally:
+        engine.close()

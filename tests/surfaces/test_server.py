@@ -296,6 +296,26 @@ def test_client_disconnect_mid_stream_cancels_generation(slow):
         assert time.monotonic() - t < 3
 
 
+def test_a_client_gone_while_its_request_makes_no_text_is_cancelled_at_the_next_step(slow):
+    """No piece comes after the first, so only the engine's own check before each step can
+    see the client leave (the job thread waits for a piece that never comes)."""
+    url, app, engine = slow
+    engine.cancel_seen.clear()
+    engine.quiet = True
+    try:
+        body = {"messages": MESSAGES, "stream": True, "max_tokens": 100_000}  # ~17 minutes unless cancelled
+        with httpx.Client(base_url=url, timeout=10) as http:
+            with http.stream("POST", "/v1/chat/completions", json=body) as r:
+                lines = r.iter_lines()
+                read_until_content(lines)
+                time.sleep(0.1)
+                assert not engine.cancel_seen.is_set()  # still stepping while the client is there
+            assert engine.cancel_seen.wait(5), "the quiet generation was not cancelled"
+            wait_for(lambda: app.state.resispec.worker.inflight == 0)
+    finally:
+        engine.quiet = False
+
+
 def test_client_disconnect_while_waiting_non_streaming(slow):
     url, app, engine = slow
     engine.closed_early.clear()

@@ -178,7 +178,7 @@ class _Scripted:
     def __getattr__(self, name):
         return getattr(self.real, name)
 
-    def stream(self, prompt, sampling=None, draft=None, constraint=None):
+    def stream(self, prompt, sampling=None, draft=None, constraint=None, cancel=None):
         from resispec_gguf.engine import Result, Stats
 
         try:
@@ -210,3 +210,139 @@ def test_a_finished_call_after_the_thinking_reads_alike_streamed_or_not(open_eng
     calls = [t for d in deltas for t in d.get("tool_calls") or []]
     assert "".join(t["function"]["arguments"] for t in calls) == call["function"]["arguments"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+# --------------------------------------------------------------------------- Qwen3, not thinking, under a typed output or tools
+
+
+@pytest.fixture(scope="module")
+def qwen3_server(tmp_path_factory):
+    """The tiny Qwen3-style pair (tool_formats.py: Hermes calls, ``<think>`` markers in the
+    vocabulary, ``enable_thinking`` false closing the block in the prompt) behind the server."""
+    import tool_formats
+
+    with tool_formats.family_engine(tmp_path_factory, "qwen3") as e:
+        app = create_app(e, model_name="qwen3ish", draft_params=DraftParams(method="resispec"),
+                         sampling_defaults=SamplingParams(max_tokens=400))
+        with serving(app) as url:
+            yield url, e
+
+
+NOT_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def _client(url):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def _streamed_reply(client, **kw) -> tuple[str, dict, str | None, str]:
+    """``(content, {index: [name, arguments]}, finish_reason, reasoning)`` of a streamed reply."""
+    content, calls, finish, thinking = "", {}, None, ""
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        content += choice.delta.content or ""
+        thinking += getattr(choice.delta, "reasoning_content", None) or ""
+        for d in choice.delta.tool_calls or ():
+            entry = calls.setdefault(d.index, ["", ""])
+            entry[0] += (d.function.name or "") if d.function else ""
+            entry[1] += (d.function.arguments or "") if d.function else ""
+        finish = choice.finish_reason or finish
+    return content, calls, finish, thinking
+
+
+def test_qwen3_not_thinking_prompt_closes_the_block(qwen3_server):
+    """``enable_thinking`` false: the prompt ends with the closed block, so a reply starts past
+    it and a constraint applies from its first token."""
+    from resispec_gguf.assist.lazy import AFTER
+    from resispec_gguf.assist.plan import plan_chat
+    import tool_formats
+
+    _, e = qwen3_server
+    plan = plan_chat(e, tool_formats.MSGS, tools=tool_formats.TOOLS, tool_choice="required", **NOT_THINKING)
+    assert tool_formats.prompt_text(e, plan).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert plan.phase == AFTER and plan.constraint is not None and type(plan.constraint).__name__ != "After"
+
+
+@pytest.mark.parametrize("choice", ["required", "auto-typed"])
+def test_qwen3_not_thinking_calls_through_the_openai_client(qwen3_server, choice):
+    """Tools under ``enable_thinking`` false, through the openai client, streamed and not
+    (same seed, same reply): calls valid under their schemas (a forced call, or calls-or-JSON
+    under a typed output), no reasoning_content."""
+    import tool_formats
+
+    url, _ = qwen3_server
+    extra = {"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"],
+        "additionalProperties": False}}}} if choice == "auto-typed" else {}
+    done = 0
+    with _client(url) as client:
+        for seed in range(4):
+            kw = dict(model="qwen3ish", messages=tool_formats.MSGS, tools=tool_formats.TOOLS, seed=seed,
+                      tool_choice="required" if choice == "required" else "auto", extra_body=NOT_THINKING, **extra)
+            r = client.chat.completions.create(**kw)
+            msg, finish = r.choices[0].message, r.choices[0].finish_reason
+            assert getattr(msg, "reasoning_content", None) is None
+            content, calls, s_finish, thinking = _streamed_reply(client, **kw)
+            assert (s_finish, thinking) == (finish, "")
+            got = [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or ()]
+            assert [(n, json.loads(a)) for n, a in (calls[i] for i in sorted(calls))] == got
+            assert content == (msg.content or "")
+            if finish == "tool_calls":
+                done += 1
+                assert got and all(tool_formats.valid_call(c.function) for c in msg.tool_calls)
+            elif finish == "stop":  # the typed answer instead of a call
+                assert choice == "auto-typed" and set(json.loads(msg.content)) == {"city"}
+                done += 1
+    assert done >= 2
+
+
+def test_qwen3_not_thinking_typed_output_through_the_openai_client(qwen3_server):
+    """A JSON schema under ``enable_thinking`` false (``chat.completions.parse``), streamed
+    and not: the content is JSON under the schema from its first character."""
+    url, _ = qwen3_server
+    schema = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "n": {"type": "integer", "minimum": 0,
+                                                                                  "maximum": 9}},
+              "required": ["unit", "n"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "reading", "schema": schema, "strict": True}}
+    with _client(url) as client:
+        for seed in range(3):
+            kw = dict(model="qwen3ish", messages=MESSAGES, seed=seed, response_format=rf, extra_body=NOT_THINKING)
+            r = client.chat.completions.create(**kw)
+            msg = r.choices[0].message
+            assert getattr(msg, "reasoning_content", None) is None
+            content, _, finish, thinking = _streamed_reply(client, **kw)
+            assert (content, finish, thinking) == (msg.content, r.choices[0].finish_reason, "")
+            if finish == "stop":
+                value = json.loads(msg.content)
+                assert set(value) == {"unit", "n"} and value["unit"] in ("c", "f") and 0 <= value["n"] <= 9
+
+
+def test_control_token_markers_come_back_apart(tmp_path_factory):
+    """Markers stored as control tokens (their text is not in a reply unless shown): the
+    thinking still comes back apart, streamed and not alike, and ``reasoning_format`` none
+    shows the closing marker in the text."""
+    import tiny_gguf
+
+    folder = tmp_path_factory.mktemp("control-markers")
+    common = dict(base_seed=0, chat_template=tiny_gguf.OPEN_THINK_TEMPLATE, extra_tokens=tiny_gguf.THINK_TOKENS)
+    pair = (tiny_gguf.write_tiny_llama(folder / "t.gguf", seed=0, **common),
+            tiny_gguf.write_tiny_llama(folder / "d.gguf", seed=1, noise=tiny_gguf.DEFAULT_DRAFT_NOISE, **common))
+    e = _load(pair)
+    try:
+        app = create_app(e, model_name="control", sampling_defaults=SamplingParams(max_tokens=10),
+                         reasoning=ReasoningParams(reasoning_budget=3))
+        with serving(app) as url:
+            for seed in (1, 2):
+                msg = _chat(url, seed=seed).json()["choices"][0]["message"]
+                assert msg["reasoning_content"] and "</think>" not in msg["content"]
+                deltas, _ = _streamed(url, seed=seed)
+                assert (_joined(deltas, "reasoning_content"), _joined(deltas, "content")) == \
+                    (msg["reasoning_content"], msg["content"])
+                raw = _chat(url, seed=seed, reasoning_format="none").json()["choices"][0]["message"]["content"]
+                assert "</think>" in raw and raw.split("</think>")[0].strip() == msg["reasoning_content"]
+                assert msg["content"] == raw.split("</think>", 1)[1].lstrip()
+    finally:
+        e.close()

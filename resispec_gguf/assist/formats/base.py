@@ -7,9 +7,10 @@ calls and results as text).
 A family's module says only what is its own: its marker(s), what follows the opening marker
 (``body_rules``), how it reads its calls back (``read_calls``) and how it writes them
 (``write_calls``).  ``reasoning`` names the thinking markers of a family that thinks before
-answering (Qwen3, DeepSeek-R1); the formats do not act on it: ``assist.reasoning`` finds the
-markers in the vocabulary and handles the block.  A format's ``markers`` are its calls' only,
-so that showing them in the reply's text never changes what the reasoning support sees.
+answering (Qwen3, DeepSeek-R1): the one list ``assist.reasoning`` looks for (as single tokens
+of the vocabulary, or spelled in several when the template mentions them), and which then
+handles the block.  A format's ``markers`` are its calls' only, so that showing them in the
+reply's text never changes what the reasoning support sees.
 
 Pure text and grammar text.  May import ``tools``, ``chat_format`` and ``grammar``; never
 the engine, ``llama`` or a surface.
@@ -39,7 +40,7 @@ class ToolFormat:
     name = ""
     open = ""
     markers: tuple[str, ...] = ()
-    reasoning: tuple[str, str] | None = None  # (open, close) thinking markers (``assist.reasoning``'s)
+    reasoning: tuple[str, str] | None = None  # (open, close) thinking markers, read by ``assist.reasoning``
     example = ""  # the call syntax, as the system message for a template without tools shows it
 
     def __init__(self, special: dict[str, int] | None = None, native: bool = True):

@@ -1,8 +1,9 @@
 """DeepSeek-R1 and its distills: calls between ``<｜tool▁calls▁begin｜>`` and
 ``<｜tool▁calls▁end｜>``, each ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` then the
 arguments in a fenced json block and ``<｜tool▁call▁end｜>`` (calls one per line), after a
-``<think>…</think>`` reasoning part (``assist.reasoning``'s; ``reasoning`` names it).  Chosen when
-the chat template mentions ``<｜tool▁calls▁begin｜>``.
+``<think>…</think>`` reasoning part (``reasoning`` names its markers, which
+``assist.reasoning`` looks for).  Chosen when the chat template mentions
+``<｜tool▁calls▁begin｜>``.
 
 May import its ``formats`` neighbours and ``tools``; nothing above.
 """

@@ -1,8 +1,8 @@
 """Qwen3 and QwQ: Hermes ``<tool_call>`` calls, after a ``<think>…</think>`` reasoning part.
 Chosen when the chat template mentions both ``<tool_call>`` and ``<think>``.  The calls are
-read and constrained as Hermes'; the thinking block is ``assist.reasoning``'s (which finds
-its markers in the vocabulary, returns it apart and starts the constraint after it), and
-``reasoning`` names its markers here for the reader.
+read and constrained as Hermes'; ``reasoning`` names its thinking markers, which
+``assist.reasoning`` looks for (in the vocabulary, or the template), returns apart and starts
+the constraint after.
 
 May import its ``formats`` neighbours; nothing above.
 """

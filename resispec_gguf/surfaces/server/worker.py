@@ -8,8 +8,8 @@ and a job thread only relays its request's pieces.  Rendering and tokenizing a p
 (``prepare``, which only reads the vocabulary) happen before, on the app's pool of tokenizer
 threads.  A request is *admitted* (counted against the queue's limit) when it arrives,
 *queued* once its prompt is ready, and leaves with ``Worker.withdraw`` as soon as its client
-is gone; a running job stops at the next text piece, and its slot is free from the engine's
-next step on.
+is gone; a running job's generation sees the cancellation before its next step (whether or
+not that request is making text), and its slot is free from then on.
 
 May import ``assist`` (planning), ``errors``, the chunks surface (the engine's stream for a
 plan) and ``server.fields``; never the app, ``llama`` or the engine's models.
@@ -95,7 +95,8 @@ class Job:
         req = self.req
         sent = False
         try:
-            stream = pieces(self.engine, self.plan, req.sampling, req.draft, req.logprobs)
+            # the engine sees the cancellation before its next step, text or none
+            stream = pieces(self.engine, self.plan, req.sampling, req.draft, req.logprobs, self._cancel)
             try:
                 for piece in stream:
                     if req.stream:

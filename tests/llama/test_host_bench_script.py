@@ -1,0 +1,74 @@
+"""scripts/host_bench.py (issue #28) on tiny random models: every shape runs through the real
+backend and its split of the host time is complete (the parts sum to the total, none is
+negative, each part a shape must pay is there).  Never a time."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "host_bench.py"
+_spec = importlib.util.spec_from_file_location("host_bench", _PATH)
+host_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host_bench)
+
+_SPECULATIVE = ("batch", "kv", "rows+p", "draws", "tree", "verify", "commit")
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory, monkeypatch_module):
+    monkeypatch_module.setenv("RESISPEC_COSTS", str(tmp_path_factory.mktemp("costs") / "costs.json"))
+    return host_bench.run([1024], tokens=6, reps=1, threads=1, seed=0, folder=tmp_path_factory.mktemp("models"),
+                          prompt_len=12)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_every_shape_is_measured(rows):
+    assert [r["shape"] for r in rows] == [name for name, _ in host_bench.SHAPES]
+    assert all(r["steps"] > 0 and r["vocab"] == 1024 for r in rows)
+
+
+def test_the_parts_sum_to_the_host_time(rows):
+    for r in rows:
+        parts = r["parts"]
+        assert list(parts) == list(host_bench.PARTS)
+        assert sum(parts.values()) == pytest.approx(r["host"], rel=1e-9, abs=1e-9)
+        assert min(parts.values()) >= -1e-6, r  # no section counted twice
+
+
+def test_each_shape_pays_where_it_should(rows):
+    by = {r["shape"]: r["parts"] for r in rows}
+    assert by["plain"]["tree"] == by["plain"]["verify"] == by["plain"]["auto"] == 0  # no tree, no auto
+    assert by["plain"]["rows+p"] > 0 and by["plain"]["batch"] > 0 and by["plain"]["draws"] > 0
+    for shape in ("chain d5", "resispec K4 d5 b12", "resispec K4 d6 b64"):
+        assert all(by[shape][p] > 0 for p in _SPECULATIVE), (shape, by[shape])
+        assert by[shape]["auto"] == 0
+    assert by["auto"]["auto"] > 0
+
+
+def test_the_wrappers_are_gone_afterwards(rows):
+    from resispec_gguf.llama import backend
+    from resispec_gguf.spec import generation, tree
+
+    assert isinstance(generation.Generation.__dict__["_masked"], staticmethod)
+    assert backend.LlamaModel.decode.__qualname__ == "LlamaModel.decode"
+    assert generation.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+
+
+def test_cold_caches_wraps_the_decode_for_the_block_only():
+    from resispec_gguf.llama import backend
+
+    before = backend.LlamaModel.__dict__["_decode_batch"]
+    with host_bench.cold_caches(1):
+        assert backend.LlamaModel._decode_batch is not before
+    assert backend.LlamaModel.__dict__["_decode_batch"] is before
+    with host_bench.cold_caches(0):
+        assert backend.LlamaModel._decode_batch is before
