@@ -123,32 +123,53 @@ class ChatPlan:
 class CallsOrAnswer:
     """How a reply is read when it is either tool calls or the final answer as JSON (tools
     together with a ``response_format``).  The grammar lets the first token choose: a reply
-    that opens with the call marker is calls, any other is the answer, and stays content even
-    when its JSON looks like a call (``{"name": ..., "arguments": ...}``) or has a marker in a
-    string.  Streamed, only a reply that is (or may still become) a call opening is held
-    back, so the answer's JSON streams as text.  Stands in for the format in ``ToolStream``."""
+    that opens with the call marker is calls; in a family whose models also write a call as a
+    JSON object alone (``ToolFormat.answer_calls``: Hermes/Qwen2.5), a reply that is exactly
+    one such object naming an offered function is a call too; any other is the answer, and
+    stays content even when it has a marker in a string.  Streamed, only a reply that is (or
+    may still become) a call opening is held back, so the answer's JSON streams as text once
+    its first key rules a call out.  Stands in for the format in ``ToolStream``."""
 
     def __init__(self, fmt: ToolFormat):
         self.fmt, self.open = fmt, fmt.open
+        self.bare = bool(fmt.answer_calls())
 
-    def _may_call(self, text: str) -> bool:
-        """Whether ``text`` opens with the call marker, or is too short yet to say."""
-        return self.open.startswith(text.lstrip()[:len(self.open)])
+    def _may_call(self, text: str, allowed) -> bool:
+        """Whether ``text`` opens with the call marker or a call object, or is too short yet
+        to say."""
+        head = text.lstrip()
+        if self.open.startswith(head[:len(self.open)]):
+            return True
+        return self.bare and head.startswith("{") and self._bare_call(text, allowed, partial=True)
+
+    def _bare_call(self, text: str, allowed, partial: bool) -> bool:
+        """Whether ``text`` is (``partial``: may still become) one call object from its start."""
+        head = text.lstrip()
+        if partial:
+            return self.fmt.unmarked_pending(head, allowed, 0) == 0
+        found = self.fmt.unmarked_calls(head, allowed)
+        return found is not None and found[0] == 0 and len(found[1]) == 1
 
     def parse(self, text: str, allowed=None, parallel: bool = True):
         """The format's ``parse`` for a reply that opened a call; None for the answer."""
-        if not text.lstrip().startswith(self.open):
-            return None
-        return self.fmt.parse(text, allowed, parallel)
+        head = text.lstrip()
+        if head.startswith(self.open):
+            return self.fmt.parse(text, allowed, parallel)
+        if self.bare and head.startswith("{") and self._bare_call(text, allowed, partial=False):
+            return "", self.fmt.unmarked_calls(head, allowed)[1]
+        return None
 
     def calls_start(self, text: str, allowed=None) -> int:
-        """Where the calls begin in a reply ``parse`` read calls from: at its marker."""
+        """Where the calls begin in a reply ``parse`` read calls from: at its marker, or at
+        the call object."""
+        if not text.lstrip().startswith(self.open):
+            return len(text) - len(text.lstrip())
         return self.fmt.calls_start(text, allowed)
 
     def pending(self, text: str, allowed=None, start: int = 0) -> int:
         """All of ``text`` is held while it may be a call; nothing once it cannot (for good:
         what follows the first characters never changes what the reply opened with)."""
-        return 0 if self._may_call(text) else len(text)
+        return 0 if self._may_call(text, allowed) else len(text)
 
 
 def response_schema(response_format):

@@ -154,7 +154,8 @@ def test_tools_with_a_response_format_are_calls_or_the_answer(engine):
     req = check_chat_options([ADD]).tools
     text = fmt.grammar(req, ANSWER)
     start = text.splitlines()[0]
-    assert start == 'start: "<tool_call>" body | final' and "final: %json" in text and '"sum"' in text
+    # a bare call object (how Qwen2.5 models write calls) may stand in the answer's place
+    assert start == 'start: "<tool_call>" body | final | call_body' and "final: %json" in text and '"sum"' in text
     assert "TEXT" not in text and text.count("call_body: %json") == 1
     assert plan.constraint is engine.compile_constraint(grammar=text) and plan.final == ANSWER
     parallel = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED, parallel_tool_calls=True)
@@ -175,8 +176,10 @@ def test_tools_with_a_response_format_are_calls_or_the_answer(engine):
 def test_calls_or_the_answer_are_read_back_alike_streamed_or_not(engine):
     plan = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED)
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-    lookalike = '{"name": "add", "arguments": {"a": 2, "b": 3}}'  # the answer, however it looks
-    for text, calls in [(call, [("add", {"a": 2, "b": 3})]), ('{"sum": 5}', None), (lookalike, None),
+    bare = '{"name": "add", "arguments": {"a": 2, "b": 3}}'  # a call written as the object alone
+    unknown = '{"name": "mul", "arguments": {"a": 2, "b": 3}}'  # no offered function: the answer
+    for text, calls in [(call, [("add", {"a": 2, "b": 3})]), ('{"sum": 5}', None), (bare, [("add", {"a": 2, "b": 3})]),
+                        (" " + bare, [("add", {"a": 2, "b": 3})]), (unknown, None), (bare[:-9], None),
                         ('{"sum": 5, "note": "<tool_call>"}', None), ("<tool_call>\n{\"name\": \"ad", None)]:
         parsed = plan.tool_calls(text)
         assert ([(c.name, json.loads(c.arguments)) for c in parsed[1]] if parsed else None) == calls, text
@@ -185,5 +188,28 @@ def test_calls_or_the_answer_are_read_back_alike_streamed_or_not(engine):
         rest, streamed = stream.finish(text)
         assert (out + rest) == (parsed[0] if parsed else text)
         assert (streamed is None) == (parsed is None)
-        if calls is None and text.startswith("{"):
-            assert out == text  # the answer streams as text, as it comes
+        if calls is None and text in ('{"sum": 5}', unknown, '{"sum": 5, "note": "<tool_call>"}'):
+            assert out == text  # the answer streams as text once its opening rules a call out
+        if text == bare[:-9]:
+            assert out == ""  # a call object cut short is held back to the end, then is content
+
+
+def test_a_bare_call_object_may_stand_in_the_answers_place(engine):
+    """Under tools with a typed output the grammar takes a call written as the object alone
+    (naming an offered function, its arguments under the schema) as well as the answer."""
+    from resispec_gguf.kernels.sampling import mask_allows
+
+    plan = plan_chat(engine, MSGS, tools=[ADD], response_format=TYPED)
+
+    def follows(text):
+        state = plan.constraint.start()
+        for t in engine.target.tokenize(text, add_special=False, parse_special=True):
+            if not mask_allows(state.mask([]), t):
+                return False
+            state.advance([t])
+        return state.is_stopped() or mask_allows(state.mask([]), engine.target.eos)
+
+    assert follows('{"name": "add", "arguments": {"a": 2, "b": 3}}')
+    assert follows('{"sum": 5}')
+    assert not follows('{"name": "mul", "arguments": {"a": 2, "b": 3}}')
+    assert not follows('{"name": "add", "arguments": {"a": "two", "b": 3}}')

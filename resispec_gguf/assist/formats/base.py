@@ -58,6 +58,12 @@ class ToolFormat:
         ``req.parallel``)."""
         raise NotImplementedError
 
+    def answer_calls(self) -> list[str]:
+        """Under tools with a typed output, the rules (of ``body_rules``) of calls a reply may
+        make without the marker, in the answer's place (a JSON call object alone, as Qwen2.5
+        models write calls); none by default."""
+        return []
+
     def lazy_openings(self, req: ToolRequest) -> tuple[list[str], list[str]]:
         """``(alternatives, rules)``: other openings than the marker that trigger a call under
         "auto" (each alternative free text and then a constrained call); none by default."""
@@ -73,7 +79,8 @@ class ToolFormat:
             return "\n".join([f"start: {op} body"] + rules) + "\n"
         if final is not None:  # a call marker or the answer's JSON, from the first token
             answer = {"x-guidance": JSON_DEFAULTS, **({"type": "object"} if final is True else final)}
-            return "\n".join([f"start: {op} body | final", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
+            alternatives = " | ".join([f"{op} body", "final"] + self.answer_calls())
+            return "\n".join([f"start: {alternatives}", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
                              + rules) + "\n"
         alternatives, more = self.lazy_openings(req)
         if self.open in self.special:  # free text cannot contain a special token: the call starts at it

@@ -43,6 +43,10 @@ class HermesFormat(ToolFormat):
                 f'call: {op} "\\n" call_body "\\n" {cl}',
                 json_call_rule(req, "call_body")]
 
+    def answer_calls(self) -> list[str]:
+        """A bare call object (``call_body``) in the answer's place under a typed output."""
+        return ["call_body"] if self.bare_calls else []
+
     def lazy_openings(self, req: ToolRequest) -> tuple[list[str], list[str]]:
         """A fenced ```json block or a bare object naming an offered function, at the start of
         a line: the call from there on (more such calls after it with ``parallel``)."""
