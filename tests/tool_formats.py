@@ -196,3 +196,17 @@ def as_pairs(calls):
 
 
 EXPECTED = [(c["function"]["name"], c["function"]["arguments"]) for c in CALLS]
+
+
+def check_parallel_grammar(engine, single_choice: str | None = "required") -> None:
+    """The grammar on the calls the format writes (the tiny random model rarely ends a list of
+    calls): under "auto" with parallel calls two calls follow it and read back as written;
+    under ``single_choice`` (None: not checked) without parallel calls, they do not."""
+    from resispec_gguf.assist.plan import plan_chat
+
+    two = engine.tool_format().write_calls(CALLS)
+    plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True)
+    assert follows(plan.constraint, tokens(engine, two)) and as_pairs(plan.tool_calls(two)[1]) == EXPECTED
+    if single_choice is not None:
+        single = plan_chat(engine, MSGS, tools=TOOLS, tool_choice=single_choice)
+        assert not follows(single.constraint, tokens(engine, two))

@@ -6,7 +6,8 @@ streaming, and the reasoning markers it names for the reasoning support."""
 from __future__ import annotations
 
 import pytest
-from tool_formats import (CALLS, EXPECTED, HISTORY, MSGS, TOOLS, as_pairs, family_engine, follows, forced_calls,
+from tool_formats import (CALLS, EXPECTED, HISTORY, MSGS, TOOLS, as_pairs, check_parallel_grammar, family_engine,
+                          follows, forced_calls,
                           prompt_text, streamed, tokens, valid_call)
 
 from resispec_gguf.assist.formats import DeepSeekR1Format
@@ -53,12 +54,7 @@ def test_a_lazy_call_is_free_text_until_the_marker_then_constrained(engine):
 
 
 def test_parallel_calls(engine):
-    """The grammar on given replies (the tiny random model rarely ends a list of calls)."""
-    two = engine.tool_format().write_calls(CALLS)
-    plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True)
-    assert follows(plan.constraint, tokens(engine, two)) and as_pairs(plan.tool_calls(two)[1]) == EXPECTED
-    single = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="required")
-    assert not follows(single.constraint, tokens(engine, two))
+    check_parallel_grammar(engine)
 
 
 def test_parsing_reads_back_what_the_format_writes():
