@@ -74,6 +74,9 @@ class ChatPlan:
     tools: _tools.ToolRequest | None = None
     format: ToolFormat | None = None
     final: object = None  # ``ChatOptions.final``: the reply is calls or JSON under it
+    # under ``final``: whether a call object alone may stand in the answer's place (not right
+    # after a tool result, where small models repeat the call instead of answering)
+    bare_calls: bool = True
     reasoning: _reasoning.ReasoningFormat | None = None
     phase: str = "after"
     # the model's thinking markers (returned apart or not), the request's budget and the
@@ -105,7 +108,7 @@ class ChatPlan:
     def _reader(self):
         """What reads calls out of the reply: the format, or, when the reply may instead be
         the final JSON, ``CallsOrAnswer`` (which never reads that JSON as a call)."""
-        return self.format if self.final is None else CallsOrAnswer(self.format)
+        return self.format if self.final is None else CallsOrAnswer(self.format, self.bare_calls)
 
     def tool_calls(self, text: str):
         """``(content, calls)`` read from a finished reply, or None when it made no call."""
@@ -130,9 +133,9 @@ class CallsOrAnswer:
     may still become) a call opening is held back, so the answer's JSON streams as text once
     its first key rules a call out.  Stands in for the format in ``ToolStream``."""
 
-    def __init__(self, fmt: ToolFormat):
+    def __init__(self, fmt: ToolFormat, bare: bool = True):
         self.fmt, self.open = fmt, fmt.open
-        self.bare = bool(fmt.answer_calls())
+        self.bare = bare and bool(fmt.answer_calls())
 
     def _may_call(self, text: str, allowed) -> bool:
         """Whether ``text`` opens with the call marker or a call object, or is too short yet
@@ -230,8 +233,10 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     req = options.tools
     msgs = check_messages(messages)
     fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+    # a call object alone answers the user, not a tool result: after one, JSON is the answer
+    bare = not msgs or msgs[-1]["role"] != "tool"
     if constraint is None:  # first: a constraint that cannot work names its field
-        constraint = _constraint(engine, options, fmt)
+        constraint = _constraint(engine, options, fmt, bare)
     variables = options.reasoning.template_variables()
     extra = {"template_kwargs": variables} if variables else {}
     if fmt is not None:  # the format renders tools, earlier calls and their results
@@ -239,7 +244,7 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
         prompt = engine.chat_tokens(msgs, tools=shown, **extra)
     else:
         prompt = engine.chat_tokens(msgs, **extra)
-    plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final)
+    plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final, bare_calls=bare)
     thinks = engine.reasoning_format()
     if thinks is not None:
         plan.phase = thinks.phase(prompt, engine.token_piece)
@@ -249,7 +254,7 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     return plan
 
 
-def _constraint(engine, options: ChatOptions, fmt):
+def _constraint(engine, options: ChatOptions, fmt, bare: bool = True):
     """The request's compiled constraint (None: free text); a ``GrammarError`` names the field."""
     req = options.tools
     if req.active:
@@ -262,7 +267,7 @@ def _constraint(engine, options: ChatOptions, fmt):
         if options.final is not None:  # the answer's schema on its own first, named as when alone
             _compile_schema(engine, options, engine.check_constraint)
         try:
-            return engine.compile_constraint(grammar=fmt.grammar(req, options.final))
+            return engine.compile_constraint(grammar=fmt.grammar(req, options.final, bare))
         except GrammarError as e:
             raise e.naming("tools") from None
     if options.schema is not None:

@@ -213,3 +213,13 @@ def test_a_bare_call_object_may_stand_in_the_answers_place(engine):
     assert follows('{"sum": 5}')
     assert not follows('{"name": "mul", "arguments": {"a": 2, "b": 3}}')
     assert not follows('{"name": "add", "arguments": {"a": "two", "b": 3}}')
+    # right after a tool result a JSON object is the answer (small models repeat the call
+    # there); a further call needs the marker
+    result = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"}]
+    after = plan_chat(engine, result, tools=[ADD], response_format=TYPED)
+    assert after.constraint is engine.compile_constraint(grammar=engine.tool_format().grammar(
+        check_chat_options([ADD]).tools, ANSWER, bare=False))
+    assert after.tool_calls('{"name": "add", "arguments": {"a": 2, "b": 3}}') is None
+    assert after.tool_calls('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>')

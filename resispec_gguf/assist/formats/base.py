@@ -69,17 +69,19 @@ class ToolFormat:
         "auto" (each alternative free text and then a constrained call); none by default."""
         return [], []
 
-    def grammar(self, req: ToolRequest, final=None) -> str:
+    def grammar(self, req: ToolRequest, final=None, bare: bool = True) -> str:
         """Lark for a reply under ``req`` (llguidance's syntax, with an inline %json).  ``final``:
         under "auto", a JSON schema (True: any object) the reply may follow instead of calling
-        (tools with a typed output): the first token chooses, and free text is not allowed."""
+        (tools with a typed output): the first token chooses, and free text is not allowed;
+        ``bare``: whether a call written without the marker (``answer_calls``) may stand in
+        the answer's place."""
         op = self.lark(self.open)
         rules = self.body_rules(req)
         if req.choice == "required":
             return "\n".join([f"start: {op} body"] + rules) + "\n"
         if final is not None:  # a call marker or the answer's JSON, from the first token
             answer = {"x-guidance": JSON_DEFAULTS, **({"type": "object"} if final is True else final)}
-            alternatives = " | ".join([f"{op} body", "final"] + self.answer_calls())
+            alternatives = " | ".join([f"{op} body", "final"] + (self.answer_calls() if bare else []))
             return "\n".join([f"start: {alternatives}", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
                              + rules) + "\n"
         alternatives, more = self.lazy_openings(req)

@@ -40,11 +40,11 @@ class Llama3Format(ToolFormat):
         more = f" ({_SEP} l3_call)*" if req.parallel else ""
         return [f"body: l3_call{more}", json_call_rule(req, "l3_call", "parameters")]
 
-    def grammar(self, req: ToolRequest, final=None) -> str:
+    def grammar(self, req: ToolRequest, final=None, bare: bool = True) -> str:
         """``ToolFormat.grammar``, except that calls need no marker: forced calls may follow
         ``<|python_tag|>`` or not, and under "auto" the call opens at the reply's start."""
         if final is not None:
-            return super().grammar(req, final)
+            return super().grammar(req, final, bare)
         op = self.lark(self.open)
         rules = self.body_rules(req)
         if req.choice == "required":
