@@ -306,9 +306,35 @@ class Batch:
         failed: set[Request] = set()
         for r in reqs:
             self._advance(r, plans[r], None, calls, finals, failed, first=True)
-        dmap: dict[Request, list[int]] = {r: [] for r in reqs}  # draft node -> index in the step
+        dmap, drafted, levels = self._draft_levels(plans, calls, finals, failed)
+        tmap, commits = self._target_decode(finals, failed)
+        self.target.commit_slots({r.slot: [tmap[r] + i for i in c.target] for r, c in commits.items()})
+        if self.draft is not None:
+            self.draft.commit_slots({r.slot: [dmap[r][i] for i in c.draft] for r, c in commits.items()
+                                     if c.draft is not None})
+        seconds = time.perf_counter() - t_step
+        for r in commits:
+            r.gen.step_done(seconds)
+            n_out = len(r.gen.out)
+            try:
+                for piece in r.gen.emit():
+                    r._put(piece)
+            except ConstraintError as e:  # committing the tokens to it failed: this request's own end
+                r.gen.failed(e)
+            _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
+        for r in reqs:
+            if r.gen.finish_reason is not None:
+                self._close(r)
+        return [r for r in reqs if r.pieces or r.done]
+
+    def _draft_levels(self, plans, calls, finals, failed):
+        """The draft decodes of a step: one per level, holding every request's call of that
+        level, until every plan has reached its target decode (into ``finals``).  Returns
+        ``(dmap, drafted, levels)``: per request, its draft nodes' indices among the step's,
+        and its draft rows and calls this step."""
+        dmap: dict[Request, list[int]] = {r: [] for r in plans}  # draft node -> index in the step
         n_draft = 0
-        drafted: dict[Request, int] = {}  # draft rows and calls per request this step
+        drafted: dict[Request, int] = {}
         levels: dict[Request, int] = {}
         while calls:
             order = list(calls)
@@ -336,7 +362,12 @@ class Batch:
                 r.gen.stats.draft_time += dt
                 r.gen.stats.draft_calls += 1
                 self._advance(r, plans[r], _Part(rows, start, n), calls, finals, failed)
-        # the target: one decode of every request's rows
+        return dmap, drafted, levels
+
+    def _target_decode(self, finals, failed):
+        """One target decode of every request's rows, each request absorbing its own.  Returns
+        ``(tmap, commits)``: where each request's rows start, and the commits of those whose
+        verification did not fail (a failed one ends alone, into ``failed``)."""
         tmap: dict[Request, int] = {}
         tokens, parents, slots = [], [], []
         for r, call in finals.items():
@@ -359,24 +390,7 @@ class Batch:
                 except ConstraintError as e:
                     r.gen.failed(e)
                     failed.add(r)
-        self.target.commit_slots({r.slot: [tmap[r] + i for i in c.target] for r, c in commits.items()})
-        if self.draft is not None:
-            self.draft.commit_slots({r.slot: [dmap[r][i] for i in c.draft] for r, c in commits.items()
-                                     if c.draft is not None})
-        seconds = time.perf_counter() - t_step
-        for r in commits:
-            r.gen.step_done(seconds)
-            n_out = len(r.gen.out)
-            try:
-                for piece in r.gen.emit():
-                    r._put(piece)
-            except ConstraintError as e:  # committing the tokens to it failed: this request's own end
-                r.gen.failed(e)
-            _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
-        for r in reqs:
-            if r.gen.finish_reason is not None:
-                self._close(r)
-        return [r for r in reqs if r.pieces or r.done]
+        return tmap, commits
 
     def _advance(self, r: Request, plan, sent, calls, finals, failed, first: bool = False) -> None:
         """Run ``r``'s plan to its next draft ``Decode`` (into ``calls``) or its target
