@@ -6,8 +6,8 @@ the ``forced`` ones), verifies it with the kernels, commits and emits tokens (``
 turns them into text).  The ``loop`` owns the model calls of one request; ``batch`` steps
 several requests together in the slots of a ``protocol.SlotBackend`` (one target decode for
 all, one draft decode per level), and ``runner`` drives a batch on a thread of its own for
-callers on other threads.  ``autotune`` is ``auto``: cost curves, learnt acceptance, the step
-plan.
+callers on other threads.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
+plan (``stepplan``: its growth rule).
 ``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
 constraint (``Constraint``).
 

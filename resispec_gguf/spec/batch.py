@@ -21,7 +21,7 @@ best-first across requests while the step's expected tokens per predicted second
 measured cost curves: one target decode of all rows, one draft decode per level) keep
 rising, as ``auto`` grows one tree.  Each share becomes that request's ``Room.tree_nodes``,
 an upper bound its own plan grows within.  Within it, an ``auto`` request's plan prices its
-rows at what they add to the step (``autotune.Background``: the other requests' rows, tokens
+rows at what they add to the step (``stepplan.Background``: the other requests' rows, tokens
 and draft calls as in their past steps; a draft level they make anyway costs its rows only),
 and a row must beat the whole step's expected tokens per second.  A request with a fixed
 method keeps its own shape; every request is bounded by an equal share of the models'
@@ -49,7 +49,7 @@ import numpy as np
 
 from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
-from .autotune import Background
+from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
 from .protocol import SlotBackend
 
@@ -76,7 +76,7 @@ class Request:
     pieces: list[tuple[str, int]] = field(default_factory=list)
     t_start: float = 0.0
     # what its steps held and yielded (decayed means over its past steps): the background
-    # the other requests' plans price their rows against (``autotune.Background``)
+    # the other requests' plans price their rows against (``stepplan.Background``)
     rows: float = 1.0
     tokens: float = 1.0
     draft_rows: float = 0.0  # per draft call

@@ -169,7 +169,7 @@ class Draw(NamedTuple):
 
 
 class GrowthPlan(Protocol):
-    """Optional cost-aware limits (``autotune.StepPlan``): both are called before the nodes
+    """Optional cost-aware limits (``stepplan.StepPlan``): both are called before the nodes
     they decide about draw, or only about never-expanded leaves."""
 
     def width(self, level: int, scores: list[float]) -> int: ...
