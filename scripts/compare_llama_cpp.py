@@ -1,22 +1,39 @@
 """Our speculative decoding beside llama.cpp's own tools, on the same machine in the same run.
 
-Points at a directory holding llama.cpp's ``llama-speculative-simple`` and ``llama-bench``
-binaries (built by the user, ideally from the llama.cpp version that llama-cpp-python
-vendors), then for every temperature and prompt runs, interleaved:
+Points at a directory holding llama.cpp's ``llama-speculative-simple``, ``llama-bench`` and
+``llama-server`` binaries (built by the user, ideally from the llama.cpp version that
+llama-cpp-python vendors), then for every temperature and prompt runs, interleaved:
 
 * ``llama-speculative-simple`` on the same target/draft pair, prompt text, temperature,
   sampling filters, seed, context and threads; its printed decode speed and draft acceptance
   are parsed from its log;
-* ``llama-bench -p 0 -n N`` on the target: llama.cpp's plain token-generation speed;
+* ``llama-bench -p 0 -n N -d 0,P`` on the target: llama.cpp's plain token-generation speed
+  with an empty KV cache and with P tokens in it, P the prompt's length, which is the depth
+  where every system here decodes (llama.cpp's tg speed falls as the cache fills);
+* ``llama-server`` (one slot, no draft, started once on a free local port) answering
+  ``/completion`` with the prompt as the same token ids, the same sampling settings and
+  seed: llama.cpp's plain decoding with sampling on; its ``timings.predicted_per_second``;
 * our engine, in this process, once per ``--methods`` entry on the same prompt tokens.
 
-and prints one table per workload (``--workload``: the built-in code, edit and chat sets): tokens/s median over prompts, the median per-prompt ratio to our
-``none`` (plain decoding through llama-cpp-python) and to llama-bench's tg speed, and the
-draft acceptance.  Decode speeds exclude prompt processing on both sides.
+and prints one table per workload (``--workload``: the built-in code, edit and chat sets;
+``--n-prompts`` keeps the first N of each): tokens/s median over prompts, the median
+per-prompt ratio to our ``none`` (plain decoding through llama-cpp-python), to llama-bench's
+tg speed at the prompt's depth and to llama-server, and the draft acceptance; then one line
+per table with our ``none`` against llama.cpp's plain decoding.  Decode speeds exclude prompt
+processing everywhere.
 
-Chat prompts are rendered to text with our engine's chat template and passed to llama.cpp
-with ``-p`` verbatim (speculative-simple applies no template of its own; special tokens in
-the text are parsed).  llama.cpp's speculative-simple drafts greedily (the draft's top token)
+``--concurrency 1,4`` compares serving instead: at each level c, c client threads share a
+workload's prompts (client i takes prompts i, i + c, ...) and send them back to back, to our
+engine with ``max(levels)`` slots (exactly ``bench --concurrency``, per method: ``none`` and
+``auto`` by default) and, interleaved, streamed over HTTP to ``llama-server -np max(levels)``
+(unified KV cache, ``--ctx`` tokens per slot) without and with its draft model (one server per
+``--draft-max``).  It prints the aggregate tokens/s (all tokens over the level's wall time),
+its ratio to our ``none`` at the same level, the mean per-request tokens/s, and the time to
+first token and end-to-end time as the client sees them, p50 and p95.
+
+Chat prompts are rendered to text with our engine's chat template and passed to
+speculative-simple with ``-p`` verbatim (it applies no template of its own; special tokens in
+the text are parsed).  llama.cpp's speculative decoding drafts greedily (the draft's top token)
 and accepts a draft token when the target's own sampler picks the same token, so its
 acceptance at T > 0 is lower than a rejection-sampling rule's and is not comparable draw for
 draw with ours; its numbers are reported as it prints them.  Its output, like ours, follows
@@ -25,21 +42,24 @@ the target's sampler exactly: the draft only changes the speed.
 llama.cpp runs with its own defaults except where a flag above sets the same value for every
 system, and one switch: the draft's "backend sampling" (on by default in recent builds) is
 turned off, because on a CPU-only build it made speculative-simple about 20x slower here
-(0.18 vs 3.6 tokens/s); ``--llama-backend-sampling`` keeps it on.
+(0.18 vs 3.6 tokens/s); ``--llama-backend-sampling`` keeps it on.  Flag names are read from
+each binary's ``--help`` (they moved across llama.cpp versions).
 
     python scripts/compare_llama_cpp.py --llama-cpp-bin /tmp/llama-build/bin \\
         [--target default] [--draft ...] [--workload code,edit,chat | --prompts FILE.jsonl] \\
-        [--temperature 1.0 0.6] [--chain-depth 5] \\
+        [--n-prompts N] [--temperature 1.0 0.6] [--chain-depth 5] \\
         [--max-tokens 128] [--threads N] [--ctx 4096] [--seed 0] [--draft-max N [N ...]] \\
-        [--methods none,resispec,auto] [--json OUT]
+        [--methods none,resispec,auto] [--concurrency 1,4] [--json OUT]
 
-Errors (missing directory or binaries, a binary failing, a bad model) print one line and
-exit with code 2.
+Errors (missing directory or binaries, a binary failing, a server not starting or refusing a
+request, a bad model or argument) print one line and exit with code 2; a started server is
+always stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -50,8 +70,14 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_server_client as srv  # noqa: E402  (the sibling script's helpers)
+
 SPEC_BIN = "llama-speculative-simple"
 BENCH_BIN = "llama-bench"
+BENCH_D0 = "llama.cpp llama-bench tg d=0"
+BENCH_AT = "llama.cpp llama-bench tg d=prompt"
+SERVER_ROW = "llama.cpp llama-server"
 
 _NUM = r"([-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf))"
 
@@ -102,12 +128,11 @@ def parse_spec_simple_output(text: str) -> dict:
     return out
 
 
-def parse_llama_bench_json(text: str) -> float:
-    """The token-generation speed (``avg_ts``, tokens/s) from ``llama-bench -o json``.
-
-    Picks the first test with ``n_gen > 0`` and ``n_prompt == 0`` (a pure tg test), else the
-    first test with ``n_gen > 0``.  Leading non-JSON noise before the array is skipped.
-    Raises ``ValueError`` when no such test is found.
+def parse_llama_bench_json(text: str) -> dict[int, float]:
+    """The token-generation speeds (``avg_ts``, tokens/s) from ``llama-bench -p 0 -o json``,
+    by KV depth: ``{n_depth: avg_ts}`` over the pure tg tests (``n_gen > 0``, ``n_prompt == 0``;
+    ``n_depth`` 0 when the build does not print it).  Leading non-JSON noise before the array
+    is skipped.  Raises ``ValueError`` when there is no such test.
     """
     start = text.find("[")
     if start < 0:
@@ -118,11 +143,13 @@ def parse_llama_bench_json(text: str) -> float:
         raise ValueError(f"llama-bench output is not valid JSON ({e.msg})") from None
     if not isinstance(rows, list):
         raise ValueError("llama-bench JSON is not a list of tests")
-    tests = [r for r in rows if isinstance(r, dict) and (r.get("n_gen") or 0) > 0 and "avg_ts" in r]
-    pure = [r for r in tests if (r.get("n_prompt") or 0) == 0]
-    if not (pure or tests):
-        raise ValueError("llama-bench JSON has no token-generation test with avg_ts")
-    return float((pure or tests)[0]["avg_ts"])
+    out: dict[int, float] = {}
+    for r in rows:
+        if isinstance(r, dict) and (r.get("n_gen") or 0) > 0 and not (r.get("n_prompt") or 0) and "avg_ts" in r:
+            out.setdefault(int(r.get("n_depth") or 0), float(r["avg_ts"]))
+    if not out:
+        raise ValueError("llama-bench JSON has no token-generation test (n_prompt 0) with avg_ts")
+    return out
 
 
 def parse_version(text: str) -> str:
@@ -160,23 +187,30 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 class LlamaCpp:
+    """The three binaries in ``--llama-cpp-bin``, checked up front, with the flag names this
+    build understands (read from each one's ``--help``: they moved across versions)."""
+
     def __init__(self, bin_dir: str):
         d = Path(bin_dir).expanduser()
         if not d.is_dir():
             raise CompareError(f"--llama-cpp-bin {bin_dir}: not a directory")
-        self.spec = d / SPEC_BIN
-        self.bench = d / BENCH_BIN
-        for p in (self.spec, self.bench):
+        self.spec, self.bench, self.server = d / SPEC_BIN, d / BENCH_BIN, d / srv.SERVER_BIN
+        for p in (self.spec, self.bench, self.server):
             if not (p.is_file() and os.access(p, os.X_OK)):
                 raise CompareError(f"{p}: no executable {p.name} in --llama-cpp-bin (build llama.cpp's {p.name} target)")
         help_text = self._help(self.spec)
+        server_help = self._help(self.server)
         self.version = parse_version(self._out([str(self.bench), "--version"]))
-        # flag names moved across llama.cpp versions: pick what this build understands
-        self.draft_max_flag = next((f for f in ("--spec-draft-n-max", "--draft-max", "--draft") if help_has(help_text, f)), None)
-        if self.draft_max_flag is None:
-            raise CompareError(f"{self.spec.name} --help lists no draft-length flag; unsupported llama.cpp version")
+        self.draft_max_flag = _draft_max_flag(help_text, self.spec.name)
+        self.server_draft_max_flag = _draft_max_flag(server_help, self.server.name)
         self.spec_type = help_has(help_text, "--spec-type")
+        self.server_spec_type = help_has(server_help, "--spec-type")
         self.no_backend_sampling = "--no-spec-draft-backend-sampling" if help_has(help_text, "--no-spec-draft-backend-sampling") else None
+        self.server_no_backend_sampling = ("--no-spec-draft-backend-sampling"
+                                           if help_has(server_help, "--no-spec-draft-backend-sampling") else None)
+        self.server_kv_unified = help_has(server_help, "--kv-unified")
+        # llama-bench's -d (KV depth before the timed run) came in mid-2025
+        self.bench_depth = help_has(self._help(self.bench), "--n-depth")
 
     @staticmethod
     def _out(cmd) -> str:
@@ -207,10 +241,34 @@ class LlamaCpp:
             cmd += ["-t", str(threads)]
         return cmd
 
-    def bench_cmd(self, target, *, n, threads, reps) -> list[str]:
+    def bench_cmd(self, target, *, n, threads, reps, depths=(0,)) -> list[str]:
+        """llama-bench's tg test of ``n`` tokens after ``depths`` tokens in the KV cache (one
+        test per depth; depth 0 only on a build without ``-d``)."""
         cmd = [str(self.bench), "-m", str(target), "-p", "0", "-n", str(n), "-r", str(reps), "-o", "json"]
+        depths = list(dict.fromkeys(int(x) for x in depths)) if self.bench_depth else [0]
+        if depths != [0]:
+            cmd += ["-d", ",".join(map(str, depths))]
         if threads:
             cmd += ["-t", str(threads)]
+        return cmd
+
+    def server_cmd(self, target, *, draft=None, draft_max=None, parallel=1, ctx, threads,
+                   backend_sampling=False) -> list[str]:
+        """``llama-server`` with ``parallel`` slots of ``ctx`` tokens each over one unified KV
+        cache (as ours), with ``draft`` as its draft model when given."""
+        cmd = [str(self.server), "-m", str(target), "-c", str(ctx * parallel), "-np", str(parallel)]
+        if self.server_kv_unified:
+            cmd.append("--kv-unified")
+        if draft is not None:
+            cmd += ["-md", str(draft)]
+            if draft_max is not None:
+                cmd += [self.server_draft_max_flag, str(draft_max)]
+            if self.server_spec_type:
+                cmd += ["--spec-type", "draft-simple"]
+            if self.server_no_backend_sampling and not backend_sampling:
+                cmd.append(self.server_no_backend_sampling)
+        if threads:
+            cmd += ["-t", str(threads), "-tb", str(threads)]
         return cmd
 
     def run_spec(self, cmd, timeout) -> dict:
@@ -220,12 +278,19 @@ class LlamaCpp:
         except ValueError as e:
             raise CompareError(f"{SPEC_BIN}: {e}") from None
 
-    def run_bench(self, cmd, timeout) -> float:
+    def run_bench(self, cmd, timeout) -> dict[int, float]:
         proc = _run(cmd, timeout)
         try:
             return parse_llama_bench_json(proc.stdout)
         except ValueError as e:
             raise CompareError(f"{BENCH_BIN}: {e}") from None
+
+
+def _draft_max_flag(help_text: str, name: str) -> str:
+    found = next((f for f in ("--spec-draft-n-max", "--draft-max", "--draft") if help_has(help_text, f)), None)
+    if found is None:
+        raise CompareError(f"{name} --help lists no draft-length flag; unsupported llama.cpp version")
+    return found
 
 
 # --------------------------------------------------------------------------- summary and table
@@ -236,31 +301,30 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarise(runs: list[dict], none_tps: list, bench_tps: list) -> dict:
-    """runs: per prompt ``{"tokens_per_s", "tokens", "accept"}``; ratios are medians of
-    per-prompt ratios against the same prompt's our-none and llama-bench speeds."""
+def summarise(runs: list[dict], baselines: dict[str, list]) -> dict:
+    """runs: per prompt ``{"tokens_per_s", "tokens", "accepted", "drafted"}``; ``vs_<name>``
+    for every baseline (per-prompt tokens/s: ``none`` ours, ``bench`` llama-bench tg at the
+    prompt's depth, ``server`` llama-server) is the median of per-prompt ratios against the
+    same prompt's baseline speed."""
     tps = [r["tokens_per_s"] for r in runs]
-    vs_none = [t / b for t, b in zip(tps, none_tps) if b]
-    vs_bench = [t / b for t, b in zip(tps, bench_tps) if b]
     acc_num = sum(r.get("accepted") or 0 for r in runs)
     acc_den = sum(r.get("drafted") or 0 for r in runs)
-    return {
-        "tokens_per_s": _median(tps),
-        "vs_none": _median(vs_none),
-        "vs_llama_bench": _median(vs_bench),
-        "acceptance": acc_num / acc_den if acc_den else None,
-        "tokens": sum(r.get("tokens") or 0 for r in runs),
-        "runs": len(runs),
-    }
+    out = {"tokens_per_s": _median(tps)}
+    for name, base in baselines.items():
+        out[f"vs_{name}"] = _median([t / b for t, b in zip(tps, base) if t is not None and b])
+    out.update(acceptance=acc_num / acc_den if acc_den else None,
+               tokens=sum(r.get("tokens") or 0 for r in runs), runs=len(runs))
+    return out
+
+
+def _f(x, spec):
+    return format(x, spec) if x is not None else "-"
 
 
 def format_table(results: list[dict]) -> str:
-    head = f"{'T':>4}  {'system / method':<32} {'tok/s':>7} {'vs ours none':>13} {'vs llama-bench tg':>18} {'accept':>7} {'tokens':>7}"
+    head = (f"{'T':>4}  {'system / method':<34} {'tok/s':>7} {'vs ours none':>13} {'vs bench@depth':>15} "
+            f"{'vs server':>10} {'accept':>7} {'tokens':>7}")
     lines = []
-
-    def f(x, spec):
-        return format(x, spec) if x is not None else "-"
-
     workload = object()
     for block in results:
         if block.get("workload") != workload:
@@ -272,9 +336,42 @@ def format_table(results: list[dict]) -> str:
             lines += [head, "-" * len(head)]
         for name, s in block["rows"].items():
             lines.append(
-                f"{block['temperature']:>4}  {name:<32} {f(s['tokens_per_s'], '.2f'):>7} {f(s['vs_none'], '.3f'):>13} "
-                f"{f(s['vs_llama_bench'], '.3f'):>18} {f(s['acceptance'], '.3f'):>7} {s['tokens'] or '-':>7}"
+                f"{block['temperature']:>4}  {name:<34} {_f(s['tokens_per_s'], '.2f'):>7} {_f(s.get('vs_none'), '.3f'):>13} "
+                f"{_f(s.get('vs_bench'), '.3f'):>15} {_f(s.get('vs_server'), '.3f'):>10} "
+                f"{_f(s['acceptance'], '.3f'):>7} {s['tokens'] or '-':>7}"
             )
+    return "\n".join(lines)
+
+
+def plain_summary(results: list[dict]) -> str:
+    """One line per block: our ``none`` against llama.cpp's plain decoding (llama-bench tg at
+    depth 0 and at the prompt's depth, llama-server), as medians of per-prompt ratios."""
+    lines = []
+    for block in results:
+        rows = block["rows"]
+        d0 = rows.get(BENCH_D0, {}).get("vs_none")
+        at = rows.get(BENCH_AT, {}).get("vs_none")
+        sv = rows.get(SERVER_ROW, {}).get("vs_none")
+        inv = {k: (1 / v if v else None) for k, v in (("d0", d0), ("at", at), ("sv", sv))}
+        where = f"{block['workload']} " if block.get("workload") is not None else ""
+        lines.append(f"{where}T={block['temperature']}: ours none / llama-bench tg at depth 0 {_f(inv['d0'], '.3f')}, "
+                     f"at the prompt's depth {_f(inv['at'], '.3f')}; / llama-server {_f(inv['sv'], '.3f')}")
+    return "\n".join(lines)
+
+
+def format_concurrency_table(rows: list[dict]) -> str:
+    """Per workload and level, every system's figures and its aggregate against ours ``none``
+    at the same level."""
+    head = (f"{'workload':9} {'system':34} {'clients':>7} {'agg tok/s':>9} {'vs none':>7} {'req tok/s':>9} "
+            f"{'TTFT p50':>9} {'TTFT p95':>9} {'e2e p50':>8} {'e2e p95':>8}")
+    lines = [head, "-" * len(head)]
+    base = {(r["workload"], r["clients"]): r["aggregate_tokens_per_s"] for r in rows if r["system"] == "ours none"}
+    for r in rows:
+        b = base.get((r["workload"], r["clients"]))
+        vs = r["aggregate_tokens_per_s"] / b if b else None
+        lines.append(f"{r['workload']:9} {r['system']:34} {r['clients']:>7} {r['aggregate_tokens_per_s']:>9.2f} "
+                     f"{_f(vs, '.3f'):>7} {r['per_request_tokens_per_s']:>9.2f} {r['ttft_p50']:>8.2f}s "
+                     f"{r['ttft_p95']:>8.2f}s {r['e2e_p50']:>7.2f}s {r['e2e_p95']:>7.2f}s")
     return "\n".join(lines)
 
 
@@ -283,11 +380,13 @@ def format_table(results: list[dict]) -> str:
 
 def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--llama-cpp-bin", required=True, metavar="DIR", help="directory with llama-speculative-simple and llama-bench")
+    p.add_argument("--llama-cpp-bin", required=True, metavar="DIR",
+                   help="directory with llama-speculative-simple, llama-bench and llama-server")
     p.add_argument("--target", default="default", help="target: path, hf: spec or preset (default: default)")
     p.add_argument("--draft", default=None, help="draft: path, hf: spec or preset (default: the target preset's draft)")
     p.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, as for `bench` (default: all)")
     p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts, as for `bench` (instead of --workload)")
+    p.add_argument("--n-prompts", type=int, default=None, metavar="N", help="only the first N prompts of each workload")
     p.add_argument("--chain-depth", type=int, default=5, help="depth of our fixed `chain` method (default 5)")
     p.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
     p.add_argument("--max-tokens", type=int, default=128)
@@ -295,12 +394,17 @@ def _parse_args(argv):
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--min-p", type=float, default=0.05)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for every system (default: all cores)")
-    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--ctx", type=int, default=4096, help="context per request (per slot with --concurrency)")
     p.add_argument("--seed", type=int, default=0, help="prompt i uses seed+i (same for every system)")
     p.add_argument("--draft-max", type=int, nargs="+", default=None, metavar="N",
                    help="llama.cpp's draft length(s) (its --spec-draft-n-max); several give one row each "
                         "(default: llama.cpp's own default, 3 in build 0c1e570)")
-    p.add_argument("--methods", default="none,resispec,auto", help="our methods, comma-separated (none is always run)")
+    p.add_argument("--methods", default=None,
+                   help="our methods, comma-separated (none is always run; default none,resispec,auto, "
+                        "with --concurrency none,auto)")
+    p.add_argument("--concurrency", default=None, metavar="N[,N...]",
+                   help="instead: client counts; ours (bench --concurrency) against llama-server -np max(N) "
+                        "with and without its draft")
     p.add_argument("--bench-reps", type=int, default=1, help="llama-bench repetitions per prompt (default 1)")
     p.add_argument("--llama-backend-sampling", action="store_true",
                    help="leave llama.cpp's draft backend sampling on (its default; very slow on some CPU builds)")
@@ -316,11 +420,15 @@ def _check_args(a) -> None:
         raise CompareError(f"--threads must be >= 1, got {a.threads}")
     if a.ctx < 16:
         raise CompareError(f"--ctx must be at least 16, got {a.ctx}")
+    if a.n_prompts is not None and a.n_prompts < 1:
+        raise CompareError(f"--n-prompts must be >= 1, got {a.n_prompts}")
     for n in a.draft_max or ():
         if n < 1:
             raise CompareError(f"--draft-max must be >= 1, got {n}")
     if a.bench_reps < 1:
         raise CompareError(f"--bench-reps must be >= 1, got {a.bench_reps}")
+    if a.timeout <= 0:
+        raise CompareError(f"--timeout must be > 0, got {a.timeout}")
     for t in a.temperature:
         if not 0 <= t <= 100:
             raise CompareError(f"--temperature must be in [0, 100], got {t}")
@@ -359,17 +467,19 @@ def _method_params(method: str, a):
     return DraftParams(method=method)
 
 
-def run(a) -> int:
+def _setup(a) -> dict:
+    """Everything both modes need, checked before anything heavy: the binaries, our methods,
+    the prompts, the concurrency levels, both models, the sampling settings."""
     _check_args(a)
-    llama = LlamaCpp(a.llama_cpp_bin)  # checks the binaries before anything heavy
+    llama = LlamaCpp(a.llama_cpp_bin)
 
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.surfaces import bench, concurrency
     from resispec_gguf.llama import models
-    from resispec_gguf.config import DraftParams, SamplingParams
-    from resispec_gguf.engine import Engine
+    from resispec_gguf.config import SamplingParams
 
-    methods = bench.parse_methods(a.methods)
-    workloads = bench.select_prompts(a.prompts, a.workload)
+    levels = concurrency.parse_levels(a.concurrency) if a.concurrency is not None else None
+    methods = bench.parse_methods(a.methods or ("none,auto" if levels else "none,resispec,auto"))
+    workloads = {w: ps[: a.n_prompts] for w, ps in bench.select_prompts(a.prompts, a.workload).items()}
     kind, _ = models.parse_model_spec(a.target)
     draft_spec = a.draft if a.draft is not None else (a.target if kind == "preset" else None)
     if not draft_spec:
@@ -381,8 +491,31 @@ def run(a) -> int:
                              max_tokens=a.max_tokens, seed=a.seed)
     except ValueError as e:
         raise CompareError(str(e)) from None
-
     _note(f"llama.cpp {llama.version} from {Path(a.llama_cpp_bin).expanduser().resolve()}")
+    return dict(llama=llama, levels=levels, methods=methods, workloads=workloads, target=target, draft=draft,
+                sp0=sp0)
+
+
+def _server_body(a, tokens, *, temp, seed, stream=False) -> dict:
+    return srv.completion_body(tokens, n=a.max_tokens, temp=temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                               seed=seed, stream=stream)
+
+
+def run(a) -> int:
+    cfg = _setup(a)
+    if cfg["levels"]:
+        return run_concurrency(a, cfg)
+    return run_single(a, cfg)
+
+
+def run_single(a, cfg) -> int:
+    """One request at a time: per temperature and prompt, llama.cpp's speculative-simple,
+    llama-bench tg (depth 0 and the prompt's depth), llama-server, then our methods."""
+    from resispec_gguf.config import DraftParams
+    from resispec_gguf.engine import Engine
+
+    llama, methods, workloads, target, draft, sp0 = (cfg[k] for k in ("llama", "methods", "workloads", "target",
+                                                                      "draft", "sp0"))
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads) as engine:
         threads = a.threads or engine.n_threads
         texts = {w: [engine.render_chat(p["messages"]) if "messages" in p else p["prompt"] for p in ps]
@@ -399,66 +532,145 @@ def run(a) -> int:
             w = llama.run_spec(llama.spec_cmd(target, draft, first_text, n=8, temp=a.temperature[0], seed=a.seed,
                                               draft_max=dm, **spec_common), a.timeout)
             spec_names[dm] = f"llama.cpp spec-simple n_max={w.get('n_draft', dm if dm is not None else '?')}"
-        bench_name = "llama.cpp llama-bench tg"
+        server_cmd = llama.server_cmd(target, parallel=1, ctx=a.ctx, threads=threads)
         results, records = [], []
         total = len(a.temperature) * sum(len(t) for t in texts.values())
         done = 0
-        for workload in texts:
-            for temp in a.temperature:
-                per: dict[str, list] = {**{f"ours {m}": [] for m in methods}, **{n: [] for n in spec_names.values()},
-                                        bench_name: []}
-                for i, (text, pt) in enumerate(zip(texts[workload], toks[workload])):
-                    seed = a.seed + i
-                    t0 = time.perf_counter()
-                    # llama.cpp first, then ours, per prompt: the same load conditions for all
-                    for dm, name in spec_names.items():
-                        cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed, draft_max=dm,
-                                             **spec_common)
-                        s = llama.run_spec(cmd, a.timeout)
-                        per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
-                                          "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
-                    tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps), a.timeout)
-                    per[bench_name].append({"tokens_per_s": tg, "tokens": a.max_tokens * a.bench_reps})
-                    for m in methods:
-                        res = engine.generate(pt, sp0.replace(temperature=temp, seed=seed), _method_params(m, a))
-                        per[f"ours {m}"].append(_ours_record(res.stats))
-                    done += 1
-                    _note(f"[{done}/{total}] {workload} T={temp} prompt {i}: "
-                          + ", ".join(f"{k} {v[-1]['tokens_per_s']:.2f}" for k, v in per.items())
-                          + f" tok/s ({time.perf_counter() - t0:.0f} s{_load_note()})")
-                none_tps = [r["tokens_per_s"] for r in per["ours none"]]
-                bench_tps = [r["tokens_per_s"] for r in per[bench_name]]
-                rows = {name: summarise(rs, none_tps, bench_tps) for name, rs in per.items()}
-                results.append({"workload": workload, "temperature": temp, "rows": rows})
-                records.append({"workload": workload, "temperature": temp, "runs": per})
+        with srv.LlamaServer(server_cmd, request_timeout=a.timeout) as server:
+            server.complete(_server_body(a, first_toks, temp=a.temperature[0], seed=a.seed) | {"n_predict": 8})
+            for workload in texts:
+                for temp in a.temperature:
+                    per: dict[str, list] = {**{f"ours {m}": [] for m in methods}, **{n: [] for n in spec_names.values()},
+                                            BENCH_D0: [], BENCH_AT: [], SERVER_ROW: []}
+                    for i, (text, pt) in enumerate(zip(texts[workload], toks[workload])):
+                        seed = a.seed + i
+                        t0 = time.perf_counter()
+                        # llama.cpp first, then ours, per prompt: the same load conditions for all
+                        for dm, name in spec_names.items():
+                            cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed,
+                                                 draft_max=dm, **spec_common)
+                            s = llama.run_spec(cmd, a.timeout)
+                            per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
+                                              "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
+                        tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps,
+                                                             depths=(0, len(pt))), a.timeout)
+                        n_bench = a.max_tokens * a.bench_reps
+                        per[BENCH_D0].append({"tokens_per_s": tg.get(0), "tokens": n_bench, "depth": 0})
+                        per[BENCH_AT].append({"tokens_per_s": tg.get(len(pt)), "tokens": n_bench, "depth": len(pt)})
+                        r = server.complete(_server_body(a, pt, temp=temp, seed=seed))
+                        if r["prompt_tokens"] != len(pt):  # e.g. a BOS added: then the depths differ
+                            _note(f"note: llama-server decoded after {r['prompt_tokens']} prompt tokens, ours {len(pt)}")
+                        per[SERVER_ROW].append(r)
+                        for m in methods:
+                            res = engine.generate(pt, sp0.replace(temperature=temp, seed=seed), _method_params(m, a))
+                            per[f"ours {m}"].append(_ours_record(res.stats))
+                        done += 1
+                        _note(f"[{done}/{total}] {workload} T={temp} prompt {i} ({len(pt)} tokens): "
+                              + ", ".join(f"{k} {_f(v[-1]['tokens_per_s'], '.2f')}" for k, v in per.items())
+                              + f" tok/s ({time.perf_counter() - t0:.0f} s{_load_note()})")
+                    base = {name: [r["tokens_per_s"] for r in per[row]]
+                            for name, row in (("none", "ours none"), ("bench", BENCH_AT), ("server", SERVER_ROW))}
+                    rows = {name: summarise(rs, base) for name, rs in per.items()}
+                    results.append({"workload": workload, "temperature": temp, "rows": rows})
+                    records.append({"workload": workload, "temperature": temp, "runs": per})
 
     print(format_table(results))
+    print(plain_summary(results))
     print(f"llama.cpp {llama.version}; threads {threads}; prompts per workload: "
           f"{', '.join(f'{w} {len(t)}' for w, t in texts.items())}; max tokens {a.max_tokens}; "
           f"top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
-    print("tok/s: median over prompts of decode speed (prompt processing excluded); ratios: median per-prompt ratio.")
+    print("tok/s: median over prompts of decode speed (prompt processing excluded); ratios: median per-prompt ratio; "
+          "bench@depth: llama-bench tg with the prompt's tokens in the KV cache (-d), where every system decodes.")
     print("accept: ours = accepted/verified draft tokens over all tree nodes; llama.cpp = n_accept/n_drafted "
           "(greedy draft, accepted when the target's sampler picks the same token), as printed.")
     if a.json:
-        report = {
-            "config": {k: v for k, v in vars(a).items()},
+        _write_json(a, cfg, threads, {
             "llama_cpp": {"version": llama.version, "bin": str(Path(a.llama_cpp_bin).expanduser().resolve()),
                           "spec_cmd_examples": [llama.spec_cmd(target, draft, "<PROMPT>", n=a.max_tokens, draft_max=dm,
                                                                temp=a.temperature[0], seed=a.seed, **spec_common)
                                                 for dm in spec_names],
-                          "bench_cmd": llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps)},
-            "models": {"target": str(target), "draft": str(draft)},
-            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": threads},
-            "prompts": workloads,
-            "results": results,
-            "runs": records,
-        }
-        try:
-            with open(a.json, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=2)
-        except OSError as e:
-            raise CompareError(f"cannot write {a.json}: {e.strerror}") from None
+                          "bench_cmd": llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps,
+                                                       depths=(0, len(first_toks))),
+                          "server_cmd": server_cmd},
+            "results": results, "runs": records})
     return 0
+
+
+def run_concurrency(a, cfg) -> int:
+    """``--concurrency``: per workload and level, interleaved, our engine (``bench
+    --concurrency``'s clients, per method) then llama-server ``-np max(levels)`` without and
+    with its draft (per ``--draft-max``), the same prompt tokens sent back to back by the same
+    number of client threads."""
+    from resispec_gguf.config import DraftParams
+    from resispec_gguf.engine import Engine
+    from resispec_gguf.surfaces import bench, concurrency
+
+    llama, levels, methods, workloads, target, draft, sp0 = (
+        cfg[k] for k in ("llama", "levels", "methods", "workloads", "target", "draft", "sp0"))
+    temp = a.temperature[0]
+    if len(a.temperature) > 1:
+        _note(f"--concurrency runs at the first --temperature only ({temp})")
+    slots = max(levels)
+    with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads, n_slots=slots) as engine:
+        threads = a.threads or engine.n_threads
+        prompts = bench.planned_prompts(engine, workloads, None)
+        sp = sp0.replace(temperature=temp)
+        first = next(iter(prompts.values()))[0][0]
+        for m in methods:  # warm-up, as in the single-request mode
+            engine.generate(first, sp.replace(max_tokens=8), DraftParams(method=m))
+        cmds = {"llama.cpp llama-server": llama.server_cmd(target, parallel=slots, ctx=a.ctx, threads=threads)}
+        for dm in a.draft_max or [None]:
+            cmds[f"llama.cpp llama-server +draft n_max={dm if dm is not None else 'default'}"] = llama.server_cmd(
+                target, draft=draft, draft_max=dm, parallel=slots, ctx=a.ctx, threads=threads,
+                backend_sampling=a.llama_backend_sampling)
+        rows = []
+        with contextlib.ExitStack() as stack:
+            servers = {name: stack.enter_context(srv.LlamaServer(cmd, request_timeout=a.timeout))
+                       for name, cmd in cmds.items()}
+            for s in servers.values():
+                s.complete(_server_body(a, first, temp=temp, seed=a.seed) | {"n_predict": 8})
+            for workload, items in prompts.items():
+                bodies = [_server_body(a, tokens, temp=temp, seed=a.seed + i, stream=True)
+                          for i, (tokens, _plan) in enumerate(items)]
+                for c in levels:
+                    for m in methods:
+                        r = concurrency.run_level(engine, items, c, sp, _method_params(m, a))
+                        rows.append({"workload": workload, "system": f"ours {m}", **r})
+                        _note_level(rows[-1])
+                    for name, s in servers.items():
+                        rows.append({"workload": workload, "system": name, **srv.run_level(s, bodies, c)})
+                        _note_level(rows[-1])
+
+    print(format_concurrency_table(rows))
+    print(f"llama.cpp {llama.version}; threads {threads}; slots {slots} (llama-server -np {slots}, unified KV); "
+          f"prompts per workload: {', '.join(f'{w} {len(p)}' for w, p in prompts.items())}; max tokens "
+          f"{a.max_tokens}; T {temp} top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
+    print("agg tok/s: all tokens over the level's wall time; vs none: against ours none at the same level; "
+          "req tok/s: mean of tokens / end-to-end time; TTFT and e2e as the client sees them.")
+    if a.json:
+        _write_json(a, cfg, threads, {"llama_cpp": {"version": llama.version, "server_cmds": cmds}, "levels": levels,
+                                      "rows": rows})
+    return 0
+
+
+def _note_level(r: dict) -> None:
+    _note(f"{r['workload']} {r['system']} c={r['clients']}: {r['aggregate_tokens_per_s']:.2f} tok/s aggregate, "
+          f"TTFT p50 {r['ttft_p50']:.2f} s{_load_note()}")
+
+
+def _write_json(a, cfg, threads, body: dict) -> None:
+    report = {
+        "config": dict(vars(a)),
+        "models": {"target": str(cfg["target"]), "draft": str(cfg["draft"])},
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": threads},
+        "prompts": cfg["workloads"],
+        **body,
+    }
+    try:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    except OSError as e:
+        raise CompareError(f"cannot write {a.json}: {e.strerror}") from None
 
 
 def main(argv=None) -> int:
@@ -469,7 +681,7 @@ def main(argv=None) -> int:
         UserError = CompareError  # noqa: N806
     try:
         return run(a)
-    except (CompareError, UserError) as e:
+    except (CompareError, srv.ServerError, UserError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,11 +1,18 @@
-"""The pure parsers of scripts/compare_llama_cpp.py, on output captured from llama.cpp's
-llama-speculative-simple and llama-bench (build 0c1e570, the version vendored by
-llama-cpp-python 0.3.36).  No binaries or models needed."""
+"""scripts/compare_llama_cpp.py and its helper scripts/llama_server_client.py without llama.cpp
+or a model: the pure parsers on output captured from llama.cpp's llama-speculative-simple,
+llama-bench and llama-server (build 0c1e570, the version vendored by llama-cpp-python
+0.3.36), the flags chosen from each binary's --help (fake binaries that print it), and the
+server's start, requests, concurrency and stop against a small fake llama-server."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
+import stat
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,15 +89,23 @@ def test_parse_spec_simple_output_missing_line():
 
 
 def test_parse_llama_bench_json():
-    assert cmp.parse_llama_bench_json(LLAMA_BENCH_JSON) == pytest.approx(4.42704)
+    assert cmp.parse_llama_bench_json(LLAMA_BENCH_JSON) == {0: pytest.approx(4.42704)}
 
 
-def test_parse_llama_bench_json_picks_tg_test_and_skips_noise():
+def test_parse_llama_bench_json_by_depth():
+    text = LLAMA_BENCH_JSON.replace('"n_depth": 0', '"n_depth": 161')
+    rows = json.loads(LLAMA_BENCH_JSON) + json.loads(text)
+    rows[1]["avg_ts"] = 3.5
+    assert cmp.parse_llama_bench_json(json.dumps(rows)) == {0: pytest.approx(4.42704), 161: 3.5}
+
+
+def test_parse_llama_bench_json_picks_tg_tests_and_skips_noise():
     text = 'noise\n[{"n_prompt": 512, "n_gen": 0, "avg_ts": 90.0}, {"n_prompt": 0, "n_gen": 64, "avg_ts": 7.5}]'
-    assert cmp.parse_llama_bench_json(text) == 7.5
+    assert cmp.parse_llama_bench_json(text) == {0: 7.5}
 
 
-@pytest.mark.parametrize("text", ["", "not json", "[{\"n_prompt\": 512, \"n_gen\": 0, \"avg_ts\": 90.0}]", "[1, 2"])
+@pytest.mark.parametrize("text", ["", "not json", "[{\"n_prompt\": 512, \"n_gen\": 0, \"avg_ts\": 90.0}]",
+                                  "[{\"n_prompt\": 16, \"n_gen\": 8, \"avg_ts\": 9.0}]", "[1, 2", "{}"])
 def test_parse_llama_bench_json_errors(text):
     with pytest.raises(ValueError):
         cmp.parse_llama_bench_json(text)
@@ -107,11 +122,30 @@ def test_parse_version_and_help_flags():
 def test_summary_and_table():
     runs = [{"tokens_per_s": 10.0, "tokens": 64, "accepted": 30, "drafted": 40},
             {"tokens_per_s": 20.0, "tokens": 64, "accepted": 10, "drafted": 40}]
-    s = cmp.summarise(runs, none_tps=[5.0, 10.0], bench_tps=[10.0, 0.0])
-    assert s["tokens_per_s"] == 15.0 and s["vs_none"] == 2.0 and s["vs_llama_bench"] == 1.0
+    s = cmp.summarise(runs, {"none": [5.0, 10.0], "bench": [10.0, 0.0], "server": [None, 40.0]})
+    assert s["tokens_per_s"] == 15.0 and s["vs_none"] == 2.0 and s["vs_bench"] == 1.0 and s["vs_server"] == 0.5
     assert s["acceptance"] == 0.5 and s["tokens"] == 128
     table = cmp.format_table([{"temperature": 1.0, "rows": {"ours none": s}}])
-    assert "ours none" in table and "15.00" in table and not math.isnan(s["vs_none"])
+    assert "ours none" in table and "15.00" in table and "0.500" in table and not math.isnan(s["vs_none"])
+
+
+def test_plain_summary_inverts_the_baselines_ratios():
+    rows = {"ours none": {"vs_none": 1.0}, cmp.BENCH_D0: {"vs_none": 1.25}, cmp.BENCH_AT: {"vs_none": 1.0 / 0.98},
+            cmp.SERVER_ROW: {"vs_none": None}}
+    line = cmp.plain_summary([{"workload": "code", "temperature": 0.8, "rows": rows}])
+    assert line == ("code T=0.8: ours none / llama-bench tg at depth 0 0.800, at the prompt's depth 0.980; "
+                    "/ llama-server -")
+
+
+def test_concurrency_table_ratios_per_workload_and_level():
+    fig = dict(per_request_tokens_per_s=1.0, ttft_p50=0.1, ttft_p95=0.2, e2e_p50=1.0, e2e_p95=2.0)
+    rows = [{"workload": "code", "system": "ours none", "clients": 1, "aggregate_tokens_per_s": 4.0, **fig},
+            {"workload": "code", "system": "ours none", "clients": 4, "aggregate_tokens_per_s": 8.0, **fig},
+            {"workload": "code", "system": "llama.cpp llama-server", "clients": 4, "aggregate_tokens_per_s": 6.0, **fig},
+            {"workload": "edit", "system": "llama.cpp llama-server", "clients": 4, "aggregate_tokens_per_s": 6.0, **fig}]
+    lines = cmp.format_concurrency_table(rows).splitlines()
+    assert lines[4].split()[4:6] == ["6.00", "0.750"]  # against ours none at 4 clients, not at 1
+    assert lines[5].split()[4:6] == ["6.00", "-"]  # no ours none row for edit
 
 
 def test_missing_binaries_exit_2(tmp_path, capsys):
@@ -119,3 +153,73 @@ def test_missing_binaries_exit_2(tmp_path, capsys):
     assert cmp.main(["--llama-cpp-bin", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "not a directory" in err[0] and "llama-speculative-simple" in err[1]
+
+
+# ------------------------------------------------------------------ flags read from --help
+
+# the lines of each binary's --help that the script reads (build 0c1e570), trimmed
+SPEC_HELP = """-m,    --model FNAME                    model path to load
+--spec-draft-n-max N                    number of tokens to draft for speculative decoding (default: 3)
+--spec-type [none|draft-simple|draft-eagle3|draft-mtp|ngram-simple|ngram-map-k]
+--spec-draft-backend-sampling, --no-spec-draft-backend-sampling
+--draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max
+"""
+SERVER_HELP = SPEC_HELP + """-kvu,  --kv-unified, -no-kvu, --no-kv-unified
+-np,   --parallel N                     number of server slots (default: -1, -1 = auto)
+"""
+BENCH_HELP = """usage: llama-bench [options]
+  -m, --model <filename>                            (default: models/7B/ggml-model-q4_0.gguf)
+  -d, --n-depth <n>                                 (default: 0)
+"""
+OLD_BENCH_HELP = "  -m, --model <filename>\n  -n, --n-gen <n>\n"
+
+
+def _fake_bin(d: Path, name: str, help_text: str) -> None:
+    p = d / name
+    p.write_text("#!/bin/sh\ncat <<'EOF'\n" + help_text + "version: 0.5.0-dev (build 1, commit 0c1e570)\nEOF\n")
+    p.chmod(p.stat().st_mode | stat.S_IXUSR)
+
+
+def _fake_bins(d: Path, *, server=True, bench_help=BENCH_HELP) -> Path:
+    _fake_bin(d, "llama-speculative-simple", SPEC_HELP)
+    _fake_bin(d, "llama-bench", bench_help)
+    if server:
+        _fake_bin(d, "llama-server", SERVER_HELP)
+    return d
+
+
+def test_missing_llama_server_exit_2(tmp_path, capsys):
+    assert cmp.main(["--llama-cpp-bin", str(_fake_bins(tmp_path, server=False))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llama-server" in err[0] and "build llama.cpp's llama-server target" in err[0]
+
+
+@pytest.mark.parametrize("argv, word", [(["--concurrency", "0,4"], "--concurrency"),
+                                        (["--n-prompts", "0"], "--n-prompts"),
+                                        (["--methods", "none,bogus"], "bogus")])
+def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, argv, word):
+    assert cmp.main(["--llama-cpp-bin", str(_fake_bins(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and word in err[0]
+
+
+def test_commands_use_the_flags_this_build_has(tmp_path):
+    llama = cmp.LlamaCpp(str(_fake_bins(tmp_path)))
+    assert llama.version == "0.5.0-dev (build 1, commit 0c1e570)"
+    bench = llama.bench_cmd("t.gguf", n=48, threads=2, reps=1, depths=(0, 161))
+    assert bench[bench.index("-d") + 1] == "0,161" and bench[bench.index("-p") + 1] == "0"
+    assert "-d" not in llama.bench_cmd("t.gguf", n=48, threads=2, reps=1)
+    plain = llama.server_cmd("t.gguf", parallel=4, ctx=2048, threads=2)
+    assert plain[plain.index("-c") + 1] == "8192" and plain[plain.index("-np") + 1] == "4"
+    assert "--kv-unified" in plain and "-md" not in plain and plain[plain.index("-tb") + 1] == "2"
+    spec = llama.server_cmd("t.gguf", draft="d.gguf", draft_max=5, parallel=1, ctx=2048, threads=None)
+    assert spec[spec.index("-md") + 1] == "d.gguf" and spec[spec.index("--spec-draft-n-max") + 1] == "5"
+    assert spec[spec.index("--spec-type") + 1] == "draft-simple" and "--no-spec-draft-backend-sampling" in spec
+    assert "-t" not in spec and "--draft-max" not in spec
+    on = llama.server_cmd("t.gguf", draft="d.gguf", parallel=1, ctx=2048, threads=1, backend_sampling=True)
+    assert "--no-spec-draft-backend-sampling" not in on and "--spec-draft-n-max" not in on
+
+
+def test_a_bench_without_depth_runs_at_depth_0(tmp_path):
+    llama = cmp.LlamaCpp(str(_fake_bins(tmp_path, bench_help=OLD_BENCH_HELP)))
+    assert "-d" not in llama.bench_cmd("t.gguf", n=48, threads=2, reps=1, depths=(0, 161))
