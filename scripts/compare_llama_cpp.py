@@ -49,7 +49,7 @@ each binary's ``--help`` (they moved across llama.cpp versions).
         [--target default] [--draft ...] [--workload code,edit,chat | --prompts FILE.jsonl] \\
         [--n-prompts N] [--temperature 1.0 0.6] [--chain-depth 5] \\
         [--max-tokens 128] [--threads N] [--ctx 4096] [--seed 0] [--draft-max N [N ...]] \\
-        [--methods none,resispec,auto] [--concurrency 1,4] [--json OUT]
+        [--methods none,resispec,auto] [--no-spec-simple] [--concurrency 1,4] [--json OUT]
 
 Errors (missing directory or binaries, a binary failing, a server not starting or refusing a
 request, a bad model or argument) print one line and exit with code 2; a started server is
@@ -64,6 +64,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -343,19 +344,34 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plain_summary(results: list[dict]) -> str:
-    """One line per block: our ``none`` against llama.cpp's plain decoding (llama-bench tg at
-    depth 0 and at the prompt's depth, llama-server), as medians of per-prompt ratios."""
-    lines = []
-    for block in results:
-        rows = block["rows"]
-        d0 = rows.get(BENCH_D0, {}).get("vs_none")
-        at = rows.get(BENCH_AT, {}).get("vs_none")
-        sv = rows.get(SERVER_ROW, {}).get("vs_none")
-        inv = {k: (1 / v if v else None) for k, v in (("d0", d0), ("at", at), ("sv", sv))}
+def plain_ratios(per: dict[str, list]) -> dict[str, list]:
+    """Per prompt, our ``none`` tokens/s over llama.cpp's plain decoding: ``bench0``
+    (llama-bench tg at depth 0), ``bench`` (at the prompt's depth), ``server`` (llama-server);
+    a prompt where either speed is missing is left out."""
+    ours = [r["tokens_per_s"] for r in per["ours none"]]
+    out = {}
+    for name, row in (("bench0", BENCH_D0), ("bench", BENCH_AT), ("server", SERVER_ROW)):
+        out[name] = [o / r["tokens_per_s"] for o, r in zip(ours, per.get(row, [])) if o and r["tokens_per_s"]]
+    return out
+
+
+def plain_summary(records: list[dict]) -> str:
+    """One line per block (``{"workload", "temperature", "runs"}``) and one over every prompt
+    of the run: our ``none`` against llama.cpp's plain decoding, medians of per-prompt ratios."""
+    def line(label, ratios, n):
+        return (f"{label}: ours none / llama-bench tg at depth 0 {_f(_median(ratios['bench0']), '.3f')}, "
+                f"at the prompt's depth {_f(_median(ratios['bench']), '.3f')}; / llama-server "
+                f"{_f(_median(ratios['server']), '.3f')} ({n} prompts)")
+
+    lines, pooled = [], {"bench0": [], "bench": [], "server": []}
+    for block in records:
+        ratios = plain_ratios(block["runs"])
+        for k, v in ratios.items():
+            pooled[k] += v
         where = f"{block['workload']} " if block.get("workload") is not None else ""
-        lines.append(f"{where}T={block['temperature']}: ours none / llama-bench tg at depth 0 {_f(inv['d0'], '.3f')}, "
-                     f"at the prompt's depth {_f(inv['at'], '.3f')}; / llama-server {_f(inv['sv'], '.3f')}")
+        lines.append(line(f"{where}T={block['temperature']}", ratios, len(block["runs"]["ours none"])))
+    if len(records) > 1:
+        lines.append(line("all", pooled, sum(len(b["runs"]["ours none"]) for b in records)))
     return "\n".join(lines)
 
 
@@ -405,6 +421,8 @@ def _parse_args(argv):
     p.add_argument("--concurrency", default=None, metavar="N[,N...]",
                    help="instead: client counts; ours (bench --concurrency) against llama-server -np max(N) "
                         "with and without its draft")
+    p.add_argument("--no-spec-simple", action="store_true",
+                   help="skip llama-speculative-simple (plain decoding and our methods only)")
     p.add_argument("--bench-reps", type=int, default=1, help="llama-bench repetitions per prompt (default 1)")
     p.add_argument("--llama-backend-sampling", action="store_true",
                    help="leave llama.cpp's draft backend sampling on (its default; very slow on some CPU builds)")
@@ -528,7 +546,7 @@ def run_single(a, cfg) -> int:
         spec_common = dict(top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, threads=threads, ctx=a.ctx,
                            backend_sampling=a.llama_backend_sampling)
         spec_names = {}
-        for dm in a.draft_max or [None]:
+        for dm in [] if a.no_spec_simple else a.draft_max or [None]:
             w = llama.run_spec(llama.spec_cmd(target, draft, first_text, n=8, temp=a.temperature[0], seed=a.seed,
                                               draft_max=dm, **spec_common), a.timeout)
             spec_names[dm] = f"llama.cpp spec-simple n_max={w.get('n_draft', dm if dm is not None else '?')}"
@@ -575,7 +593,7 @@ def run_single(a, cfg) -> int:
                     records.append({"workload": workload, "temperature": temp, "runs": per})
 
     print(format_table(results))
-    print(plain_summary(results))
+    print(plain_summary(records))
     print(f"llama.cpp {llama.version}; threads {threads}; prompts per workload: "
           f"{', '.join(f'{w} {len(t)}' for w, t in texts.items())}; max tokens {a.max_tokens}; "
           f"top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
@@ -689,5 +707,10 @@ def main(argv=None) -> int:
         return 130
 
 
+def _stop_on_sigterm(signum, _frame):
+    raise SystemExit(128 + signum)  # unwinds the with-blocks: a started llama-server is stopped
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     sys.exit(main())

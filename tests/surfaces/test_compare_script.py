@@ -129,12 +129,20 @@ def test_summary_and_table():
     assert "ours none" in table and "15.00" in table and "0.500" in table and not math.isnan(s["vs_none"])
 
 
-def test_plain_summary_inverts_the_baselines_ratios():
-    rows = {"ours none": {"vs_none": 1.0}, cmp.BENCH_D0: {"vs_none": 1.25}, cmp.BENCH_AT: {"vs_none": 1.0 / 0.98},
-            cmp.SERVER_ROW: {"vs_none": None}}
-    line = cmp.plain_summary([{"workload": "code", "temperature": 0.8, "rows": rows}])
-    assert line == ("code T=0.8: ours none / llama-bench tg at depth 0 0.800, at the prompt's depth 0.980; "
-                    "/ llama-server -")
+def test_plain_summary_per_block_and_pooled():
+    def runs(none, d0, at, server):
+        return {"ours none": [{"tokens_per_s": x} for x in none], cmp.BENCH_D0: [{"tokens_per_s": x} for x in d0],
+                cmp.BENCH_AT: [{"tokens_per_s": x} for x in at], cmp.SERVER_ROW: [{"tokens_per_s": x} for x in server]}
+
+    records = [{"workload": "code", "temperature": 0.8, "runs": runs([10, 20], [10, 10], [20, 20], [None, 40])},
+               {"workload": "chat", "temperature": 0.8, "runs": runs([30], [10], [30], [60])}]
+    assert cmp.plain_ratios(records[0]["runs"]) == {"bench0": [1.0, 2.0], "bench": [0.5, 1.0], "server": [0.5]}
+    lines = cmp.plain_summary(records).splitlines()
+    assert lines == [
+        "code T=0.8: ours none / llama-bench tg at depth 0 1.500, at the prompt's depth 0.750; / llama-server 0.500 (2 prompts)",
+        "chat T=0.8: ours none / llama-bench tg at depth 0 3.000, at the prompt's depth 1.000; / llama-server 0.500 (1 prompts)",
+        "all: ours none / llama-bench tg at depth 0 2.000, at the prompt's depth 1.000; / llama-server 0.500 (3 prompts)",
+    ]
 
 
 def test_concurrency_table_ratios_per_workload_and_level():
@@ -160,7 +168,7 @@ def test_missing_binaries_exit_2(tmp_path, capsys):
 # the lines of each binary's --help that the script reads (build 0c1e570), trimmed
 SPEC_HELP = """-m,    --model FNAME                    model path to load
 --spec-draft-n-max N                    number of tokens to draft for speculative decoding (default: 3)
---spec-type [none|draft-simple|draft-eagle3|draft-mtp|ngram-simple|ngram-map-k]
+--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,ngram-map-k
 --spec-draft-backend-sampling, --no-spec-draft-backend-sampling
 --draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max
 """
