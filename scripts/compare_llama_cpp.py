@@ -159,6 +159,15 @@ def parse_version(text: str) -> str:
     return m.group(1).strip() if m else "unknown"
 
 
+def help_default(help_text: str, flag: str):
+    """The ``(default: N)`` that ``--help`` prints on ``flag``'s line, as an int; None if none."""
+    for ln in help_text.splitlines():
+        if help_has(ln, flag):
+            m = re.search(r"\(default:\s*(-?\d+)\)", ln)
+            return int(m.group(1)) if m else None
+    return None
+
+
 def help_has(help_text: str, flag: str) -> bool:
     return re.search(r"(?:^|[\s,])%s(?:[\s,=]|$)" % re.escape(flag), help_text, re.MULTILINE) is not None
 
@@ -210,6 +219,7 @@ class LlamaCpp:
         self.server_no_backend_sampling = ("--no-spec-draft-backend-sampling"
                                            if help_has(server_help, "--no-spec-draft-backend-sampling") else None)
         self.server_kv_unified = help_has(server_help, "--kv-unified")
+        self.server_draft_max_default = help_default(server_help, self.server_draft_max_flag)
         # llama-bench's -d (KV depth before the timed run) came in mid-2025
         self.bench_depth = help_has(self._help(self.bench), "--n-depth")
 
@@ -378,14 +388,14 @@ def plain_summary(records: list[dict]) -> str:
 def format_concurrency_table(rows: list[dict]) -> str:
     """Per workload and level, every system's figures and its aggregate against ours ``none``
     at the same level."""
-    head = (f"{'workload':9} {'system':34} {'clients':>7} {'agg tok/s':>9} {'vs none':>7} {'req tok/s':>9} "
+    head = (f"{'workload':9} {'system':36} {'clients':>7} {'agg tok/s':>9} {'vs none':>7} {'req tok/s':>9} "
             f"{'TTFT p50':>9} {'TTFT p95':>9} {'e2e p50':>8} {'e2e p95':>8}")
     lines = [head, "-" * len(head)]
     base = {(r["workload"], r["clients"]): r["aggregate_tokens_per_s"] for r in rows if r["system"] == "ours none"}
     for r in rows:
         b = base.get((r["workload"], r["clients"]))
         vs = r["aggregate_tokens_per_s"] / b if b else None
-        lines.append(f"{r['workload']:9} {r['system']:34} {r['clients']:>7} {r['aggregate_tokens_per_s']:>9.2f} "
+        lines.append(f"{r['workload']:9} {r['system']:36} {r['clients']:>7} {r['aggregate_tokens_per_s']:>9.2f} "
                      f"{_f(vs, '.3f'):>7} {r['per_request_tokens_per_s']:>9.2f} {r['ttft_p50']:>8.2f}s "
                      f"{r['ttft_p95']:>8.2f}s {r['e2e_p50']:>7.2f}s {r['e2e_p95']:>7.2f}s")
     return "\n".join(lines)
@@ -636,9 +646,10 @@ def run_concurrency(a, cfg) -> int:
         first = next(iter(prompts.values()))[0][0]
         for m in methods:  # warm-up, as in the single-request mode
             engine.generate(first, sp.replace(max_tokens=8), DraftParams(method=m))
-        cmds = {"llama.cpp llama-server": llama.server_cmd(target, parallel=slots, ctx=a.ctx, threads=threads)}
+        cmds = {f"llama.cpp server -np {slots}": llama.server_cmd(target, parallel=slots, ctx=a.ctx, threads=threads)}
         for dm in a.draft_max or [None]:
-            cmds[f"llama.cpp llama-server +draft n_max={dm if dm is not None else 'default'}"] = llama.server_cmd(
+            n_max = dm if dm is not None else llama.server_draft_max_default
+            cmds[f"llama.cpp server -np {slots} +draft n_max={n_max if n_max is not None else '?'}"] = llama.server_cmd(
                 target, draft=draft, draft_max=dm, parallel=slots, ctx=a.ctx, threads=threads,
                 backend_sampling=a.llama_backend_sampling)
         rows = []

@@ -117,6 +117,8 @@ def test_parse_version_and_help_flags():
     assert cmp.help_has(help_text, "--spec-draft-n-max")
     assert cmp.help_has(help_text, "--draft-max")
     assert not cmp.help_has(help_text, "--spec-type")
+    assert cmp.help_default(SPEC_HELP, "--spec-draft-n-max") == 3
+    assert cmp.help_default(SPEC_HELP, "--spec-type") is None and cmp.help_default(SPEC_HELP, "--top-k") is None
 
 
 def test_summary_and_table():
@@ -214,6 +216,7 @@ def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, argv, word):
 def test_commands_use_the_flags_this_build_has(tmp_path):
     llama = cmp.LlamaCpp(str(_fake_bins(tmp_path)))
     assert llama.version == "0.5.0-dev (build 1, commit 0c1e570)"
+    assert llama.server_draft_max_default == 3
     bench = llama.bench_cmd("t.gguf", n=48, threads=2, reps=1, depths=(0, 161))
     assert bench[bench.index("-d") + 1] == "0,161" and bench[bench.index("-p") + 1] == "0"
     assert "-d" not in llama.bench_cmd("t.gguf", n=48, threads=2, reps=1)
