@@ -29,7 +29,11 @@ engine with ``max(levels)`` slots (exactly ``bench --concurrency``, per method: 
 (unified KV cache, ``--ctx`` tokens per slot) without and with its draft model (one server per
 ``--draft-max``).  It prints the aggregate tokens/s (all tokens over the level's wall time),
 its ratio to our ``none`` at the same level, the mean per-request tokens/s, and the time to
-first token and end-to-end time as the client sees them, p50 and p95.
+first token and end-to-end time as the client sees them, p50 and p95; ``--rounds R`` repeats
+the interleaved levels (odd rounds in reverse order) and reports medians.  Both sides keep
+their prompt caches as by default: llama-server keeps finished prompts in a RAM cache and
+restores them into any slot, ours reuses a slot's cached prefix, so once a workload's prompts
+have been seen the time to first token mostly measures queueing and a cached prefill.
 
 Chat prompts are rendered to text with our engine's chat template and passed to
 speculative-simple with ``-p`` verbatim (it applies no template of its own; special tokens in
@@ -49,7 +53,7 @@ each binary's ``--help`` (they moved across llama.cpp versions).
         [--target default] [--draft ...] [--workload code,edit,chat | --prompts FILE.jsonl] \\
         [--n-prompts N] [--temperature 1.0 0.6] [--chain-depth 5] \\
         [--max-tokens 128] [--threads N] [--ctx 4096] [--seed 0] [--draft-max N [N ...]] \\
-        [--methods none,resispec,auto] [--no-spec-simple] [--concurrency 1,4] [--json OUT]
+        [--methods none,resispec,auto] [--no-spec-simple] [--concurrency 1,4 [--rounds R]] [--json OUT]
 
 Errors (missing directory or binaries, a binary failing, a server not starting or refusing a
 request, a bad model or argument) print one line and exit with code 2; a started server is
@@ -385,6 +389,20 @@ def plain_summary(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+FIGURES = ("aggregate_tokens_per_s", "per_request_tokens_per_s", "ttft_p50", "ttft_p95", "e2e_p50", "e2e_p95")
+
+
+def median_rows(rows: list[dict]) -> list[dict]:
+    """One row per (workload, system, clients), in first-seen order, each figure the median
+    over its rounds; ``rounds`` says how many."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["system"], r["clients"]), []).append(r)
+    return [{"workload": w, "system": s, "clients": c, "rounds": len(rs),
+             **{k: statistics.median(r[k] for r in rs) for k in FIGURES}}
+            for (w, s, c), rs in groups.items()]
+
+
 def format_concurrency_table(rows: list[dict]) -> str:
     """Per workload and level, every system's figures and its aggregate against ours ``none``
     at the same level."""
@@ -433,6 +451,8 @@ def _parse_args(argv):
                         "with and without its draft")
     p.add_argument("--no-spec-simple", action="store_true",
                    help="skip llama-speculative-simple (plain decoding and our methods only)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --concurrency: run the interleaved levels R times, report medians (default 1)")
     p.add_argument("--bench-reps", type=int, default=1, help="llama-bench repetitions per prompt (default 1)")
     p.add_argument("--llama-backend-sampling", action="store_true",
                    help="leave llama.cpp's draft backend sampling on (its default; very slow on some CPU builds)")
@@ -453,6 +473,8 @@ def _check_args(a) -> None:
     for n in a.draft_max or ():
         if n < 1:
             raise CompareError(f"--draft-max must be >= 1, got {n}")
+    if a.rounds < 1:
+        raise CompareError(f"--rounds must be >= 1, got {a.rounds}")
     if a.bench_reps < 1:
         raise CompareError(f"--bench-reps must be >= 1, got {a.bench_reps}")
     if a.timeout <= 0:
@@ -625,10 +647,10 @@ def run_single(a, cfg) -> int:
 
 
 def run_concurrency(a, cfg) -> int:
-    """``--concurrency``: per workload and level, interleaved, our engine (``bench
-    --concurrency``'s clients, per method) then llama-server ``-np max(levels)`` without and
+    """``--concurrency``: per workload, round and level, interleaved, our engine (``bench
+    --concurrency``'s clients, per method) and llama-server ``-np max(levels)`` without and
     with its draft (per ``--draft-max``), the same prompt tokens sent back to back by the same
-    number of client threads."""
+    number of client threads; odd rounds reverse the order.  Medians over the rounds."""
     from resispec_gguf.config import DraftParams
     from resispec_gguf.engine import Engine
     from resispec_gguf.surfaces import bench, concurrency
@@ -661,21 +683,23 @@ def run_concurrency(a, cfg) -> int:
             for workload, items in prompts.items():
                 bodies = [_server_body(a, tokens, temp=temp, seed=a.seed + i, stream=True)
                           for i, (tokens, _plan) in enumerate(items)]
-                for c in levels:
-                    for m in methods:
-                        r = concurrency.run_level(engine, items, c, sp, _method_params(m, a))
-                        rows.append({"workload": workload, "system": f"ours {m}", **r})
-                        _note_level(rows[-1])
-                    for name, s in servers.items():
-                        rows.append({"workload": workload, "system": name, **srv.run_level(s, bodies, c)})
-                        _note_level(rows[-1])
+                systems = [(f"ours {m}", lambda c, m=m: concurrency.run_level(engine, items, c, sp, _method_params(m, a)))
+                           for m in methods]
+                systems += [(name, lambda c, s=s: srv.run_level(s, bodies, c)) for name, s in servers.items()]
+                for rnd in range(a.rounds):
+                    for c in levels:
+                        # odd rounds run the systems in reverse order: neither side always goes first
+                        for name, level in systems[::-1] if rnd % 2 else systems:
+                            rows.append({"workload": workload, "system": name, "round": rnd, **level(c)})
+                            _note_level(rows[-1])
 
-    print(format_concurrency_table(rows))
+    print(format_concurrency_table(median_rows(rows)))
     print(f"llama.cpp {llama.version}; threads {threads}; slots {slots} (llama-server -np {slots}, unified KV); "
           f"prompts per workload: {', '.join(f'{w} {len(p)}' for w, p in prompts.items())}; max tokens "
           f"{a.max_tokens}; T {temp} top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
-    print("agg tok/s: all tokens over the level's wall time; vs none: against ours none at the same level; "
-          "req tok/s: mean of tokens / end-to-end time; TTFT and e2e as the client sees them.")
+    print(f"agg tok/s: all tokens over the level's wall time; vs none: against ours none at the same level; "
+          f"req tok/s: mean of tokens / end-to-end time; TTFT and e2e as the client sees them; "
+          f"medians over {a.rounds} round(s).")
     if a.json:
         _write_json(a, cfg, threads, {"llama_cpp": {"version": llama.version, "server_cmds": cmds}, "levels": levels,
                                       "rows": rows})

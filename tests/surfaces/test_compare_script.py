@@ -147,6 +147,18 @@ def test_plain_summary_per_block_and_pooled():
     ]
 
 
+def test_median_rows_over_rounds():
+    def row(rnd, system, agg, ttft):
+        return {"workload": "code", "system": system, "clients": 4, "round": rnd, "aggregate_tokens_per_s": agg,
+                "per_request_tokens_per_s": agg / 4, "ttft_p50": ttft, "ttft_p95": ttft, "e2e_p50": 1.0, "e2e_p95": 1.0}
+
+    rows = [row(0, "ours none", 10.0, 1.0), row(0, "server", 4.0, 0.1), row(1, "ours none", 14.0, 3.0),
+            row(1, "server", 8.0, 0.3), row(2, "ours none", 30.0, 2.0), row(2, "server", 6.0, 0.2)]
+    med = cmp.median_rows(rows)
+    assert [(r["system"], r["rounds"], r["aggregate_tokens_per_s"], r["ttft_p50"]) for r in med] == [
+        ("ours none", 3, 14.0, 2.0), ("server", 3, 6.0, 0.2)]
+
+
 def test_concurrency_table_ratios_per_workload_and_level():
     fig = dict(per_request_tokens_per_s=1.0, ttft_p50=0.1, ttft_p95=0.2, e2e_p50=1.0, e2e_p95=2.0)
     rows = [{"workload": "code", "system": "ours none", "clients": 1, "aggregate_tokens_per_s": 4.0, **fig},
@@ -206,6 +218,7 @@ def test_missing_llama_server_exit_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, word", [(["--concurrency", "0,4"], "--concurrency"),
                                         (["--n-prompts", "0"], "--n-prompts"),
+                                        (["--rounds", "0"], "--rounds"),
                                         (["--methods", "none,bogus"], "bogus")])
 def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, argv, word):
     assert cmp.main(["--llama-cpp-bin", str(_fake_bins(tmp_path)), *argv]) == 2
