@@ -30,6 +30,13 @@ probes again, unless a chain at the acceptance learnt so far could not beat plai
 the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
+Beside other requests (``batch``, which sets ``AutoTuner.background``): the arms' rates are
+those of a request alone, where a step's rows and draft calls are its own; in a shared step
+they cost what they add to the whole step.  There the arm, or plain decoding, is the one
+with the best projected tokens/s of the whole step (``in_step_case``: the learnt acceptances,
+a tree's rows per level as its trees held them beside others, the step's levels and the
+others' rows), without probes or back-off; alone, a request chooses as above.
+
 Grammar steps: where the constraint forces the next tokens at the step's root (a key, the
 punctuation after it), a draft call would only predict what is already known.  Then a
 "grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)

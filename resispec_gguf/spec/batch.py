@@ -268,7 +268,8 @@ class Batch:
         levels = self._levels(reqs, share) if len(reqs) > 1 else 0
         for r in reqs:
             if r.gen.auto is not None:
-                r.gen.auto.share_step(background_of([o for o in reqs if o is not r], levels) if len(reqs) > 1 else None)
+                others = [o for o in reqs if o is not r]
+                r.gen.auto.share_step(background_of(others, levels) if others else None)
         rooms, nodes = {}, min(MAX_TREE_NODES, share)
         for r in reqs:
             if d is None:

@@ -2,7 +2,9 @@
 consults before a level draws (how many children to expand, how many leaves to keep), each
 decision the best projected tokens per predicted second on the cost curves; and
 ``Background``, the other requests of a shared step (``batch``) its rows are priced against.
-``autotune`` builds the plans; the rule is explained there.
+``autotune`` builds the plans; the rule is explained there.  Beside those requests,
+``in_step_seconds`` prices a step and ``in_step_rate`` projects the whole step's rate with
+one request's path in it (``autotune`` chooses a request's arm by it).
 
 NumPy and Numba on the cost tables; no model calls.
 """
@@ -82,8 +84,8 @@ class Background:
     draft_levels: int  # the draft calls they make
 
 
-def in_step_seconds(bg: Background, target_s: np.ndarray, draft_s: np.ndarray, rows: int, draft_rows=(),
-                    overhead_s: float = 0.0, row_s: float = 0.0) -> float:
+def in_step_seconds(bg: Background, target_s: np.ndarray, draft_s: np.ndarray, rows: int,
+                    draft_rows: tuple[int, ...] | list[int] = (), overhead_s: float = 0.0, row_s: float = 0.0) -> float:
     """The predicted seconds of a step holding ``bg`` and one request's ``rows`` target rows
     (its root included) and draft calls of ``draft_rows[l]`` rows at level l: a level the
     others call anyway (the first ``bg.draft_levels``) costs only the rows it adds to their
@@ -91,9 +93,9 @@ def in_step_seconds(bg: Background, target_s: np.ndarray, draft_s: np.ndarray, r
     step."""
     nt, nd = len(target_s) - 1, len(draft_s) - 1
     d0 = min(bg.draft_rows, nd - 1) if bg.draft_levels else 0
-    t = (bg.draft_levels * draft_s[d0] if d0 else 0.0) + target_s[min(bg.rows + rows, nt)] + overhead_s + row_s * rows
+    t = bg.draft_levels * draft_s[d0] if d0 else 0.0  # the others' draft calls
+    t += target_s[min(bg.rows + rows, nt)] + overhead_s + row_s * rows
     for level, w in enumerate(draft_rows):
-        w = max(1, int(round(w)))
         t += draft_s[min(d0 + w, nd)] - draft_s[d0] if d0 and level < bg.draft_levels else draft_s[min(w, nd)]
         t += w * row_s
     return float(t)

@@ -163,7 +163,8 @@ def test_the_background_holds_the_levels_the_step_pays_for():
     assert (joint.rows, joint.value, joint.draft_levels) == (6, 4.5, 4)
     none_drafted = [Request(None, s, draft_rows=0.0, draft_calls=0.0) for s in range(2)]
     assert background_of(none_drafted).draft_levels == 0
-    assert (background_of(none_drafted, levels=3).draft_rows, background_of(none_drafted, levels=3).draft_levels) == (1, 3)
+    joint = background_of(none_drafted, levels=3)
+    assert (joint.draft_rows, joint.draft_levels) == (1, 3)
 
 
 def test_beside_others_auto_requests_deepen_together():
