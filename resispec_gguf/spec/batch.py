@@ -444,14 +444,15 @@ def _learn(r: Request, rows: int, tokens: int, drafted: int, calls: int, keep: f
 
 def background_of(others: list[Request], levels: int = 0) -> Background:
     """What ``others`` are expected to hold in the next step: their rows, tokens, draft rows
-    per call and draft calls as in their past steps (decayed means); at least ``levels``
-    draft calls of a row or more (the levels the step pays for, ``Batch._levels``: made
-    for whoever deepens, so a plan prices them at its rows, even when the others have not
-    drafted so deep yet)."""
+    per call and draft calls as in their past steps (decayed means).  ``levels``: the draft
+    levels the step pays for (``Batch._levels``; 0: none chosen), which stand for the past
+    calls of the ``auto`` requests among them: made for whoever deepens, so a plan prices
+    them at its rows (a call of a row at least), however deep the others went before."""
     draft_rows = int(round(sum(o.draft_rows for o in others)))
+    calls = [o.draft_calls for o in others if not levels or o.gen.auto is None]
     return Background(rows=int(round(sum(o.rows for o in others))), value=float(sum(o.tokens for o in others)),
                       draft_rows=max(draft_rows, 1 if levels else 0),
-                      draft_levels=max(levels, int(round(max(o.draft_calls for o in others)))))
+                      draft_levels=max([levels] + [int(round(c)) for c in calls]))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

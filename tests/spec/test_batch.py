@@ -9,6 +9,8 @@ and slot reuse, chunked prefill, cancellation and one request's failure mid-step
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -153,15 +155,20 @@ def test_share_rows_counts_the_draft_calls_of_the_deepest_chain():
 
 
 def test_the_background_holds_the_levels_the_step_pays_for():
-    """The others' past steps made one draft call of a row: beside them a request still
-    prices the step's joint levels at its rows (a level paid once for all), not as calls of
-    its own; without joint levels their past steps stand."""
-    others = [Request(None, s, rows=2.0, tokens=1.5, draft_rows=0.4, draft_calls=1.0) for s in range(3)]
+    """The step's joint levels stand for the auto requests' past draft calls (a level paid
+    once for all, priced at a plan's rows even where none of them drafted yet); a request
+    of a fixed shape makes its own calls whatever the levels; without joint levels the past
+    steps stand."""
+    def req(slot, auto, calls, draft_rows):
+        gen = SimpleNamespace(auto=object() if auto else None)
+        return Request(gen, slot, rows=2.0, tokens=1.5, draft_rows=draft_rows, draft_calls=calls)
+
+    others = [req(0, True, 5.0, 0.4), req(1, True, 4.6, 0.4), req(2, False, 3.0, 0.4)]
     past = background_of(others)
-    assert (past.rows, past.value, past.draft_rows, past.draft_levels) == (6, 4.5, 1, 1)
-    joint = background_of(others, levels=4)
-    assert (joint.rows, joint.value, joint.draft_levels) == (6, 4.5, 4)
-    none_drafted = [Request(None, s, draft_rows=0.0, draft_calls=0.0) for s in range(2)]
+    assert (past.rows, past.value, past.draft_rows, past.draft_levels) == (6, 4.5, 1, 5)
+    assert background_of(others, levels=2).draft_levels == 3  # the fixed tree's own calls
+    assert background_of(others, levels=4).draft_levels == 4
+    none_drafted = [req(s, True, 0.0, 0.0) for s in range(2)]
     assert background_of(none_drafted).draft_levels == 0
     joint = background_of(none_drafted, levels=3)
     assert (joint.draft_rows, joint.draft_levels) == (1, 3)
