@@ -5,7 +5,7 @@ A mask is int32 ``[ceil(n / 32)]`` words, token ``i`` allowed iff bit ``i % 32``
 mask's end are not allowed.  ``mask_logits`` applies a mask to a logits row before any
 sampling transform; ``mask_allows`` tests one token; ``bitmask_from_ids`` builds a mask.
 
-Plain NumPy: may import ``config``, ``errors``, ``paths``, ``progress`` and other kernel
+NumPy and Numba: may import ``config``, ``errors``, ``paths``, ``progress`` and other kernel
 modules (it needs none); never the grammar engine (``assist`` drives it and hands masks
 here), a model, the decoding loop or a surface, and never llama_cpp.
 """
@@ -13,8 +13,32 @@ here), a model, the decoding loop or a surface, and never llama_cpp.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 __all__ = ["mask_logits", "mask_allows", "bitmask_from_ids"]
+
+
+@njit(cache=True)
+def _apply_mask(logits, words, out):
+    # out[i] = logits[i] where bit i of words is set, else -inf; one pass (a word at a time)
+    V = logits.shape[0]
+    n = min(V, 32 * words.shape[0])
+    ninf = np.float32(-np.inf)
+    full = n // 32
+    for w in range(full):
+        bits = words[w]
+        base = 32 * w
+        if bits == -1:  # every token of the word allowed
+            for j in range(32):
+                out[base + j] = logits[base + j]
+        elif bits == 0:
+            for j in range(32):
+                out[base + j] = ninf
+        else:
+            for j in range(32):
+                out[base + j] = logits[base + j] if (bits >> j) & 1 else ninf
+    for i in range(32 * full, V):
+        out[i] = logits[i] if i < n and (words[i >> 5] >> (i & 31)) & 1 else ninf
 
 
 def mask_logits(logits, bitmask) -> np.ndarray:
@@ -22,12 +46,10 @@ def mask_logits(logits, bitmask) -> np.ndarray:
 
     Masking comes before every transform (temperature, top-k, top-p, min-p): the filters then
     see only the allowed tokens, which is what plain constrained sampling does."""
-    logits = np.asarray(logits, np.float32)
+    logits = np.ascontiguousarray(logits, np.float32)
     words = np.ascontiguousarray(bitmask, dtype=np.int32)
-    n = min(logits.shape[0], 32 * words.shape[0])
-    bits = np.unpackbits(words.view(np.uint8), count=n, bitorder="little").view(bool)
-    out = np.full(logits.shape[0], -np.inf, np.float32)
-    np.copyto(out[:n], logits[:n], where=bits)
+    out = np.empty(logits.shape[0], np.float32)
+    _apply_mask(logits, words, out)
     return out
 
 

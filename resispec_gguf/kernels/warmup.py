@@ -14,6 +14,7 @@ import numpy as np
 
 from .acceptance import acceptance_profile, draw_chances, overlap, values_at
 from .draws import sample_dense, sample_iid, sample_iid_q, sample_sparse, sample_without_replacement
+from .masks import mask_logits
 from .sampling import probs_dense, probs_sparse, token_logprob
 from .verify import verify
 
@@ -37,6 +38,7 @@ def warm_ups() -> list:
         probs_sparse(row, 0.7, 0, 0.9, 0.05, 3)  # the draft's q
         probs_sparse(row, 1.0, 0, 1.0, 0.0, 2)  # greedy: the draft's top-K
         token_logprob(row, 1, 2)  # logprobs with their top tokens
+        mask_logits(row, np.array([-1], np.int32))  # a constraint's mask (int32 words, as llguidance's)
 
     def draws():
         ids, probs = probs_sparse(row, 1.0)

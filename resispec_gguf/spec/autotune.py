@@ -30,6 +30,13 @@ probes again, unless a chain at the acceptance learnt so far could not beat plai
 the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
 
+Beside other requests (``batch``, which sets ``AutoTuner.background``): the arms' rates are
+those of a request alone, where a step's rows and draft calls are its own; in a shared step
+they cost what they add to the whole step.  There the arm, or plain decoding, is the one
+with the best projected tokens/s of the whole step (``in_step_case``: the learnt acceptances,
+a tree's rows per level as its trees held them beside others, the step's levels and the
+others' rows), without probes or back-off; alone, a request chooses as above.
+
 Grammar steps: where the constraint forces the next tokens at the step's root (a key, the
 punctuation after it), a draft call would only predict what is already known.  Then a
 "grammar" step (no draft call: a chain of the forced candidates, continued by lookup ones)
@@ -53,7 +60,7 @@ from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
 from .calibration import FORCED_BIN, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
 from .costs import CostCurve, cost_table
-from .stepplan import TABLE_ROWS, Background, StepPlan
+from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
 
 # --------------------------------------------------------------------------- the arms
 
@@ -81,6 +88,7 @@ class _Arm:
     k: int = 0  # draws per node of a draft arm (0: lookup)
     exact: bool = False  # its acceptance and children are learnt exactly at every drafted node
     promise: float = 0.0  # ``expected_case`` when its last step was planned (its rate was earned at that)
+    width: float = 0.0  # non-root target rows per draft call of its steps beside others (decayed; 0: none yet)
 
     PRIOR_TOKENS = 12.0  # the realised / expected ratio starts at 1, worth this many tokens
 
@@ -88,8 +96,7 @@ class _Arm:
     def rate(self) -> float:
         if self.seconds <= 0:
             return 0.0
-        ratio = (self.real + self.PRIOR_TOKENS) / (self.expected + self.PRIOR_TOKENS)
-        return ratio * self.tokens / self.seconds
+        return self.ratio * self.tokens / self.seconds
 
     def learn(self, accept: float, decay: float, children: float | None = None) -> None:
         """One more node's acceptance (and width) into the decayed means."""
@@ -98,6 +105,14 @@ class _Arm:
         if children is not None:
             self.children = (self.children * w + children) / (w + 1.0)
         self.acc_n = w + 1.0
+
+    @property
+    def ratio(self) -> float:
+        """Realised over expected tokens over the request (starting at 1)."""
+        return (self.real + self.PRIOR_TOKENS) / (self.expected + self.PRIOR_TOKENS)
+
+    def observe_width(self, width: float, keep: float = 0.7) -> None:
+        self.width = width if self.width <= 0.0 else keep * self.width + (1.0 - keep) * width
 
     def observe(self, tokens: int, expected: float, seconds: float, decay: float) -> None:
         self.tokens = self.tokens * decay + expected
@@ -203,6 +218,8 @@ class AutoTuner:
             if promise > rival:
                 return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
                                                       f"> {rival:.2f}")
+        if self.background is not None and self.arms:
+            return self._choose_in_step(pending)
         # at the start the first arm (the chain: it learns the draft's acceptance exactly at
         # every node) is probed once; every other only if what has been learnt promises that
         # it beats what ran
@@ -248,6 +265,43 @@ class AutoTuner:
             return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
         self.current = None
         self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
+        return None
+
+    def in_step_case(self, kind: str | None, pending: int = 1) -> float:
+        """Beside the step's other requests (``background``), the whole step's projected
+        tokens/s with this request's next step of ``kind`` (None: plain), at the acceptance
+        learnt so far (``stepplan.in_step_rate``).  A chain's level is worth its acceptance
+        a; a K-draw tree's level its own acceptance a_K (its path going on through the
+        expanded child at about a chain's rate), for the rows per level its trees held in
+        past shared steps (before any: its ``children``).  A draft arm's worth is scaled by
+        its realised / expected tokens.  Lookup: its bins' mean acceptance, no draft row."""
+        bg, lim = self.background, self.limits
+        price = dict(pending=pending, overhead_s=self.overhead_s, row_s=self.row_s)
+        if kind is None:
+            return in_step_rate(bg, self.target_s, self.draft_s, first=0.0, then=0.0, rows=1.0, depth=0, **price)
+        if kind == "lookup":
+            a = self.calibration.mean_lookup()
+            return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=lim.max_depth,
+                                is_draft=False, **price)
+        arm, chain = self.arms[kind], self.arms.get("chain", self.arms[kind])
+        return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept * arm.ratio, then=chain.accept,
+                            rows=max(1.0, arm.width or arm.children), depth=lim.max_depth, **price)
+
+    def _choose_in_step(self, pending: int) -> StepPlan | None:
+        """Beside other requests: the arm (or plain) with the best projected rate of the
+        whole step (``in_step_case``).  The arms' own rates are those of a request alone (a
+        step's rows cost far more alone), so they do not steer this choice; nor does the
+        probing: every draft arm's acceptance is learnt at every drafted node, and
+        lookup's at every step."""
+        best, best_rate = None, self.in_step_case(None, pending) * self.margin
+        for name in self.arms:
+            rate = self.in_step_case(name, pending)
+            if rate > best_rate:
+                best, best_rate = name, rate
+        if best is not None:
+            return self._plan(best, pending, f"in a shared step {best}: {best_rate:.2f} tokens/s")
+        self.current = None
+        self.last_choice, self.reason = "none", "plain: in a shared step speculation does not pay"
         return None
 
     def _plan(self, arm: str, pending: int, reason: str) -> StepPlan:
@@ -380,6 +434,13 @@ class Auto:
 
     def record_time(self, plan: StepPlan | None, seconds: float) -> None:
         self.tuner.record_time(plan, seconds)
+
+    def observe_in_step(self, plan: StepPlan | None, rows: int, draft_calls: int) -> None:
+        """A step of ``plan`` beside other requests held ``rows`` target rows (its root
+        included) over ``draft_calls`` draft calls: the arm's width there, for the next
+        shared steps' choice of arm (``AutoTuner.in_step_case``)."""
+        if plan is not None and plan.background is not None and plan.arm in self.tuner.arms and draft_calls:
+            self.tuner.arms[plan.arm].observe_width((rows - 1) / draft_calls)
 
     def summary(self) -> str:
         return self.tuner.summary()

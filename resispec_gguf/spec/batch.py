@@ -14,16 +14,18 @@ of ``step`` does two things:
    generation verifies its own rows with its own random stream (``absorb``); one commit per
    model keeps each slot's accepted path.
 
-The row budget.  Before anything is drawn, the step's target rows are shared out
-(``share_rows``): a request under ``auto`` offers its tree's rows, the k-th worth about
-``a^k`` expected tokens (``a``: its learnt acceptance per node), and the rows are taken
+The row budget.  Before anything is drawn, the step's draft levels are chosen across
+requests (``share_rows``): a request under ``auto`` offers its rows, the k-th worth about
+``a^k`` expected tokens (``a``: its chain's learnt acceptance per node); the rows are taken
 best-first across requests while the step's expected tokens per predicted second (the
 measured cost curves: one target decode of all rows, one draft decode per level) keep
-rising, as ``auto`` grows one tree.  Each share becomes that request's ``Room.tree_nodes``,
-an upper bound its own plan grows within.  Within it, an ``auto`` request's plan prices its
-rows at what they add to the step (``stepplan.Background``: the other requests' rows, tokens
-and draft calls as in their past steps; a draft level they make anyway costs its rows only),
-and a row must beat the whole step's expected tokens per second.  A request with a fixed
+rising, and the deepest chain taken sets the levels the step pays for.  A level that pays
+only when every request deepens is so paid once for all, where each request alone would
+find its call too dear.  Each ``auto`` request then chooses its arm (chain, K-draw tree,
+lookup or plain) by what it adds to the whole step (``AutoTuner.in_step_case``) and grows
+its tree priced within the step (``stepplan.Background``: the other requests' rows and
+tokens as in their past steps, and those levels, where a draft level costs its rows only);
+a row must beat the whole step's expected tokens per second.  A request with a fixed
 method keeps its own shape; every request is bounded by an equal share of the models'
 sequences.
 
@@ -53,7 +55,7 @@ from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
 from .protocol import SlotBackend
 
-__all__ = ["Batch", "Request", "share_rows"]
+__all__ = ["Batch", "Request", "background_of", "share_rows"]
 
 # prompt tokens prefilled per step
 DEFAULT_CHUNK = 256
@@ -76,7 +78,7 @@ class Request:
     pieces: list[tuple[str, int]] = field(default_factory=list)
     t_start: float = 0.0
     # what its steps held and yielded (decayed means over its past steps): the background
-    # the other requests' plans price their rows against (``stepplan.Background``)
+    # the other requests' plans price their rows against (``background_of``)
     rows: float = 1.0
     tokens: float = 1.0
     draft_rows: float = 0.0  # per draft call
@@ -263,24 +265,25 @@ class Batch:
         share = (t.n_seq_max - t.n_slots) // len(reqs) - 1  # non-root target nodes each
         drafting = sum(r.gen.uses_draft for r in reqs)
         d_share = (d.n_seq_max - d.n_slots) // max(1, drafting) if d is not None else 0
-        allow = self._allowances(reqs, share) if len(reqs) > 1 else {}
+        levels = self._levels(reqs, share) if len(reqs) > 1 else 0
         for r in reqs:
             if r.gen.auto is not None:
-                r.gen.auto.share_step(_background([o for o in reqs if o is not r]) if len(reqs) > 1 else None)
-        rooms = {}
+                others = [o for o in reqs if o is not r]
+                r.gen.auto.share_step(background_of(others, levels) if others else None)
+        rooms, nodes = {}, min(MAX_TREE_NODES, share)
         for r in reqs:
-            nodes = min(MAX_TREE_NODES, share, allow.get(r, MAX_TREE_NODES))
             if d is None:
                 rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), tree_nodes=nodes)
             else:
                 rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), d.n_ctx, d.slot_past(r.slot), d_share, nodes)
         return rooms
 
-    def _allowances(self, reqs: list[Request], cap: int) -> dict[Request, int]:
-        """Each ``auto`` request's share of the step's rows (``share_rows``); the others
-        keep their own shapes."""
+    def _levels(self, reqs: list[Request], cap: int) -> int:
+        """The draft levels the step's rows pay for across requests: the deepest chain of an
+        ``auto`` request drafting from the draft model when the rows are shared out
+        (``share_rows``); the others keep their own shapes.  0 without cost tables."""
         if self.tables is None:
-            return {}
+            return 0
         offers, base = [], 0
         for r in reqs:
             gen = r.gen
@@ -290,12 +293,12 @@ class Batch:
             elif gen.dp.method != "none":
                 base += min(cap, gen.dp.max_budget)
         if not offers:
-            return {}
+            return 0
         accepts = [_chain_accept(r.gen.auto.tuner) for r in offers]
         drafts = [r.gen.uses_draft for r in offers]
         counts = share_rows(accepts, drafts, base, min(cap, MAX_TREE_NODES), self.tables[0], self.tables[1],
                             self.row_s, base_tokens=len(reqs))
-        return dict(zip(offers, counts))
+        return max((n for n, d in zip(counts, drafts) if d), default=0)
 
     def _step(self, reqs: list[Request]) -> list[Request]:
         t_step = time.perf_counter()
@@ -322,6 +325,8 @@ class Batch:
             except ConstraintError as e:  # committing the tokens to it failed: this request's own end
                 r.gen.failed(e)
             _learn(r, len(finals[r].tokens), len(r.gen.out) - n_out, drafted.get(r, 0), levels.get(r, 0))
+            if r.gen.auto is not None:
+                r.gen.auto.observe_in_step(r.gen.plan_, len(finals[r].tokens), levels.get(r, 0))
         for r in reqs:
             if r.gen.finish_reason is not None:
                 self._close(r)
@@ -437,12 +442,17 @@ def _learn(r: Request, rows: int, tokens: int, drafted: int, calls: int, keep: f
     r.draft_calls = keep * r.draft_calls + (1 - keep) * calls
 
 
-def _background(others: list[Request]) -> Background:
+def background_of(others: list[Request], levels: int = 0) -> Background:
     """What ``others`` are expected to hold in the next step: their rows, tokens, draft rows
-    per call and draft calls as in their past steps (decayed means)."""
+    per call and draft calls as in their past steps (decayed means).  ``levels``: the draft
+    levels the step pays for (``Batch._levels``; 0: none chosen), which stand for the past
+    calls of the ``auto`` requests among them: made for whoever deepens, so a plan prices
+    them at its rows (a call of a row at least), however deep the others went before."""
+    draft_rows = int(round(sum(o.draft_rows for o in others)))
+    calls = [o.draft_calls for o in others if not levels or o.gen.auto is None]
     return Background(rows=int(round(sum(o.rows for o in others))), value=float(sum(o.tokens for o in others)),
-                      draft_rows=int(round(sum(o.draft_rows for o in others))),
-                      draft_levels=int(round(max(o.draft_calls for o in others))))
+                      draft_rows=max(draft_rows, 1 if levels else 0),
+                      draft_levels=max([levels] + [int(round(c)) for c in calls]))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

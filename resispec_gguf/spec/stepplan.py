@@ -2,7 +2,9 @@
 consults before a level draws (how many children to expand, how many leaves to keep), each
 decision the best projected tokens per predicted second on the cost curves; and
 ``Background``, the other requests of a shared step (``batch``) its rows are priced against.
-``autotune`` builds the plans; the rule is explained there.
+``autotune`` builds the plans; the rule is explained there.  Beside those requests,
+``in_step_seconds`` prices a step and ``in_step_rate`` projects the whole step's rate with
+one request's path in it (``autotune`` chooses a request's arm by it).
 
 NumPy and Numba on the cost tables; no model calls.
 """
@@ -16,7 +18,7 @@ from numba import njit
 
 from ..config import DraftParams
 
-__all__ = ["TABLE_ROWS", "Background", "StepPlan"]
+__all__ = ["TABLE_ROWS", "Background", "StepPlan", "in_step_rate", "in_step_seconds"]
 
 # --------------------------------------------------------------------------- one step
 
@@ -80,6 +82,40 @@ class Background:
     value: float  # their expected tokens
     draft_rows: int  # their draft rows per draft call
     draft_levels: int  # the draft calls they make
+
+
+def in_step_seconds(bg: Background, target_s: np.ndarray, draft_s: np.ndarray, rows: int,
+                    draft_rows: tuple[int, ...] | list[int] = (), overhead_s: float = 0.0, row_s: float = 0.0) -> float:
+    """The predicted seconds of a step holding ``bg`` and one request's ``rows`` target rows
+    (its root included) and draft calls of ``draft_rows[l]`` rows at level l: a level the
+    others call anyway (the first ``bg.draft_levels``) costs only the rows it adds to their
+    call, a deeper one a call of its own.  Priced as ``StepPlan`` prices a plan within the
+    step."""
+    nt, nd = len(target_s) - 1, len(draft_s) - 1
+    d0 = min(bg.draft_rows, nd - 1) if bg.draft_levels else 0
+    t = bg.draft_levels * draft_s[d0] if d0 else 0.0  # the others' draft calls
+    t += target_s[min(bg.rows + rows, nt)] + overhead_s + row_s * rows
+    for level, w in enumerate(draft_rows):
+        t += draft_s[min(d0 + w, nd)] - draft_s[d0] if d0 and level < bg.draft_levels else draft_s[min(w, nd)]
+        t += w * row_s
+    return float(t)
+
+
+def in_step_rate(bg: Background, target_s: np.ndarray, draft_s: np.ndarray, *, first: float, then: float,
+                 rows: float, depth: int, pending: int = 1, is_draft: bool = True, overhead_s: float = 0.0,
+                 row_s: float = 0.0) -> float:
+    """The whole step's projected tokens per second when one request beside ``bg`` grows a
+    path of the best depth from 1 to ``depth`` levels (0: a plain step): its j-th level
+    holds ``rows`` target rows and is worth ``first * then ** (j - 1)`` tokens, and (when
+    ``is_draft``) one draft row (``pending`` at level 0), priced by ``in_step_seconds``."""
+    best, value = 0.0, bg.value + 1.0
+    for j in range(depth + 1):
+        value += first * then ** (j - 1) if j else 0.0
+        draft = ([pending] + [1] * (j - 1) if j else []) if is_draft else []
+        t = in_step_seconds(bg, target_s, draft_s, 1 + int(np.ceil(rows * j)), draft, overhead_s, row_s)
+        if j or not depth:
+            best = max(best, value / t)
+    return float(best)
 
 
 @dataclass

@@ -14,10 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FILES = ["test_sampling.py", "test_topk.py", "test_draws.py", "test_acceptance.py", "test_verify.py", "test_stages.py"]
+FILES = ["test_masks.py", "test_sampling.py", "test_topk.py", "test_draws.py", "test_acceptance.py", "test_verify.py", "test_stages.py"]
 
 SELECTION = (
-    "((test_sampling or test_topk or test_draws) and not pair_law) or overlap_of_a_sparse_p or "
+    "test_masks or ((test_sampling or test_topk or test_draws) and not pair_law) or overlap_of_a_sparse_p or "
     "(test_verify and (kernel_enumeration_is_exact or zero_q_entries or rejects_bad_input "
     "or candidate_accepted_index or lookup_only_nodes)) or "
     "(test_stages and (zero_q_entries or check_dist or kernel_schedule_matches_reference))"

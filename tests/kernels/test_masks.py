@@ -65,6 +65,23 @@ def test_mask_logits_puts_every_disallowed_token_at_minus_inf():
     assert out.shape == (10,) and np.flatnonzero(np.isfinite(out)).tolist() == [2, 9]
 
 
+def test_mask_logits_reads_whole_words_empty_words_and_a_tail():
+    """Words with every bit set, none set and some set, at a vocabulary that ends mid-word
+    (as Qwen2.5's 151,936 does not, and a 151,937 one would), read-only rows as the backend
+    gives them: the same as keeping exactly the allowed ids."""
+    rng = np.random.default_rng(5)
+    for v in (151_936, 151_937, 70):
+        row = rng.normal(0, 3, v).astype(np.float32)
+        row.flags.writeable = False
+        words = rng.integers(-(2**31), 2**31 - 1, (v + 31) // 32, dtype=np.int64).astype(np.int32)
+        words[::3] = -1
+        words[1::3] = 0
+        keep = np.unpackbits(words.view(np.uint8), bitorder="little")[:v].astype(bool)
+        out = mask_logits(row, words)
+        np.testing.assert_array_equal(out[keep], row[keep])
+        assert np.isneginf(out[~keep]).all() and 0 < keep.sum() < v
+
+
 def test_masking_comes_before_the_sampling_filters():
     """Top-k of a masked row picks among the allowed tokens only: the k best allowed, even
     where the row's overall top k are all disallowed."""

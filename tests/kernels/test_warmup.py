@@ -95,6 +95,7 @@ HOT = {
     "draws._sample_iid", "draws._sample_iid_q", "draws._sample_without_replacement", "draws._sample_dense",
     "draws._sample_by_id", "verify._verify", "verify._verify_with_candidate", "verify._verify_sparse",
     "acceptance._acceptance_profile", "acceptance._draw_chances", "acceptance._common_mins", "acceptance._values_at",
+    "masks._apply_mask",
 }
 # kernels entered only from wrappers no generation calls (schedule, expected_acceptance,
 # optimal_acceptance: the tests' and the figures' callers): no warm-up needed

@@ -218,7 +218,7 @@ def test_a_plan_within_a_shared_step_prices_its_rows_at_what_they_add_to_the_ste
         tuner = autotune.AutoTuner(GPU_T, GPU_D, limits, row_s=0.0, overhead_s=0.0)
         tuner.arms["chain"].accept = accept
         tuner.background = background
-        return tuner.choose()
+        return tuner._plan("chain", 1, "the arm under test")  # in a shared step the arm is chosen apart
 
     alone = _chain_depth(plan(None), 0.9)
     busy = dict(rows=56, value=24.0, draft_rows=7)
@@ -235,6 +235,39 @@ def test_a_plan_within_a_shared_step_prices_its_rows_at_what_they_add_to_the_ste
     # a step of few tokens per second lets a plan grow as it would alone
     idle = _chain_depth(plan(autotune.Background(rows=1, value=0.0, draft_rows=1, draft_levels=16)), 0.9)
     assert idle >= alone
+
+
+def test_in_a_shared_step_the_arm_is_chosen_by_what_it_adds_to_the_step():
+    """Alone, a request whose arms lost their probes decodes plain for a stretch; beside
+    others whose draft levels it can join, it speculates at once, and where no level is
+    shared in a busy step a plain step is the better share.  A tree whose past steps beside
+    others held many rows per level gives way to the chain."""
+    busy = dict(rows=56, value=24.0, draft_rows=7)
+    tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2), row_s=0.0, overhead_s=0.0)
+    for _ in range(30):
+        tuner.observe_chain(0.85)
+        tuner.calibration.observe_lookup(0, 0.0)  # the context's guesses fail
+    for _ in tuner.arms:
+        tuner.observe_step(tuner.choose(), 1, 10.0)  # every probe loses
+    assert tuner.choose() is None
+    tuner.background = autotune.Background(draft_levels=6, **busy)
+    assert tuner.choose().kind == "draft"
+    tuner.background = autotune.Background(draft_levels=0, **busy)
+    assert tuner.choose() is None
+
+    tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2), row_s=0.0, overhead_s=0.0)
+    tuner.arms["chain"].accept, tuner.arms["tree2"].accept = 0.85, 0.95
+    tuner.background = autotune.Background(draft_levels=6, **busy)
+    tree = tuner.choose()
+    assert tree.arm == "tree2"
+    auto = autotune.Auto(tuner, seed=0)
+    for _ in range(3):
+        auto.observe_in_step(tree, 1 + 6 * 4, 4)  # six rows per level
+    assert tuner.arms["tree2"].width == pytest.approx(6.0)
+    assert tuner.choose().arm == "chain"
+    # what it learnt beside others leaves a request alone as it was
+    tuner.background = None
+    assert tuner.choose().arm == "chain"  # alone, the first probe
 
 
 def test_the_step_keeps_to_its_node_budget():

@@ -9,16 +9,19 @@ and slot reuse, chunked prefill, cancellation and one request's failure mid-step
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from fake_models import PathConstraint
+from fake_models import MarkovModel, PathConstraint, random_rows
 from law_harness import (CPU_D, CPU_T, EOG, FLAT, LOOKUP_PROMPT, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V,
                          check_law, constrained_law, exact_law, sample_batch, slotted_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import ConstraintError
-from resispec_gguf.spec.batch import share_rows
+from resispec_gguf.spec.batch import Request, background_of, share_rows
+from resispec_gguf.spec import costs
 from resispec_gguf.spec.costs import cost_table
 
 CONSTRAINT = PathConstraint(V, EOG)
@@ -149,6 +152,48 @@ def test_share_rows_counts_the_draft_calls_of_the_deepest_chain():
     shallow = share_rows([0.5], [True], 1, 8, flat_t, flat_t)
     free = share_rows([0.5], [False], 1, 8, flat_t, flat_t)
     assert shallow[0] < free[0] == 8
+
+
+def test_the_background_holds_the_levels_the_step_pays_for():
+    """The step's joint levels stand for the auto requests' past draft calls (a level paid
+    once for all, priced at a plan's rows even where none of them drafted yet); a request
+    of a fixed shape makes its own calls whatever the levels; without joint levels the past
+    steps stand."""
+    def req(slot, auto, calls, draft_rows):
+        gen = SimpleNamespace(auto=object() if auto else None)
+        return Request(gen, slot, rows=2.0, tokens=1.5, draft_rows=draft_rows, draft_calls=calls)
+
+    others = [req(0, True, 5.0, 0.4), req(1, True, 4.6, 0.4), req(2, False, 3.0, 0.4)]
+    past = background_of(others)
+    assert (past.rows, past.value, past.draft_rows, past.draft_levels) == (6, 4.5, 1, 5)
+    assert background_of(others, levels=2).draft_levels == 3  # the fixed tree's own calls
+    assert background_of(others, levels=4).draft_levels == 4
+    none_drafted = [req(s, True, 0.0, 0.0) for s in range(2)]
+    assert background_of(none_drafted).draft_levels == 0
+    joint = background_of(none_drafted, levels=3)
+    assert (joint.draft_rows, joint.draft_levels) == (1, 3)
+
+
+def test_beside_others_auto_requests_deepen_together():
+    """Four auto requests on GPU-like costs (a draft call worth ten target rows): a level
+    is worth its call only when every request deepens, so the step's levels are chosen
+    jointly and each request's steps reach them, none falling back to plain steps."""
+    rows = costs.ROW_COUNTS
+    gpu_t = costs.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows))
+    gpu_d = costs.CostCurve(rows, tuple(0.002 + 0.0001 * n for n in rows))
+    rows_t = random_rows(6, 1, 11, scale=2.5)  # no end token: every request runs its 60 tokens
+    noise = np.random.default_rng(5)
+    rows_d = {c: (r + 0.5 * noise.standard_normal(6)).astype(np.float32) for c, r in rows_t.items()}
+    pair = [MarkovModel(r, 6, name=n, n_ctx=1024, n_slots=4, n_seq_max=256) for r, n in ((rows_t, "t"), (rows_d, "d"))]
+    engine = Engine(*pair, cost_curves=(gpu_t, gpu_d))
+    batch = engine.batch()
+    dp = DraftParams(method="auto", depth=6, budget=32)
+    reqs = [batch.admit(engine.generation([1, 2], T1.replace(seed=s, max_tokens=60), dp)) for s in range(4)]
+    _run(batch)
+    for r in reqs:
+        kinds = r.gen.stats.steps_by_kind
+        assert kinds.get("none", 0) == 0, kinds
+        assert r.gen.stats.draft_calls / kinds["draft"] >= 4.5  # each request alone in its levels: about 3.5
 
 
 # --------------------------------------------------------------------------- mechanics

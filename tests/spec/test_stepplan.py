@@ -6,7 +6,7 @@ import pytest
 
 from resispec_gguf.config import DraftParams
 from resispec_gguf.spec import costs
-from resispec_gguf.spec.stepplan import TABLE_ROWS, StepPlan
+from resispec_gguf.spec.stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate, in_step_seconds
 
 ROWS = costs.ROW_COUNTS
 GPU = costs.CostCurve(ROWS, tuple(0.020 + 0.0002 * n for n in ROWS))  # rows nearly free
@@ -49,3 +49,47 @@ def test_nothing_to_grow_or_keep_is_zero():
 def test_leaves_are_kept_while_they_pay():
     assert _plan(GPU).leaves([0.9], [0.8, 0.7, 0.6]) == 3
     assert _plan(LINEAR, accept=0.1).leaves([0.9], [0.05, 0.01]) == 0
+
+
+# --------------------------------------------------------------------------- within a shared step
+
+T_S, D_S = costs.cost_table(GPU, TABLE_ROWS), costs.cost_table(DRAFT, TABLE_ROWS)
+BUSY = dict(rows=56, value=24.0, draft_rows=7)  # the others: 56 rows, 24 tokens, 7 draft rows per call
+
+
+def test_a_level_the_others_call_anyway_costs_its_rows_and_a_deeper_one_a_call():
+    bg = Background(draft_levels=2, **BUSY)
+    base = in_step_seconds(bg, T_S, D_S, 1)
+    assert base == pytest.approx(2 * D_S[7] + T_S[57])  # the others' calls and the shared target decode
+    two = in_step_seconds(bg, T_S, D_S, 3, [1, 1])
+    assert two - base == pytest.approx(2 * (D_S[8] - D_S[7]) + T_S[59] - T_S[57])
+    three = in_step_seconds(bg, T_S, D_S, 4, [1, 1, 1])
+    assert three - two == pytest.approx(D_S[1] + T_S[60] - T_S[59])
+
+
+def test_a_request_speculates_beside_others_only_where_the_levels_are_shared():
+    """Beside a busy step a chain at acceptance 0.9 pays when its levels join the others'
+    calls; when each level is a call of its own, what it adds is worth less than the step's
+    rate and plain decoding is the better step.  A draft that never agrees never pays."""
+    def rates(levels, a=0.9):
+        bg = Background(draft_levels=levels, **BUSY)
+        plain = in_step_rate(bg, T_S, D_S, first=0.0, then=0.0, rows=1.0, depth=0)
+        chain = in_step_rate(bg, T_S, D_S, first=a, then=a, rows=1.0, depth=6)
+        return plain, chain
+
+    plain, chain = rates(6)
+    assert chain > 1.1 * plain  # one request of four lifts the whole step by a tenth
+    plain, chain = rates(0)
+    assert chain < plain
+    plain, chain = rates(6, a=0.0)
+    assert chain < plain
+    # plain: the others' tokens and one more, for their step and one more row
+    bg = Background(draft_levels=6, **BUSY)
+    assert plain == pytest.approx((BUSY["value"] + 1.0) / in_step_seconds(bg, T_S, D_S, 1))
+
+
+def test_wider_levels_cost_more_rows_for_the_same_worth():
+    bg = Background(draft_levels=4, **BUSY)
+    narrow = in_step_rate(bg, T_S, D_S, first=0.9, then=0.8, rows=1.0, depth=4)
+    wide = in_step_rate(bg, T_S, D_S, first=0.9, then=0.8, rows=6.0, depth=4)
+    assert wide < narrow
