@@ -31,9 +31,11 @@ engine with ``max(levels)`` slots (exactly ``bench --concurrency``, per method: 
 its ratio to our ``none`` at the same level, the mean per-request tokens/s, and the time to
 first token and end-to-end time as the client sees them, p50 and p95; ``--rounds R`` repeats
 the interleaved levels (odd rounds in reverse order) and reports medians.  Both sides keep
-their prompt caches as by default: llama-server keeps finished prompts in a RAM cache and
-restores them into any slot, ours reuses a slot's cached prefix, so once a workload's prompts
-have been seen the time to first token mostly measures queueing and a cached prefill.
+their prompt caches as by default (llama-server keeps finished prompts in a RAM cache and
+restores them into any slot, ours reuses a slot's cached prefix), and before the rounds every
+system serves the workload once, untimed, at the top level: so no system finds the prompts
+cold because it happened to run first, and the time to first token mostly measures queueing
+and a cached prefill.
 
 Chat prompts are rendered to text with our engine's chat template and passed to
 speculative-simple with ``-p`` verbatim (it applies no template of its own; special tokens in
@@ -686,6 +688,11 @@ def run_concurrency(a, cfg) -> int:
                 systems = [(f"ours {m}", lambda c, m=m: concurrency.run_level(engine, items, c, sp, _method_params(m, a)))
                            for m in methods]
                 systems += [(name, lambda c, s=s: srv.run_level(s, bodies, c)) for name, s in servers.items()]
+                # untimed: every system serves the workload once at the top level, so that all
+                # start the rounds with its prompts cached as far as their caches hold them
+                for name, level in systems:
+                    level(slots)
+                _note(f"{workload}: every system served the workload once (untimed){_load_note()}")
                 for rnd in range(a.rounds):
                     for c in levels:
                         # odd rounds run the systems in reverse order: neither side always goes first
