@@ -81,9 +81,9 @@ def parse_ms(text: str, flag: str) -> tuple[float, float]:
     try:
         fixed, per_row = (float(x) for x in text.split(","))
     except ValueError:
-        raise SystemExit(f"error: {flag} takes FIXED_MS,PER_ROW_MS (e.g. 20,0.2), got {text!r}") from None
+        raise ValueError(f"{flag} takes FIXED_MS,PER_ROW_MS (e.g. 20,0.2), got {text!r}") from None
     if fixed < 0 or per_row < 0:
-        raise SystemExit(f"error: {flag} must not be negative")
+        raise ValueError(f"{flag} must not be negative")
     return fixed, per_row
 
 
@@ -142,7 +142,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args(argv)
-    t_ms, d_ms = parse_ms(args.target_ms, "--target-ms"), parse_ms(args.draft_ms, "--draft-ms")
+    try:
+        t_ms, d_ms = parse_ms(args.target_ms, "--target-ms"), parse_ms(args.draft_ms, "--draft-ms")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     methods = ["none"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "none"]
 
     from resispec_gguf.config import ModelParams, SamplingParams
