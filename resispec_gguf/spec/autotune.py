@@ -273,8 +273,12 @@ class AutoTuner:
         learnt so far (``stepplan.in_step_rate``).  A chain's level is worth its acceptance
         a; a K-draw tree's level its own acceptance a_K (its path going on through the
         expanded child at about a chain's rate), for the rows per level its trees held in
-        past shared steps (before any: its ``children``).  A draft arm's worth is scaled by
-        its realised / expected tokens.  Lookup: its bins' mean acceptance, no draft row."""
+        past shared steps (before any: K, about what a tree's level holds beside others; its
+        distinct children per node would count half of it).  The acceptances are exact (learnt
+        at every drafted node); the arm's realised / expected tokens are not used here: over
+        the request (steps alone included), of the plan's E rather than of this path, and
+        several percent of noise, they would outweigh what sets arms apart in a shared step
+        (a percent or two).  Lookup: its bins' mean acceptance, no draft row."""
         bg, lim = self.background, self.limits
         price = dict(pending=pending, overhead_s=self.overhead_s, row_s=self.row_s)
         if kind is None:
@@ -284,8 +288,8 @@ class AutoTuner:
             return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=lim.max_depth,
                                 is_draft=False, **price)
         arm, chain = self.arms[kind], self.arms.get("chain", self.arms[kind])
-        return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept * arm.ratio, then=chain.accept,
-                            rows=max(1.0, arm.width or arm.children), depth=lim.max_depth, **price)
+        return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept, then=chain.accept,
+                            rows=max(1.0, arm.width or arm.k), depth=lim.max_depth, **price)
 
     def _choose_in_step(self, pending: int) -> StepPlan | None:
         """Beside other requests: the arm (or plain) with the best projected rate of the

@@ -6,7 +6,7 @@ import pytest
 
 from fake_models import Clocked, MarkovModel, random_rows
 from resispec_gguf.spec import autotune
-from resispec_gguf.spec import costs
+from resispec_gguf.spec import costs, stepplan
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
@@ -256,7 +256,7 @@ def test_in_a_shared_step_the_arm_is_chosen_by_what_it_adds_to_the_step():
     assert tuner.choose() is None
 
     tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2), row_s=0.0, overhead_s=0.0)
-    tuner.arms["chain"].accept, tuner.arms["tree2"].accept = 0.85, 0.95
+    tuner.arms["chain"].accept, tuner.arms["tree2"].accept = 0.6, 0.9
     tuner.background = autotune.Background(draft_levels=6, **busy)
     tree = tuner.choose()
     assert tree.arm == "tree2"
@@ -268,6 +268,39 @@ def test_in_a_shared_step_the_arm_is_chosen_by_what_it_adds_to_the_step():
     # what it learnt beside others leaves a request alone as it was
     tuner.background = None
     assert tuner.choose().arm == "chain"  # alone, the first probe
+
+
+def test_in_a_shared_step_a_tree_is_projected_on_k_rows_per_level_until_it_has_shown_its_own():
+    """Before any step beside others, a K-draw tree's level is taken to hold K rows (not
+    its distinct children per node, about half of what its levels held there); the rows it
+    then shows replace the prior."""
+    tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS, row_s=0.0, overhead_s=0.0)
+    tuner.background = autotune.Background(rows=24, value=9.0, draft_rows=3, draft_levels=6)
+    tree4 = tuner.arms["tree4"]
+    tree4.accept, tree4.children = 0.9, 1.5
+
+    def rate(rows):
+        return stepplan.in_step_rate(tuner.background, tuner.target_s, tuner.draft_s, first=0.9,
+                                     then=tuner.arms["chain"].accept, rows=rows, depth=LIMITS.max_depth)
+
+    assert tuner.in_step_case("tree4") == pytest.approx(rate(4.0))
+    assert rate(4.0) < rate(1.5)
+    tree4.observe_width(2.5)
+    assert tuner.in_step_case("tree4") == pytest.approx(rate(2.5))
+
+
+def test_in_a_shared_step_the_choice_ignores_the_arms_realised_over_expected_tokens():
+    """Beside others an arm is projected from its exact acceptances alone: its realised /
+    expected tokens over the request (noisy, and of another model) leave the choice as it
+    was."""
+    tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS.replace(draws=2), row_s=0.0, overhead_s=0.0)
+    tuner.arms["chain"].accept, tuner.arms["tree2"].accept = 0.7, 0.8
+    tuner.background = autotune.Background(rows=24, value=9.0, draft_rows=3, draft_levels=6)
+    before = {n: tuner.in_step_case(n) for n in ("chain", "tree2")}
+    chain = tuner.arms["chain"]
+    chain.observe(2, 4.0, 0.05, tuner.decay)  # half the tokens it expected
+    assert chain.ratio < 0.9
+    assert {n: tuner.in_step_case(n) for n in ("chain", "tree2")} == before
 
 
 def test_the_step_keeps_to_its_node_budget():
