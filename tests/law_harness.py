@@ -191,6 +191,8 @@ class _ScriptedPlan:
 class _ScriptedTuner(AutoTuner):
     """Stands in for auto's tuner: plain decoding for the first steps, then one tree shape."""
 
+    drafts = True  # its trees call the draft, whatever the arms its flat costs would keep
+
     def __init__(self, plain_steps, dp):
         super().__init__(FLAT, FLAT, dp)
         self.left, self.dp = plain_steps, dp

@@ -162,6 +162,13 @@ class AutoTuner:
         self.timing: dict[str, list] = {}
 
     @property
+    def drafts(self) -> bool:
+        """Whether a step may call the draft model: on a machine where no draft arm could
+        beat plain decoding even with every candidate accepted, none can, and the draft need
+        not even be given the prompt."""
+        return any(name != "lookup" for name in self.arms)
+
+    @property
     def accept(self) -> float:
         """The acceptance per node of the arm under way (or the best arm's)."""
         if self.current in self.arms:
@@ -425,6 +432,11 @@ class Auto:
         self.tuner = tuner
         self.seed = seed
         self._side_rng = None
+
+    @property
+    def drafts(self) -> bool:
+        """Whether any of its steps may call the draft model (``AutoTuner.drafts``)."""
+        return self.tuner.drafts
 
     def choose(self, pending: int, forced: int = 0) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""

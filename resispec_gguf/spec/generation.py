@@ -137,7 +137,9 @@ class Generation:
         self.text = TextAssembler(sp.stop)
         self.finish_reason: str | None = None
         self.error: str | None = None  # why the constraint failed (finish_reason "error")
-        self.uses_draft = dp.method != "none" and dp.use_draft and has_draft
+        # the draft model follows this request (its prompt, then every emitted token): never
+        # under auto when no step of its could call the draft (``Auto.drafts``)
+        self.uses_draft = dp.method != "none" and dp.use_draft and has_draft and (auto is None or auto.drafts)
         self.has_draft = has_draft
         self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")

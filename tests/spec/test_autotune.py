@@ -346,6 +346,25 @@ def test_auto_through_the_engine_speculates_where_it_pays_and_not_where_it_canno
     assert res.stats.tau <= 3.0 and len(res.stats.reached_by_depth) <= 2
 
 
+def test_auto_never_gives_the_draft_the_prompt_where_no_draft_step_could_pay():
+    """Where a batch costs n rows and the draft what the target costs, no draft arm can beat
+    plain decoding even with every candidate accepted: auto never calls the draft, so it
+    does not prefill it either, alone or beside other requests (the prompt's prefill would
+    be pure loss); where drafting can pay, the draft follows the request from its prompt."""
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=40, seed=4)
+    linear = _curve(0.010, 0.0)
+    target, draft = _fake_pair(0.0)
+    engine = Engine(target, draft, cost_curves=(linear, linear))
+    res = engine.generate([1, 2, 3], sp, LIMITS)
+    assert res.stats.tokens > 0 and draft.calls == 0 and draft._seqs[0] == []
+    assert not engine.generation([1, 2, 3], sp, LIMITS).uses_draft
+    assert engine.generation([1, 2, 3], sp, LIMITS.replace(method="chain")).uses_draft  # a fixed method: as asked
+    target, draft = _fake_pair(0.0)
+    engine = Engine(target, draft, cost_curves=(GPU_T, GPU_D))
+    engine.generate([1, 2, 3], sp, LIMITS)
+    assert draft.calls > 0 and engine.generation([1, 2, 3], sp, LIMITS).uses_draft
+
+
 def test_auto_backs_off_with_a_useless_draft_on_cpu_costs():
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=300, seed=4)
     target, draft = _fake_pair(8.0)  # the draft is nearly random
