@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
+from resispec_gguf.surfaces.concurrency import level_figures
 
 SERVER_BIN = "llama-server"
 # llama.cpp's default sampler chain minus the stages that are off at their defaults
@@ -90,21 +90,6 @@ def _error_message(body: str) -> str:
     except (json.JSONDecodeError, AttributeError):
         msg = body
     return " ".join(str(msg or body).split())[:200]
-
-
-def level_figures(records: list[dict], wall: float, clients: int) -> dict:
-    """A level's figures from its requests (``ttft``, ``e2e``, ``tokens``), as
-    ``surfaces.concurrency.run_level`` reports ours."""
-    tokens = sum(r["tokens"] for r in records)
-    ttft = np.array([r["ttft"] for r in records])
-    e2e = np.array([r["e2e"] for r in records])
-    return {
-        "clients": clients, "requests": len(records), "tokens": tokens, "seconds": wall,
-        "aggregate_tokens_per_s": tokens / wall if wall > 0 else 0.0,
-        "per_request_tokens_per_s": float(np.mean([r["tokens"] / r["e2e"] for r in records if r["e2e"] > 0])),
-        "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p95": float(np.percentile(ttft, 95)),
-        "e2e_p50": float(np.percentile(e2e, 50)), "e2e_p95": float(np.percentile(e2e, 95)),
-    }
 
 
 def free_port() -> int:

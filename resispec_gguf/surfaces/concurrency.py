@@ -69,6 +69,12 @@ def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: Draft
     wall = time.perf_counter() - t0
     if len(records) != len(prompts):
         raise RuntimeError("a client failed")  # its error went to stderr with its thread
+    return level_figures(records, wall, clients)
+
+
+def level_figures(records: list[dict], wall: float, clients: int) -> dict:
+    """A level's figures from its requests' ``ttft``, ``e2e`` and ``tokens`` over ``wall``
+    seconds (also what ``scripts/compare_llama_cpp.py`` reports for llama-server)."""
     tokens = sum(r["tokens"] for r in records)
     ttft = np.array([r["ttft"] for r in records])
     e2e = np.array([r["e2e"] for r in records])
