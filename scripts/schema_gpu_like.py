@@ -127,6 +127,19 @@ def summarise(results: dict, methods, host: bool) -> list[dict]:
     return rows
 
 
+def print_tables(results: dict, methods) -> dict:
+    """Print ``summarise``'s table with the host work and without it; returns both."""
+    tables = {}
+    for host in (True, False):
+        rows = tables["with_host" if host else "decode_only"] = summarise(results, methods, host)
+        print("modelled decode time plus the measured host work:" if host else "modelled decode time only:")
+        print(f"  {'variant':18s} {'tok/s':>8s} {'vs none':>8s} {'tau':>5s} {'vs free':>8s}")
+        for r in rows:
+            vs_free = f"{r['vs_free']:.3f}x" if "vs_free" in r else ""
+            print(f"  {r['variant']:18s} {r['tok_s']:8.2f} {r['vs_none']:8.3f} {r['tau']:5.2f} {vs_free:>8s}")
+    return tables
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="default")
@@ -186,14 +199,7 @@ def main(argv=None) -> int:
         engine.close()
     print(f"modelled: target {t_ms[0]:g} ms + {t_ms[1]:g} ms/row, draft {d_ms[0]:g} ms + {d_ms[1]:g} ms/row; "
           f"{len(prompts)} prompts, T {args.temperature:g}, {args.max_tokens} tokens")
-    tables = {}
-    for host in (True, False):
-        rows = tables["with_host" if host else "decode_only"] = summarise(results, methods, host)
-        print("modelled decode time plus the measured host work:" if host else "modelled decode time only:")
-        print(f"  {'variant':18s} {'tok/s':>8s} {'vs none':>8s} {'tau':>5s} {'vs free':>8s}")
-        for r in rows:
-            vs_free = f"{r['vs_free']:.3f}x" if "vs_free" in r else ""
-            print(f"  {r['variant']:18s} {r['tok_s']:8.2f} {r['vs_none']:8.3f} {r['tau']:5.2f} {vs_free:>8s}")
+    tables = print_tables(results, methods)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "tables": tables, "runs": results}, f, indent=1)
