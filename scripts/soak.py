@@ -35,12 +35,14 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_server_client import free_port  # noqa: E402  (the sibling script's)
 
 TOOLS = [{
     "type": "function",
@@ -69,12 +71,6 @@ KINDS = ["stream", "abandon", "chat", "completion", "infill", "tools", "schema",
 
 class SoakError(Exception):
     """One line for the user (exit 2)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:
@@ -214,7 +210,7 @@ def report(soak: Soak) -> dict:
 
 
 def _start_server(args) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "resispec_gguf", "serve", "--port", str(port), "--parallel", str(args.parallel),
            "--ctx", str(args.ctx), "--target", args.target, "--max-tokens", str(args.max_tokens)]
     if args.draft is not None:
