@@ -45,6 +45,10 @@ MIN_CTX = MAX_TREE_NODES + 2
 # requests served at once (``--parallel``): each needs a sequence of its own, and its tree
 # shares what is left of llama.cpp's 256 sequences with the others
 MAX_SLOTS = 32
+# the RAM prompt cache's default (``--cache-ram``): about 50k tokens of the default pair's
+# KV state (28 KiB a token for the target, 12 KiB for the draft), a tenth of a 24 GiB machine
+DEFAULT_CACHE_RAM_MIB = 2048
+MAX_CACHE_RAM_MIB = 1 << 20
 
 
 class ConfigError(UserError, ValueError):
@@ -446,7 +450,9 @@ class ModelParams(_Settings):
     (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
     how the target writes tool calls (None: read from its chat template).  ``n_slots``:
     requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
-    own in one shared cache (``n_slots * n_ctx`` cells per model).
+    own in one shared cache (``n_slots * n_ctx`` cells per model).  ``cache_ram_mib``: with
+    several slots, the MiB of host memory that keep the KV state of prompts evicted from a
+    slot, to restore them into whichever slot serves them again (``spec.promptcache``; 0: none).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -470,6 +476,10 @@ class ModelParams(_Settings):
                               check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")
     n_slots: int = setting(1, "--parallel", help="requests served at once, each with its own --ctx tokens",
                            check=Range(1, MAX_SLOTS))
+    cache_ram_mib: int = setting(DEFAULT_CACHE_RAM_MIB, "--cache-ram",
+                                 help="with --parallel 2+, keep the KV state of prompts evicted from a slot in up "
+                                      "to MIB of RAM and restore it into whichever slot serves them again (0: off)",
+                                 check=Range(0, MAX_CACHE_RAM_MIB), metavar="MIB")
 
 
 @dataclass(frozen=True)

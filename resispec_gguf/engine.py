@@ -23,6 +23,7 @@ from .kernels import warmup
 from .progress import steps as progress_steps
 from .spec import autotune, costs, loop
 from .spec import batch as batching
+from .spec.promptcache import PromptCache
 from .spec.runner import Runner, Ticket
 from .spec.generation import Generation
 from .spec.protocol import Constraint, ModelBackend
@@ -44,12 +45,15 @@ class Engine:
     """
 
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
-                 chat_template: str | None = None, cost_curves=None, tool_format: str | None = None):
+                 chat_template: str | None = None, cost_curves=None, tool_format: str | None = None,
+                 cache_ram_mib: int = 0):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
         ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
         first auto request.  ``tool_format``: a ``formats.FORMATS`` name that overrides the
-        tool-call format read from the chat template."""
+        tool-call format read from the chat template.  ``cache_ram_mib``: the RAM prompt cache
+        of ``batch`` (``spec.promptcache``; ``ModelParams.cache_ram_mib``, which ``load``
+        passes), 0 for none."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
@@ -66,6 +70,11 @@ class Engine:
         self._tool_format_name = tool_format
         self._tool_format = None
         self._reasoning = False  # not looked for yet
+        if cache_ram_mib < 0:
+            raise ValueError(f"cache_ram_mib must be >= 0, got {cache_ram_mib}")
+        # one RAM prompt cache for every batch of this engine (they share the models' slots);
+        # a single slot runs through ``loop``, without one
+        self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib and self.n_slots > 1 else None
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -90,7 +99,8 @@ class Engine:
         from .llama import loading  # here: importing the package must not load llama_cpp
 
         t, d = loading.open_pair(params, progress=progress)
-        engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format)
+        engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format,
+                     cache_ram_mib=params.cache_ram_mib)
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -329,10 +339,12 @@ class Engine:
     def batch(self, chunk: int = batching.DEFAULT_CHUNK) -> batching.Batch:
         """A ``spec.batch.Batch`` over this engine's models, whose slots (``n_slots``) hold
         that many requests stepped together; ``auto`` requests share each step's rows by the
-        cost curves.  Driven by whoever calls its ``step``."""
+        cost curves; a prompt evicted from a slot is kept in the engine's RAM prompt cache
+        (``prompt_cache``), if any.  Driven by whoever calls its ``step``."""
         tables = (costs.cost_table(self._auto_curves()[0], autotune.TABLE_ROWS),
                   costs.cost_table(self._auto_curves()[1], autotune.TABLE_ROWS))
-        return batching.Batch(self.target, self.draft, chunk=chunk, tables=tables, row_s=self._auto_row_seconds())
+        return batching.Batch(self.target, self.draft, chunk=chunk, tables=tables, row_s=self._auto_row_seconds(),
+                              ram=self.prompt_cache)
 
     def submit(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,

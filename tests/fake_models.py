@@ -56,6 +56,9 @@ class MarkovModel:
         self._nodes: list[tuple[int, int, int, int]] = []  # (token, parent, position, slot)
         self._generation = 0
         self.calls = 0  # decode calls
+        self.prefilled = 0  # tokens evaluated by sync_slot (prefill), not restored
+        self.saves = self.loads = 0  # save_slot / load_slot calls
+        self.fail_loads = False  # load_slot refuses (as llama.cpp without room for the cells)
 
     # ------------------------------------------------------------------ protocol
 
@@ -94,7 +97,27 @@ class MarkovModel:
                 break
             common += 1
         self._seqs[slot] = want
+        self.prefilled += len(want) - common
         return common
+
+    def save_slot(self, slot: int) -> np.ndarray:
+        """``protocol.SlotStates``: the slot's tokens are its whole state."""
+        self._nodes.clear()
+        self._bump()
+        self.saves += 1
+        return np.asarray(self._seqs[slot], np.int64)
+
+    def load_slot(self, slot: int, state, tokens, keep: int) -> bool:
+        if list(state) != [int(t) for t in tokens] or not 0 <= keep <= len(state):
+            raise AssertionError(f"a state of {len(state)} tokens restored as other tokens, or kept {keep}")
+        self._nodes.clear()
+        self._bump()
+        self.loads += 1
+        if self.fail_loads:
+            self._seqs[slot] = []
+            return False
+        self._seqs[slot] = [int(t) for t in state[:keep]]
+        return True
 
     def _context(self, node: int) -> list[int]:
         """Committed tokens plus the node's ancestors and itself, last ``order`` of them."""

@@ -461,6 +461,35 @@ class LlamaModel:
             raise
         return common
 
+    def save_slot(self, slot: int) -> np.ndarray:
+        """``slot``'s committed KV state copied to host memory (llama.cpp's sequence state:
+        each cell's position and keys/values, uint8 bytes), for ``load_slot`` into any slot of
+        this model later.  Drops the uncommitted nodes first."""
+        self.drop_uncommitted()
+        _ll.llama_memory_seq_rm(self._mem, slot, len(self._seqs[slot]), -1)  # anything an interrupt left behind
+        size = int(_ll.llama_state_seq_get_size_ext(self._ctx, slot, _ll.LLAMA_STATE_SEQ_FLAGS_NONE))
+        state = np.empty(size, np.uint8)
+        n = _ll.llama_state_seq_get_data_ext(self._ctx, state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size,
+                                             slot, _ll.LLAMA_STATE_SEQ_FLAGS_NONE)
+        return state[:n]
+
+    def load_slot(self, slot: int, state: np.ndarray, tokens, keep: int) -> bool:
+        """Put a ``save_slot`` state holding ``tokens`` into ``slot`` (whatever it held is
+        gone) and keep its first ``keep`` tokens.  False when llama.cpp finds no room for its
+        cells (the slot is then empty: prefill it as usual)."""
+        self.drop_uncommitted()
+        seq = self._seqs[slot]
+        seq.clear()
+        _ll.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        ok = _ll.llama_state_seq_set_data_ext(self._ctx, state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                              state.nbytes, slot, _ll.LLAMA_STATE_SEQ_FLAGS_NONE)
+        if not ok:
+            _ll.llama_memory_seq_rm(self._mem, slot, -1, -1)
+            return False
+        _ll.llama_memory_seq_rm(self._mem, slot, keep, -1)
+        seq.extend(int(t) for t in tokens[:keep])
+        return True
+
     def decode(self, tokens, parents, want_logits=None) -> "LogitsRows":
         """Decode new uncommitted nodes in one ``llama_decode``; returns their logits.
 

@@ -53,6 +53,7 @@ from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
 from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
+from .promptcache import PromptCache
 from .protocol import SlotBackend
 
 __all__ = ["Batch", "Request", "background_of", "share_rows"]
@@ -164,7 +165,7 @@ class Batch:
     (``costs.cost_table``) that share the rows out; None: equal shares only."""
 
     def __init__(self, target: SlotBackend, draft: SlotBackend | None, *, chunk: int = DEFAULT_CHUNK,
-                 tables=None, row_s: float = 0.0):
+                 tables=None, row_s: float = 0.0, ram: PromptCache | None = None):
         if draft is not None and draft.n_slots != target.n_slots:
             raise ValueError(f"the draft has {draft.n_slots} slots, the target {target.n_slots}")
         if chunk < 1:
@@ -173,6 +174,7 @@ class Batch:
         self.chunk = int(chunk)
         self.tables = tables
         self.row_s = row_s
+        self.ram = ram
         self.slots: list[Request | None] = [None] * target.n_slots
 
     # ------------------------------------------------------------------ admission
@@ -210,11 +212,30 @@ class Batch:
         if slot is None or self.slots[slot] is not None:
             raise RuntimeError("no free slot")
         req = Request(gen, slot)
-        req.reused = req.filled = _common(self.target.slot_tokens(slot), gen.prompt[:-1])
+        req.reused = req.filled = self._reuse(self.target, "target", slot, gen.prompt[:-1])
         if gen.uses_draft:
-            req.d_filled = _common(self.draft.slot_tokens(slot), gen.prompt[:-1])
+            req.d_filled = self._reuse(self.draft, "draft", slot, gen.prompt[:-1])
         self.slots[slot] = req
         return req
+
+    def _reuse(self, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
+        """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
+        common prefix, or a longer one restored from the RAM prompt cache (``ram``), by at least
+        ``ram.min_tokens``.  What the slot held is saved there first when ``want`` evicts it."""
+        held = model.slot_tokens(slot)
+        own = _common(held, want)
+        if self.ram is None or not hasattr(model, "save_slot"):
+            return own
+        if own < len(held) and self.ram.wants(role, held):
+            state = model.save_slot(slot)
+            self.ram.put(role, held, state, state.nbytes)
+        entry, common = self.ram.best(role, want)
+        if entry is None or common < own + self.ram.min_tokens:
+            return own
+        if not model.load_slot(slot, entry.state, entry.tokens, common):
+            return 0
+        self.ram.took(entry, common - own)
+        return common
 
     def cancel(self, req: Request) -> None:
         """End ``req`` now (its finish reason stays None: "interrupted") and free its slot.

@@ -20,7 +20,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Constraint", "ConstraintState", "ForcingState", "ModelBackend", "SlotBackend"]
+__all__ = ["Constraint", "ConstraintState", "ForcingState", "ModelBackend", "SlotBackend", "SlotStates"]
 
 
 @runtime_checkable
@@ -131,6 +131,25 @@ class SlotBackend(ModelBackend, Protocol):
         """``commit`` for several slots at once: ``paths[slot]`` (a chain of that slot's
         nodes from its committed sequence) is appended to the slot; every other uncommitted
         node is forgotten."""
+        ...
+
+
+@runtime_checkable
+class SlotStates(SlotBackend, Protocol):
+    """A ``SlotBackend`` that can also copy a slot's committed state out to host memory and
+    back into any of its slots (optional: ``spec.batch`` keeps a RAM prompt cache,
+    ``promptcache``, only for models that have these calls)."""
+
+    def save_slot(self, slot: int):
+        """``slot``'s committed state, opaque to the caller but for ``nbytes`` (its size in
+        memory); the slot keeps it.  Drops every uncommitted node."""
+        ...
+
+    def load_slot(self, slot: int, state, tokens: Sequence[int], keep: int) -> bool:
+        """Make ``slot``'s committed sequence the first ``keep`` of ``tokens``, which
+        ``state`` (a ``save_slot`` of this model, any slot) holds; whatever the slot held is
+        gone.  False when the state could not be put back: the slot is then empty.  Drops
+        every uncommitted node."""
         ...
 
 

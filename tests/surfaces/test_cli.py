@@ -37,6 +37,8 @@ def test_help_lists_subcommands():
         (["serve", "--max-queue", "-1"], "max_queue"),
         (["serve", "--parallel", "0"], "--parallel: n_slots must be in [1, 32]"),
         (["generate", "--parallel", "33", "hi"], "--parallel"),
+        (["serve", "--cache-ram", "-1"], "--cache-ram: cache_ram_mib must be in [0, 1048576]"),
+        (["bench", "--cache-ram", "lots"], "--cache-ram: cache_ram_mib must be an integer"),
         (["analyze", "-k", "1,99"], "-k: draws must be in [1, 64]"),
         (["bench", "--temperature", "1", "500"], "--temperature: temperature must be in [0, 100]"),
         (["bench", "--repeat", "0"], "--repeat"),
@@ -213,6 +215,7 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
             assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
             assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
             assert "; 4 slots × 256 tokens, KV " in line and " MiB; " in line, line  # serve's default --parallel
+            assert ", RAM prompt cache 2048 MiB; " in line, line  # --cache-ram's default
             assert line.rstrip().endswith("; target on CPU; draft on CPU)"), line  # where the layers run
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             deadline = time.monotonic() + 20
@@ -225,6 +228,8 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
                     assert time.monotonic() < deadline and p.poll() is None
                     time.sleep(0.1)
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] in (1, 2)  # 1: an end token
+            ram = httpx.get(f"http://127.0.0.1:{port}/health").json()["prompt_cache"]
+            assert ram["max_mib"] == 2048 and ram["entries"] == 0, ram  # "hi" is too short to keep
             if key:
                 assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
         finally:

@@ -173,7 +173,12 @@ class _Server:
         return False, None
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "slots": self.worker.load()})
+        body = {"status": "ok", "slots": self.worker.load()}
+        ram = getattr(self.engine, "prompt_cache", None)
+        if ram is not None:  # the RAM prompt cache (--cache-ram); read racily, as a gauge
+            body["prompt_cache"] = {"entries": len(ram), "used_mib": round(ram.used_bytes / 2**20, 1),
+                                    "max_mib": ram.max_bytes >> 20, "hits": ram.hits, "hit_tokens": ram.hit_tokens}
+        return JSONResponse(body)
 
     def _model_card(self) -> dict:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf"}

@@ -1,0 +1,120 @@
+"""A host-memory prompt cache across slots: saved slot states keyed by the tokens they hold.
+
+When a new prompt evicts what a slot held (``batch.Batch.admit``), the slot's committed
+state is saved here first (``SlotBackend.save_slot``: opaque, for a llama.cpp model its
+KV cells copied to RAM); a later prompt that shares a longer prefix with an entry than with
+any free slot gets that entry restored into its slot (``load_slot``), trimmed to the common
+prefix, and prefills only the rest.  Editors resending nearly the same prompt, chat
+front-ends alternating conversations and benchmarks repeating prompts then skip most of
+their prefill even when their prompt lands in a slot that held another one.
+
+Entries belong to a *role* (``"target"`` or ``"draft"``: each model's states restore only
+into that model).  The total of the states' bytes stays within ``max_bytes``, least recently
+used first out; an entry shorter than ``min_tokens`` is not kept (its prefill is cheap), nor
+one whose tokens another entry of its role already starts with (that one restores them
+too); a new entry replaces those of its role that it starts with.
+
+Exactness: a restored state is the very keys and values the same tokens had when saved, so
+what follows is evaluated as after a prefill (to float round-off where the cells sit
+elsewhere in the cache).  No model calls here: the caller saves and restores.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["MIN_TOKENS", "PromptCache"]
+
+# shorter prompts are not worth a save: their prefill is about as cheap as the copy
+MIN_TOKENS = 32
+
+
+@dataclass(eq=False)
+class Entry:
+    """A saved state: ``tokens`` (int64 array) that ``state`` holds, ``nbytes`` its size."""
+
+    role: str
+    tokens: np.ndarray
+    state: object
+    nbytes: int
+
+
+class PromptCache:
+    """Saved slot states, least recently used first out (module docstring)."""
+
+    def __init__(self, max_bytes: int, min_tokens: int = MIN_TOKENS):
+        if max_bytes < 0 or min_tokens < 1:
+            raise ValueError(f"max_bytes must be >= 0 and min_tokens >= 1, got {max_bytes}, {min_tokens}")
+        self.max_bytes = int(max_bytes)
+        self.min_tokens = int(min_tokens)
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # oldest first
+        self._next = 0
+        self.used_bytes = 0
+        self.hits = 0  # restores made (``took``)
+        self.hit_tokens = 0  # tokens they spared
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def wants(self, role: str, tokens: Sequence[int]) -> bool:
+        """Whether ``put`` would keep ``tokens`` (so that the caller saves a state only then):
+        long enough, and no entry of ``role`` starts with them (that one is refreshed)."""
+        if self.max_bytes == 0 or len(tokens) < self.min_tokens:
+            return False
+        toks = np.asarray(tokens, np.int64)
+        for key, e in self._entries.items():
+            if e.role == role and len(e.tokens) >= len(toks) and _common(e.tokens, toks) == len(toks):
+                self._entries.move_to_end(key)
+                return False
+        return True
+
+    def put(self, role: str, tokens: Sequence[int], state, nbytes: int) -> None:
+        """Keep ``state`` (``nbytes`` bytes, holding ``tokens``) for ``role``; drops the
+        entries of ``role`` it starts with, then the least recently used until all fit.  A
+        state larger than the whole cache is not kept."""
+        if not self.wants(role, tokens) or nbytes > self.max_bytes:
+            return
+        toks = np.asarray(tokens, np.int64)
+        for key in [k for k, e in self._entries.items()
+                    if e.role == role and len(e.tokens) < len(toks) and _common(e.tokens, toks) == len(e.tokens)]:
+            self._drop(key)
+        while self._entries and self.used_bytes + nbytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+        self._entries[self._next] = Entry(role, toks, state, int(nbytes))
+        self._next += 1
+        self.used_bytes += int(nbytes)
+
+    def best(self, role: str, tokens: Sequence[int]) -> tuple[Entry | None, int]:
+        """The entry of ``role`` sharing the longest prefix with ``tokens`` (the most recent
+        on ties) and that prefix's length; ``(None, 0)`` when none shares any."""
+        toks = np.asarray(tokens, np.int64)
+        best, best_common = None, 0
+        for e in reversed(self._entries.values()):
+            if e.role == role:
+                common = _common(e.tokens, toks)
+                if common > best_common:
+                    best, best_common = e, common
+        return best, best_common
+
+    def took(self, entry: Entry, tokens: int) -> None:
+        """``entry`` was restored, sparing ``tokens`` of prefill: it is the most recently used."""
+        for key, e in self._entries.items():
+            if e is entry:
+                self._entries.move_to_end(key)
+                break
+        self.hits += 1
+        self.hit_tokens += int(tokens)
+
+    def _drop(self, key: int) -> None:
+        self.used_bytes -= self._entries.pop(key).nbytes
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common prefix of two int64 arrays."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
