@@ -54,7 +54,7 @@ class PromptCache:
         self._entries: OrderedDict[int, Entry] = OrderedDict()  # oldest first
         self._next = 0
         self.used_bytes = 0
-        self.hits = 0  # restores made (``took``)
+        self.hits = 0  # restores made (``took``), one per model
         self.hit_tokens = 0  # tokens they spared
 
     def __len__(self) -> int:

@@ -291,3 +291,54 @@ def test_a_slot_refuses_nodes_of_another_slot_and_its_own_overflow(slotted):
     rows = m.decode_slots([5], [-1], [0])  # the other slots are unaffected
     assert len(rows) == 1
     m.drop_uncommitted()
+
+
+def test_a_slot_saved_to_ram_restores_into_another_slot_as_if_prefilled(slotted, models):
+    """``save_slot``/``load_slot`` (the RAM prompt cache): a state saved from one slot and
+    restored, trimmed, into another gives the logits of the same tokens prefilled."""
+    m, (_, ref) = slotted, models
+    m.reset()
+    prompt = m.tokenize("The quick brown fox jumps over the lazy dog, again and again, many times over")
+    m.sync_slot(0, prompt + [0])
+    state = m.save_slot(0)
+    assert state.nbytes > 0 and m.slot_tokens(0) == prompt  # saving leaves the slot as it was
+    m.sync_slot(1, m.tokenize("Something else entirely") + [0])
+    m.sync_slot(0, m.tokenize("Slot zero moves on") + [0])  # the saved cells are gone from the cache
+    keep = len(prompt) - 5
+    assert m.load_slot(2, state, prompt, keep) and m.slot_tokens(2) == prompt[:keep]
+    rows = m.decode_slots([7, 8], [-1, 0], [2, 2])  # the trimmed slot continues after its kept tokens
+    assert near_logits(rows[1], ref.logits_of_sequence(prompt[:keep] + [7, 8])[-1])
+    m.drop_uncommitted()
+    assert m.load_slot(1, state, prompt, len(prompt))  # whole, over a slot that held another prompt
+    rows = m.decode_slots([9], [-1], [1])
+    assert near_logits(rows[0], ref.logits_of_sequence(prompt + [9])[-1])
+    assert int(np.argmax(rows[0])) == int(np.argmax(ref.logits_of_sequence(prompt + [9])[-1]))
+    m.drop_uncommitted()
+    # the other slots kept theirs
+    rows = m.decode_slots([9], [-1], [0])
+    assert near_logits(rows[0], ref.logits_of_sequence(m.tokenize("Slot zero moves on") + [9])[-1])
+    m.drop_uncommitted()
+
+
+def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair):
+    """Through the engine: prompts that evict each other from two slots, then come back, reply
+    token for token as without the cache, and the restored tokens count as reused."""
+    from resispec_gguf.config import DraftParams, SamplingParams
+    from resispec_gguf.engine import Engine
+
+    prompts = ["def fibonacci(n): return the n-th Fibonacci number, iteratively and fast, for any n",
+               "Once upon a time, in a land far away, there lived a king who had three daughters and",
+               ]
+    replies = {}
+    for mib in (0, 64):
+        with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, n_threads=1, flash_attn=False,
+                         n_slots=2, cache_ram_mib=mib, progress=False) as engine:
+            out = []
+            for p in prompts + prompts:
+                res = engine.generate(p, SamplingParams(temperature=0.0, max_tokens=8), DraftParams(method="chain"))
+                out.append((res.tokens, res.stats.prompt_reused))
+            replies[mib] = out, engine.prompt_cache
+    assert [t for t, _ in replies[64][0]] == [t for t, _ in replies[0][0]]
+    assert [n for _, n in replies[0][0]][2:] == [1, 1]  # each evicted the other: all but BOS prefilled again
+    ram = replies[64][1]  # a hit per model per prompt
+    assert ram.hits == 4 and all(n >= 32 for _, n in replies[64][0][2:]), replies[64][0]

@@ -412,3 +412,51 @@ def test_a_prompt_that_cannot_fit_a_slot_is_refused_at_admission():
     with pytest.raises(ContextFullError):
         batch.admit(engine.generation(list(range(5)) * 2, T1, _dp("chain")))
     assert batch.busy == 0
+
+
+# --------------------------------------------------------------------------- RAM prompt cache
+
+
+def _rotate(cache_ram_mib, fail_loads=False):
+    """Three 40-token prompts through two slots, then the first again with its reply and one
+    more token: it lands in a slot that held another prompt.  Returns the last request and
+    the models."""
+    curves, _ = MIXES["gpu"]
+    target, draft = slotted_pair(2)
+    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=cache_ram_mib)
+    target.fail_loads = draft.fail_loads = fail_loads
+    batch = engine.batch(chunk=16)
+    rng = np.random.default_rng(5)
+    prompts = [[int(x) for x in rng.integers(0, EOG, 40)] for _ in range(3)]
+    first = [batch.admit(engine.generation(p, T1.replace(seed=k, max_tokens=6), _dp("resispec")))
+             for k, p in enumerate(prompts[:2])]
+    _run(batch)
+    assert [r.slot for r in first] == [0, 1]
+    saved = target.slot_tokens(0)
+    batch.admit(engine.generation(prompts[2], T1.replace(seed=2, max_tokens=6), _dp("resispec")))
+    _run(batch)  # it evicted the first prompt from slot 0
+    again = prompts[0] + first[0].gen.out + [3]
+    before = target.prefilled
+    last = batch.admit(engine.generation(again, T1.replace(seed=9, max_tokens=8), _dp("resispec")))
+    _run(batch)
+    assert saved == again[:len(saved)] and len(saved) > 40
+    return last, target, draft, target.prefilled - before, len(saved)
+
+
+def test_a_prompt_evicted_from_its_slot_is_restored_from_ram_into_another():
+    last, target, draft, prefilled, saved = _rotate(1)
+    off, t_off, _, prefilled_off, _ = _rotate(0)
+    assert t_off.saves == t_off.loads == 0 and off.reused == 0  # no cache: as before
+    assert prefilled_off == len(off.gen.prompt) - 1
+    # slot 0 held the third prompt; the first came back from RAM, into both models
+    assert target.loads == 1 and draft.loads == 1
+    assert last.reused == last.gen.stats.prompt_reused == saved  # reported as reused
+    assert prefilled == len(last.gen.prompt) - 1 - saved
+    assert last.gen.out == off.gen.out  # the same reply, token for token
+
+
+def test_a_restore_that_fails_prefills_the_whole_prompt():
+    last, target, _, prefilled, _ = _rotate(1, fail_loads=True)
+    off, _, _, _, _ = _rotate(0)
+    assert target.loads == 1 and last.reused == 0 and prefilled == len(last.gen.prompt) - 1
+    assert last.gen.out == off.gen.out
