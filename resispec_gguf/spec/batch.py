@@ -7,7 +7,9 @@ of ``step`` does two things:
 1. **Prefill** — one chunk (``chunk`` tokens at most, per model) of one waiting prompt goes
    into its slot, so a long prompt delays the running requests by one chunk per step, never
    by its whole length (nor does a draft slot that holds less of the prompt than the
-   target's).
+   target's).  A waiting prompt that its slots already hold whole (its slot's own prefix, or
+   a state restored from the RAM prompt cache at admission, ``promptcache``) needs no decode
+   and starts in the same step, beside that chunk.
 2. **One step of every running request** — each generation plans its step (``plan``); the
    draft calls they yield are made level by level, *one* draft decode per level holding
    every request's frontier; then *one* target decode holds every request's rows; each
@@ -249,12 +251,14 @@ class Batch:
         """One prefill chunk and one step of every running request; returns the requests
         that got text or ended (their slots are free again once ``done``)."""
         changed: list[Request] = []
-        waiting = [r for r in self.requests if not r.started]
-        if waiting:
-            r = waiting[0]
-            self._prefill(r)
-            if r.done:
-                changed.append(r)
+        chunked = False  # one waiting prompt gets a chunk; those already held whole start too
+        for r in [r for r in self.requests if not r.started]:
+            held = self._held(r)
+            if held or not chunked:
+                chunked |= not held
+                self._prefill(r)
+                if r.done:
+                    changed.append(r)
         running = [r for r in self.requests if r.started]
         if running:
             changed += self._step(running)
@@ -264,14 +268,19 @@ class Batch:
         """One chunk more of ``r``'s prompt into each model's slot that still lacks some."""
         gen = r.gen
         t0 = time.perf_counter()
-        last = len(gen.prompt) - 1  # the prompt's last token is the first step's root
         r.filled = self._fill(self.target, r.slot, gen.prompt, r.filled)
         if gen.uses_draft:
             r.d_filled = self._fill(self.draft, r.slot, gen.prompt, r.d_filled)
         r.prefill_s += time.perf_counter() - t0
-        if r.filled == last and (r.d_filled == last or not gen.uses_draft):
+        if self._held(r):
             gen.started(r.reused, r.prefill_s)
             r.started, r.t_start = True, time.perf_counter()
+
+    def _held(self, r: Request) -> bool:
+        """Whether ``r``'s slots hold all of its prompt before its root (its prefill decodes
+        nothing)."""
+        last = len(r.gen.prompt) - 1
+        return r.filled == last and (r.d_filled == last or not r.gen.uses_draft)
 
     def _fill(self, model: SlotBackend, slot: int, prompt: Sequence[int], filled: int) -> int:
         """``model``'s slot holds ``prompt[:filled]`` (and maybe more after it): one chunk

@@ -460,3 +460,32 @@ def test_a_restore_that_fails_prefills_the_whole_prompt():
     off, _, _, _, _ = _rotate(0)
     assert target.loads == 1 and last.reused == 0 and prefilled == len(last.gen.prompt) - 1
     assert last.gen.out == off.gen.out
+
+
+@pytest.mark.parametrize("cache_ram_mib", [0, 1])
+def test_prompts_their_slots_already_hold_start_in_the_same_step(cache_ram_mib):
+    """Two prompts admitted at once, each held whole (by its slot's own prefix, or restored
+    from RAM after another prompt evicted it): both start in the first step; a third that
+    needs a prefill gets its chunk in that step too, and starts once prefilled."""
+    curves, _ = MIXES["gpu"]
+    target, draft = slotted_pair(3)
+    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=cache_ram_mib)
+    batch = engine.batch(chunk=8)
+    rng = np.random.default_rng(7)
+    prompts = [[int(x) for x in rng.integers(0, EOG, 40)] for _ in range(3)]
+    first = [batch.admit(engine.generation(p, T1.replace(seed=k, max_tokens=4), _dp("resispec")))
+             for k, p in enumerate(prompts)]
+    _run(batch)
+    if cache_ram_mib:  # slot 0 moves on to another prompt: the first goes to RAM
+        batch.admit(engine.generation([1] * 40, T1.replace(seed=5, max_tokens=2), _dp("resispec")), slot=0)
+        _run(batch)
+    again = [p + r.gen.out for p, r in zip(prompts[:2], first)]
+    held = [batch.admit(engine.generation(a, T1.replace(seed=7, max_tokens=4), _dp("resispec"))) for a in again]
+    new = batch.admit(engine.generation([2] * 30, T1.replace(seed=8, max_tokens=4), _dp("resispec")))
+    assert sorted(r.slot for r in held + [new]) == [0, 1, 2]
+    assert all(r.filled == len(r.gen.prompt) - 1 for r in held)
+    batch.step()
+    assert all(r.started and r.gen.stats.steps == 1 for r in held)
+    assert not new.started and new.filled == new.reused + 8
+    _run(batch)
+    assert new.started and all(r.done for r in held + [new])
