@@ -233,9 +233,9 @@ def worked(cache: str | None = None):
 # Every model flag set away from its default, in two spellings.
 # (--threads is in every case: see cases().)
 MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose", "--tool-format", "hermes",
-           "--parallel", "2")
+           "--parallel", "2", "--cache-ram", "64")
 MODEL_B = ("--ctx", "300", "--n-gpu-layers", "1", "--n-gpu-layers-draft", "0", "--flash-attn", "--verbose",
-           "--tool-format", "llama3", "--parallel", "3")
+           "--tool-format", "llama3", "--parallel", "3", "--cache-ram", "0")
 SAMPLING_A = ("--temperature", "0.5", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1", "-n", "4", "--seed", "3")
 SAMPLING_B = ("--temp", "1.5", "--top-k", "5", "--top-p", "0.8", "--min-p", "0", "--max-tokens", "3", "--seed", "7")
 DRAFT_A = ("--method", "resispec", "-K", "2", "--depth", "2", "--budget", "4", "--draft-support", "8", "--policy",
