@@ -195,8 +195,9 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
 def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand):
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
-    # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: ascending ids
-    # holding the top top_k logits, or the top cap when top_k does not limit (empty: the whole row; see _candidates).
+    # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: the ranked ids of
+    # the top top_k logits, or of the top cap when top_k does not limit (empty: the whole row;
+    # see _candidates).
     V = logits.shape[0]
     bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
