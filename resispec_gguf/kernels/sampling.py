@@ -39,7 +39,7 @@ from .draws import (  # noqa: F401  (re-exported)
     sample_without_replacement,
 )
 from .masks import bitmask_from_ids, mask_allows, mask_logits  # noqa: F401  (re-exported)
-from .topk import _NO_CAND, _SCAN_K_MAX, _scan, _scan_top, _top_k_ids
+from .topk import _BLOCK, _NO_CAND, _SCAN_K_MAX, _scan, _scan_top, _top_k_ids
 
 __all__ = [
     "probs_sparse",
@@ -138,28 +138,25 @@ def _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand):
 
 
 @njit(cache=True)
-def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
-    # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
-    # descending (ties: ascending id), and the row's normaliser.
-    # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
-    # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
-    # higher: only the rest needs sorting.
-    V = logits.shape[0]
-    bvf = np.float64(bv)
-    z = 0.0
-    for i in range(V):
-        v = logits[i]
-        if v > -np.inf:
-            z += math.exp((np.float64(v) - bvf) * inv_t)
-    floor_w = 0.0
-    if top_p < 1.0:
-        floor_w = (1.0 - top_p) / V * z
-    if min_p > floor_w:
-        floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
-    cand = np.empty(V, np.int64)
-    cv = np.empty(V, np.float64)
-    n = 0
-    for i in range(V):
+def _logit_floor(bv, floor_w, temperature):
+    # A float32 at or below every logit whose weight exp((l - bv) / T) reaches floor_w (-inf
+    # when floor_w is 0): a test on the logit alone that keeps every such entry, so that only
+    # the entries past it need their weight computed.  The slack (1e-9, relative) dwarfs the
+    # rounding of exp, log and the products (about 1e-16).
+    if floor_w <= 0.0:
+        return np.float32(-np.inf)
+    y = math.log(floor_w)
+    y -= 1e-9 * (1.0 + abs(y))
+    lo = np.float64(bv) + y * temperature
+    lo -= 1e-9 * (1.0 + abs(np.float64(bv)) + abs(y * temperature))
+    lo32 = np.float32(lo)
+    return np.nextafter(lo32, np.float32(-np.inf))  # the cast may have rounded up
+
+
+@njit(cache=True)
+def _gather(logits, s, e, bvf, inv_t, floor_w, cand, cv, n):
+    # Entries s..e-1 whose weight reaches floor_w, appended to cand/cv at n: the new n.
+    for i in range(s, e):
         v = logits[i]
         if v > -np.inf:
             wi = math.exp((np.float64(v) - bvf) * inv_t)
@@ -167,6 +164,45 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
                 cand[n] = i
                 cv[n] = np.float64(v)
                 n += 1
+    return n
+
+
+@njit(cache=True)
+def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
+    # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
+    # descending (ties: ascending id), and the row's normaliser (-1.0 without top-p, which
+    # alone needs it).
+    # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
+    # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
+    # higher: only the rest needs sorting.  The floor is a floor on the logit too
+    # (_logit_floor): a block of entries none of which reaches it is skipped after a
+    # vectorised test, and only the others' weights are computed.
+    V = logits.shape[0]
+    bvf = np.float64(bv)
+    z = -1.0
+    floor_w = 0.0
+    if top_p < 1.0:
+        z = 0.0
+        for i in range(V):
+            v = logits[i]
+            if v > -np.inf:
+                z += math.exp((np.float64(v) - bvf) * inv_t)
+        floor_w = (1.0 - top_p) / V * z
+    if min_p > floor_w:
+        floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
+    lo = _logit_floor(bv, floor_w, 1.0 / inv_t)
+    cand = np.empty(V, np.int64)
+    cv = np.empty(V, np.float64)
+    n = 0
+    nb = V // _BLOCK
+    for b in range(nb):
+        s = b * _BLOCK
+        c = np.int32(0)
+        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+            c |= np.int32(logits[s + j] >= lo)
+        if c != 0:
+            n = _gather(logits, s, s + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
+    n = _gather(logits, nb * _BLOCK, V, bvf, inv_t, floor_w, cand, cv, n)
     cand = cand[:n]
     cv = cv[:n]
     if top_p < 1.0 and n > 2048:
