@@ -26,6 +26,7 @@ a model, the decoding loop, an assistant feature or a surface.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -168,10 +169,10 @@ def _gather(logits, s, e, bvf, inv_t, floor_w, cand, cv, n):
 
 
 @njit(cache=True)
-def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
+def _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row):
     # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
-    # descending (ties: ascending id), and the row's normaliser (-1.0 without top-p, which
-    # alone needs it).
+    # descending (ties: ascending id), and the row's normaliser (z_row when given; -1.0
+    # without top-p, which alone needs it).
     # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
     # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
     # higher: only the rest needs sorting.  The floor is a floor on the logit too
@@ -181,7 +182,10 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
     bvf = np.float64(bv)
     z = -1.0
     floor_w = 0.0
-    if top_p < 1.0:
+    if top_p < 1.0 and z_row > 0.0:
+        z = z_row
+        floor_w = (1.0 - top_p) / V * z
+    elif top_p < 1.0:
         z = 0.0
         for i in range(V):
             v = logits[i]
@@ -191,17 +195,25 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
     if min_p > floor_w:
         floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
     lo = _logit_floor(bv, floor_w, 1.0 / inv_t)
-    cand = np.empty(V, np.int64)
-    cv = np.empty(V, np.float64)
-    n = 0
+    # the blocks holding an entry at or above the floor, then their entries' weights (arrays
+    # sized by those blocks: V-sized ones would cost their page faults)
     nb = V // _BLOCK
+    hit = np.empty(nb, np.int64)
+    n_hit = 0
     for b in range(nb):
         s = b * _BLOCK
         c = np.int32(0)
         for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
             c |= np.int32(logits[s + j] >= lo)
         if c != 0:
-            n = _gather(logits, s, s + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
+            hit[n_hit] = s
+            n_hit += 1
+    size = n_hit * _BLOCK + V - nb * _BLOCK
+    cand = np.empty(size, np.int64)
+    cv = np.empty(size, np.float64)
+    n = 0
+    for h in range(n_hit):
+        n = _gather(logits, hit[h], hit[h] + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
     n = _gather(logits, nb * _BLOCK, V, bvf, inv_t, floor_w, cand, cv, n)
     cand = cand[:n]
     cv = cv[:n]
@@ -250,7 +262,7 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
     if kc < V:
         ids, z_all = _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand)
     else:
-        ids, z_all = _unlimited_ids(logits, bv, inv_t, top_p, min_p)
+        ids, z_all = _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row)
     return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
 
 
@@ -311,10 +323,18 @@ def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.n
     return logits, best, cand
 
 
+_work = threading.local()  # per thread: a float64 row for _row_normaliser
+
+
 def _row_normaliser(logits, temperature):
-    """``sum exp((l - max l) / T)`` over the row with NumPy's SIMD exp (Numba's is scalar)."""
-    x = logits.astype(np.float64)
-    x -= x.max()
+    """``sum exp((l - max l) / T)`` over the row with NumPy's SIMD exp (Numba's is scalar),
+    in a float64 row kept per thread: a fresh one would cost a page fault every 4 KB."""
+    V = logits.shape[0]
+    buf = getattr(_work, "row", None)
+    if buf is None or buf.shape[0] < V:
+        buf = _work.row = np.empty(V, np.float64)
+    x = buf[:V]
+    np.subtract(logits, np.float64(logits.max()), out=x)
     x *= 1.0 / temperature
     np.exp(x, out=x)
     return float(x.sum())
@@ -330,9 +350,10 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
     logits = _row(logits)
     V = logits.shape[0]
-    if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
-        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse): the
-        # kernel needs the row's normaliser, which NumPy's SIMD exp computes faster
+    if temperature > 0 and top_p < 1.0 and not 0 < top_k < V:
+        # top-p is measured on the whole row (before the cap cuts it, if any; see
+        # _probs_sparse): the kernel needs the row's normaliser, which NumPy's SIMD exp
+        # computes faster
         logits, best, cand = _check_logits(logits, cap)
         z_row = _row_normaliser(logits, temperature)
         ids, probs = _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
