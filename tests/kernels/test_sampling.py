@@ -6,7 +6,8 @@
    magnitude 1e4, ties.
 2. Bad logits rows raise ValueError.
 3. Without a count limit, the logit floor (entries skipped before their weight is
-   computed) keeps the reference's support for every filter combination.
+   computed) keeps the reference's support for every filter combination; top-p's row
+   normaliser, in a row kept per thread, serves rows of any length in any thread.
 4. The private kernel computes the row's normaliser itself; at low temperatures weights that
    underflow leave the support; q's ids are read-only on every path; the names that moved to
    draws, masks and acceptance stay importable from sampling.
@@ -236,6 +237,30 @@ def test_logit_floor_is_below_every_entry_that_reaches_the_weight():
                 assert v >= lo, (bv, temperature, floor_w, v, lo)
             v = np.nextafter(v, np.float32(np.inf))
         assert lo > exact - 1e-6 * (1 + abs(float(exact))), (bv, temperature, floor_w, lo, exact)
+
+
+def test_row_normaliser_serves_rows_of_any_length_in_any_thread():
+    """Top-p's row normaliser works in a float64 row kept per thread: rows longer and
+    shorter than the last one, in the main thread and in another, give the reference's p."""
+    import threading
+
+    rng = np.random.default_rng(9)
+    rows = [rng.normal(0, 3, V).astype(np.float32) for V in (5000, 100, 20_000, 7)]
+    kw = dict(temperature=0.8, top_p=0.9, min_p=0.01)
+    got = {}
+
+    def run(name):
+        got[name] = [probs_sparse(x, **kw) for x in rows]
+
+    worker = threading.Thread(target=run, args=("worker",))
+    worker.start()
+    run("main")
+    worker.join()
+    for name, results in got.items():
+        for x, (ids, probs) in zip(rows, results):
+            rids, rprobs = ref_probs(x, **kw)
+            np.testing.assert_array_equal(ids, rids, err_msg=name)
+            np.testing.assert_allclose(probs, rprobs, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 @pytest.mark.parametrize("temperature", [0.01, 0.001, 1e-6])
