@@ -381,7 +381,9 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
         np.exp(out, out=out)
         out /= out.sum()
         return out
-    ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, -1.0, best, cand)
+    # top-p without a top-k limit measures the nucleus on the whole row: NumPy's normaliser
+    z_row = _row_normaliser(logits, temperature) if temperature > 0 and top_p < 1.0 and not 0 < top_k < V else -1.0
+    ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, z_row, best, cand)
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out

@@ -200,8 +200,9 @@ def _rows_around_the_floor(rng, V, temperature, min_p):
 @pytest.mark.parametrize("V", [63, 64, 65, 5000, 151_936])
 def test_logit_floor_keeps_the_support_of_every_unlimited_filter(V):
     """Without a count limit, entries whose logit is below ``_logit_floor`` are skipped
-    before their weight is computed: p and q equal the reference for every top-p / min-p /
-    temperature / cap combination, on rows with ties, -inf entries and entries on the floor."""
+    before their weight is computed: p (sparse and dense) and q equal the reference for every
+    top-p / min-p / temperature / cap combination, on rows with ties, -inf entries and
+    entries on the floor."""
     rng = np.random.default_rng(V)
     for temperature, top_p, min_p in itertools.product((0.3, 0.8, 1.5), (1.0, 0.9, 0.5), (0.0, 0.05, 0.5, 1.0)):
         for name, x in _rows_around_the_floor(rng, V, temperature, min_p):
@@ -213,6 +214,11 @@ def test_logit_floor_keeps_the_support_of_every_unlimited_filter(V):
                 np.testing.assert_array_equal(ids, rids, err_msg=f"{name} {kw} cap={cap}")
                 rtol = RTOL if ids.shape[0] < 10_000 else 1e-10  # 100k weights summed in another order
                 np.testing.assert_allclose(probs, rprobs, rtol=rtol, atol=ATOL, err_msg=f"{name} {kw} cap={cap}")
+            dense = probs_dense(x, **kw)
+            rids, rprobs = ref_probs(x, **kw)
+            assert np.count_nonzero(dense) == rids.shape[0], f"{name} {kw} dense"
+            rtol = RTOL if rids.shape[0] < 10_000 else 1e-10
+            np.testing.assert_allclose(dense[rids], rprobs, rtol=rtol, atol=ATOL, err_msg=f"{name} {kw} dense")
 
 
 def test_logit_floor_is_below_every_entry_that_reaches_the_weight():
