@@ -8,8 +8,9 @@ Each step:
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
    greedy) plus, with lookup, a context candidate, or under a constraint the token its
    grammar forces there (``forced``); a position the mask leaves one token is certain and
-   draws nothing.  It returns the ``Decode`` the target must make: the root plus every node
-   (just the root for a plain step), or None when the reply is over.
+   draws nothing, nor needs a draft row (``tree.growing``: the draft evaluates it with the
+   first uncertain node below it).  It returns the ``Decode`` the target must make: the
+   root plus every node (just the root for a plain step), or None when the reply is over.
 2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
    verifier picks a candidate or a fallback token; it descends while the accepted candidate
    has a node, and at a node never expanded it samples a bonus token from p.  Returns the
@@ -411,7 +412,6 @@ class Generation:
         draft evaluated nothing.
         """
         dp = self.dp
-        pending = self.draft_pending
         tree = DraftTree.with_root(self._root())
         static = dp.policy == "static"
         # under auto the plan sets every level's width
@@ -462,7 +462,7 @@ class Generation:
         if not draft_index:  # the pending chain, whose last token is the root
             n = len(self.draft_pending)
             tokens += self.draft_pending
-            parents += [-1] + list(range(first, first + n - 1))
+            parents += [-1] + list(range(n - 1))
             want += [False] * (n - 1) + [frontier == [0]]
             draft_index[0] = n - 1
         for node in frontier:
