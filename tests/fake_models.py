@@ -410,6 +410,40 @@ class SpelledConstraint:
         return _SpecState(self)
 
 
+class RunsConstraint:
+    """A constraint with runs of certain positions, with a known exact law (``allowed``): of
+    every three positions (counted in tokens, shifted by ``phase``) the first is free (any
+    letter token 0..4, or ``eog`` past the start) and the next two allow one token each,
+    the token before it + 1 (mod 5): a run of two certain positions that depends on the
+    path.  ``forced`` is the run ahead (empty at a free position).  It makes a tree
+    expand certain nodes without draft rows and grow deeper than its ``depth``
+    (``tree.growing``); with ``phase`` 1 the reply opens with the run.
+    """
+
+    def __init__(self, n_vocab=6, eog=5, phase=0):
+        self.n_vocab, self.eog, self.phase = int(n_vocab), int(eog), int(phase)
+
+    def allowed(self, history) -> list[int]:
+        h = [int(x) for x in history]
+        if self.eog in h:
+            return [self.eog]
+        at = (len(h) + self.phase) % 3
+        if at == 0:
+            return [0, 1, 2, 3, 4] + ([self.eog] if h else [])
+        prev = h[-1] if h else 0
+        return [(prev + 1) % 5]
+
+    def forced(self, history) -> list[int]:
+        h = [int(x) for x in history]
+        out = []
+        while self.eog not in h and (len(h) + len(out) + self.phase) % 3:
+            out.append(self.allowed(h + out)[0])
+        return out
+
+    def start(self):
+        return _SpecState(self)
+
+
 class Clocked:
     """A fake model whose every decode adds its cost-curve price (``curve(rows)``) to a
     shared clock, ``clock[0]``: speeds in modelled seconds for any cost curve."""

@@ -26,6 +26,7 @@ a model, the decoding loop, an assistant feature or a surface.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -39,7 +40,7 @@ from .draws import (  # noqa: F401  (re-exported)
     sample_without_replacement,
 )
 from .masks import bitmask_from_ids, mask_allows, mask_logits  # noqa: F401  (re-exported)
-from .topk import _NO_CAND, _SCAN_K_MAX, _scan, _scan_top, _top_k_ids
+from .topk import _BLOCK, _NO_CAND, _SCAN_K_MAX, _scan, _scan_top, _top_k_ids
 
 __all__ = [
     "probs_sparse",
@@ -138,28 +139,25 @@ def _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand):
 
 
 @njit(cache=True)
-def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
-    # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
-    # descending (ties: ascending id), and the row's normaliser.
-    # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
-    # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
-    # higher: only the rest needs sorting.
-    V = logits.shape[0]
-    bvf = np.float64(bv)
-    z = 0.0
-    for i in range(V):
-        v = logits[i]
-        if v > -np.inf:
-            z += math.exp((np.float64(v) - bvf) * inv_t)
-    floor_w = 0.0
-    if top_p < 1.0:
-        floor_w = (1.0 - top_p) / V * z
-    if min_p > floor_w:
-        floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
-    cand = np.empty(V, np.int64)
-    cv = np.empty(V, np.float64)
-    n = 0
-    for i in range(V):
+def _logit_floor(bv, floor_w, temperature):
+    # A float32 at or below every logit whose weight exp((l - bv) / T) reaches floor_w (-inf
+    # when floor_w is 0): a test on the logit alone that keeps every such entry, so that only
+    # the entries past it need their weight computed.  The slack (1e-9, relative) dwarfs the
+    # rounding of exp, log and the products (about 1e-16).
+    if floor_w <= 0.0:
+        return np.float32(-np.inf)
+    y = math.log(floor_w)
+    y -= 1e-9 * (1.0 + abs(y))
+    lo = np.float64(bv) + y * temperature
+    lo -= 1e-9 * (1.0 + abs(np.float64(bv)) + abs(y * temperature))
+    lo32 = np.float32(lo)
+    return np.nextafter(lo32, np.float32(-np.inf))  # the cast may have rounded up
+
+
+@njit(cache=True)
+def _gather(logits, s, e, bvf, inv_t, floor_w, cand, cv, n):
+    # Entries s..e-1 whose weight reaches floor_w, appended to cand/cv at n: the new n.
+    for i in range(s, e):
         v = logits[i]
         if v > -np.inf:
             wi = math.exp((np.float64(v) - bvf) * inv_t)
@@ -167,6 +165,56 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
                 cand[n] = i
                 cv[n] = np.float64(v)
                 n += 1
+    return n
+
+
+@njit(cache=True)
+def _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row):
+    # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
+    # descending (ties: ascending id), and the row's normaliser (z_row when given; -1.0
+    # without top-p, which alone needs it).
+    # Tokens whose probability is below (1 - top_p) / V can never be in the nucleus
+    # (everything at or below them weighs < 1 - top_p), nor above min_p's floor when it is
+    # higher: only the rest needs sorting.  The floor is a floor on the logit too
+    # (_logit_floor): a block of entries none of which reaches it is skipped after a
+    # vectorised test, and only the others' weights are computed.
+    V = logits.shape[0]
+    bvf = np.float64(bv)
+    z = -1.0
+    floor_w = 0.0
+    if top_p < 1.0 and z_row > 0.0:
+        z = z_row
+        floor_w = (1.0 - top_p) / V * z
+    elif top_p < 1.0:
+        z = 0.0
+        for i in range(V):
+            v = logits[i]
+            if v > -np.inf:
+                z += math.exp((np.float64(v) - bvf) * inv_t)
+        floor_w = (1.0 - top_p) / V * z
+    if min_p > floor_w:
+        floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
+    lo = _logit_floor(bv, floor_w, 1.0 / inv_t)
+    # the blocks holding an entry at or above the floor, then their entries' weights (arrays
+    # sized by those blocks: V-sized ones would cost their page faults)
+    nb = V // _BLOCK
+    hit = np.empty(nb, np.int64)
+    n_hit = 0
+    for b in range(nb):
+        s = b * _BLOCK
+        c = np.int32(0)
+        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+            c |= np.int32(logits[s + j] >= lo)
+        if c != 0:
+            hit[n_hit] = s
+            n_hit += 1
+    size = n_hit * _BLOCK + V - nb * _BLOCK
+    cand = np.empty(size, np.int64)
+    cv = np.empty(size, np.float64)
+    n = 0
+    for h in range(n_hit):
+        n = _gather(logits, hit[h], hit[h] + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
+    n = _gather(logits, nb * _BLOCK, V, bvf, inv_t, floor_w, cand, cv, n)
     cand = cand[:n]
     cv = cv[:n]
     if top_p < 1.0 and n > 2048:
@@ -195,8 +243,9 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p):
 def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand):
     # logits: [V] float32 -> (ids [n] int64, probs [n] float64).  z_row: the whole row's
     # normaliser sum exp((l - max l) / T) when the caller has it (<= 0: not computed).
-    # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: ascending ids
-    # holding the top top_k logits, or the top cap when top_k does not limit (empty: the whole row; see _candidates).
+    # best: the argmax (first maximum), which NumPy finds with SIMD.  cand: the ranked ids of
+    # the top top_k logits, or of the top cap when top_k does not limit (empty: the whole row;
+    # see _candidates).
     V = logits.shape[0]
     bv = logits[best]
     if temperature <= 0.0 or not bv > -np.inf:
@@ -213,7 +262,7 @@ def _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, ca
     if kc < V:
         ids, z_all = _limited_ids(logits, k, kc, top_p, z_row, bv, inv_t, cand)
     else:
-        ids, z_all = _unlimited_ids(logits, bv, inv_t, top_p, min_p)
+        ids, z_all = _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row)
     return _sparse_from_candidates(logits, ids, inv_t, top_p, min_p, z_all)
 
 
@@ -274,10 +323,18 @@ def _check_logits(logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, int, np.n
     return logits, best, cand
 
 
+_work = threading.local()  # per thread: a float64 row for _row_normaliser
+
+
 def _row_normaliser(logits, temperature):
-    """``sum exp((l - max l) / T)`` over the row with NumPy's SIMD exp (Numba's is scalar)."""
-    x = logits.astype(np.float64)
-    x -= x.max()
+    """``sum exp((l - max l) / T)`` over the row with NumPy's SIMD exp (Numba's is scalar),
+    in a float64 row kept per thread: a fresh one would cost a page fault every 4 KB."""
+    V = logits.shape[0]
+    buf = getattr(_work, "row", None)
+    if buf is None or buf.shape[0] < V:
+        buf = _work.row = np.empty(V, np.float64)
+    x = buf[:V]
+    np.subtract(logits, np.float64(logits.max()), out=x)
     x *= 1.0 / temperature
     np.exp(x, out=x)
     return float(x.sum())
@@ -293,9 +350,10 @@ def probs_sparse(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, cap=0):
     temperature, top_k, top_p, min_p, cap = float(temperature), int(top_k), float(top_p), float(min_p), int(cap)
     logits = _row(logits)
     V = logits.shape[0]
-    if temperature > 0 and top_p < 1.0 and 0 < cap < V and not 0 < top_k < V:
-        # top-p is measured on the whole row before the cap cuts it (see _probs_sparse): the
-        # kernel needs the row's normaliser, which NumPy's SIMD exp computes faster
+    if temperature > 0 and top_p < 1.0 and not 0 < top_k < V:
+        # top-p is measured on the whole row (before the cap cuts it, if any; see
+        # _probs_sparse): the kernel needs the row's normaliser, which NumPy's SIMD exp
+        # computes faster
         logits, best, cand = _check_logits(logits, cap)
         z_row = _row_normaliser(logits, temperature)
         ids, probs = _probs_sparse(logits, temperature, top_k, top_p, min_p, cap, z_row, best, cand)
@@ -323,7 +381,9 @@ def probs_dense(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
         np.exp(out, out=out)
         out /= out.sum()
         return out
-    ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, -1.0, best, cand)
+    # top-p without a top-k limit measures the nucleus on the whole row: NumPy's normaliser
+    z_row = _row_normaliser(logits, temperature) if temperature > 0 and top_p < 1.0 and not 0 < top_k < V else -1.0
+    ids, probs = _probs_sparse(logits, float(temperature), top_k, float(top_p), float(min_p), 0, z_row, best, cand)
     out = np.zeros(logits.shape[0], np.float64)
     out[ids] = probs
     return out

@@ -1,9 +1,9 @@
 """The k largest logits of a row: the heap over candidate ids and the one-read scan.
 
 ``_top_k_heap`` keeps the k largest finite logits among candidate ids in a min-heap (ties:
-lower id first) and returns them sorted descending; ``_top_k_ids`` runs it over given
-candidates or the whole row.  ``_scan_top`` reads a row once and returns its argmax and the
-ascending ids of its k largest finite logits, skipping whole blocks that cannot enter the
+lower id first) and returns them sorted descending; ``_top_k_ids`` runs it over the whole
+row, or takes the first of ranked candidates.  ``_scan_top`` reads a row once and returns
+its argmax and the ids of its k largest finite logits in that same order, skipping whole blocks that cannot enter the
 heap (a vectorised test), with a threshold seeded from block maxima (``_seed_threshold``);
 ``_scan`` / ``_candidates`` are its Python entries.  ``sampling`` builds distributions on
 these candidates; nothing here knows about temperature or filters.
@@ -93,14 +93,15 @@ def _top_k_heap(logits, cand, k):
 
 @njit(cache=True)
 def _top_k_ids(logits, k, cand):
-    """Ids of the k largest finite logits (ties: lower id first), sorted descending, among
-    ``cand`` (ascending ids known to hold them all) or, when ``cand`` is empty, the row."""
+    """Ids of the k largest finite logits (ties: lower id first), sorted descending: the
+    first k of ``cand`` (``_scan_top``'s ranked ids of at least the k largest) or, when
+    ``cand`` is empty, the heap over the row."""
     # logits: [V] float32, cand: [m] int64 -> ids [min(k, #finite)] int64
     if k <= 0:  # the heap needs a root
         return np.empty(0, np.int64)
-    if cand.shape[0] == 0:
-        cand = np.arange(logits.shape[0])
-    return _top_k_heap(logits, cand, k)
+    if cand.shape[0] > 0:
+        return cand[:k]
+    return _top_k_heap(logits, np.arange(logits.shape[0]), k)
 
 
 _NO_CAND = np.empty(0, np.int64)
@@ -216,9 +217,10 @@ def _seed_threshold(bits, nb, k):
 
 @njit(cache=True)
 def _scan_top(logits, k):
-    """One read of the row: ``(bad, best, top)``.  ``top``: ascending ids of the k largest
-    finite logits (ties: lower id first; fewer when the row has fewer finite entries), the
-    set ``_top_k_heap`` keeps over the whole row; ``best``: the first maximum (0 when no
+    """One read of the row: ``(bad, best, top)``.  ``top``: ids of the k largest finite
+    logits, sorted descending (ties: lower id first; fewer when the row has fewer finite
+    entries), what ``_top_k_heap`` returns over the whole row: the heap's keys sort in that
+    order, so ranking them is one sort of k integers; ``best``: the first maximum (0 when no
     entry is finite); ``bad``: the row holds a NaN or +inf (then nothing else is meaningful).
 
     It is ``_top_k_heap``'s heap fed with every id in ascending order, except that a block of
@@ -254,22 +256,17 @@ def _scan_top(logits, k):
     n, t = _heap_feed(logits, bits, nb * _BLOCK, V, h, n, k, t)
     if n < 0:
         return True, 0, _NO_CAND
+    keys = np.sort(h[:n])  # ascending keys: the weakest first
     top = np.empty(n, np.int64)
-    best = 0
-    if n > 0:
-        hi = h[0]
-        for j in range(n):
-            top[j] = _LOW - (h[j] & _LOW)
-            if h[j] > hi:
-                hi = h[j]
-        best = _LOW - (hi & _LOW)
-    top.sort()
+    for j in range(n):
+        top[j] = _LOW - (keys[n - 1 - j] & _LOW)
+    best = top[0] if n > 0 else 0
     return False, best, top
 
 
 def _scan(logits, k: int) -> tuple[int, np.ndarray]:
-    """The row's argmax (first maximum) and ascending ids of its k largest finite logits
-    (ties: lower id first), from one read of the row (``_scan_top``); the candidates are
+    """The row's argmax (first maximum) and the ids of its k largest finite logits, sorted
+    descending (ties: lower id first), from one read of the row (``_scan_top``); the candidates are
     empty (meaning: all of them) when ``k`` is 0 or past ``_SCAN_K_MAX``.  ``ValueError``
     for a row holding a NaN or +inf.  ``logits``: as ``_check_logits`` leaves it.
     """
@@ -281,6 +278,6 @@ def _scan(logits, k: int) -> tuple[int, np.ndarray]:
 
 
 def _candidates(logits: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids that surely hold the row's k largest finite logits; empty (meaning: all
+    """The ids of the row's k largest finite logits, ranked (see ``_scan``); empty (meaning: all
     of them) when the shortcut does not apply (see ``_scan``)."""
     return _scan(logits, k)[1]

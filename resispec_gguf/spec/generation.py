@@ -8,8 +8,9 @@ Each step:
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
    greedy) plus, with lookup, a context candidate, or under a constraint the token its
    grammar forces there (``forced``); a position the mask leaves one token is certain and
-   draws nothing.  It returns the ``Decode`` the target must make: the root plus every node
-   (just the root for a plain step), or None when the reply is over.
+   draws nothing, nor needs a draft row (``tree.growing``: the draft evaluates it with the
+   first uncertain node below it).  It returns the ``Decode`` the target must make: the
+   root plus every node (just the root for a plain step), or None when the reply is over.
 2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
    verifier picks a candidate or a fallback token; it descends while the accepted candidate
    has a node, and at a node never expanded it samples a bonus token from p.  Returns the
@@ -411,7 +412,6 @@ class Generation:
         draft evaluated nothing.
         """
         dp = self.dp
-        pending = self.draft_pending
         tree = DraftTree.with_root(self._root())
         static = dp.policy == "static"
         # under auto the plan sets every level's width
@@ -429,31 +429,53 @@ class Generation:
                 x0, n = self._propose(tree, node)
                 return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, dp.k)[0], x0, ({}, n, x0))
 
-            return grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan_)[0], None
+            return grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan_,
+                        self._certain(tree))[0], None
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
-        decoded = 0  # draft nodes evaluated so far this step
-        steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_)
+        steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree))
         try:
             frontier = next(steps)
             while True:
-                if frontier == [0]:  # the pending chain, whose last token is the root
-                    want = np.zeros(len(pending), bool)
-                    want[-1] = True
-                    call = Decode(pending, [-1] + list(range(len(pending) - 1)), want)
-                else:
-                    call = Decode([tree.tokens[n] for n in frontier], [draft_index[tree.parent[n]] for n in frontier])
-                rows = yield call
-                first = decoded + len(call.tokens) - len(frontier)  # the root ends the pending chain
-                for j, n in enumerate(frontier):
-                    draft_index[n] = first + j
-                decoded += len(call.tokens)
+                rows = yield self._draft_call(tree, frontier, draft_index)
                 frontier = steps.send(rows)
         except StopIteration as done:
             tree, old_to_new = done.value
         return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
+
+    def _certain(self, tree: DraftTree):
+        """``tree.growing``'s ``certain`` callback: None without a constraint."""
+        return None if self.constraint is None else (lambda node: self._certain_draw(tree, node))
+
+    def _draft_call(self, tree: DraftTree, frontier: list[int], draft_index: dict[int, int]) -> Decode:
+        """The draft decode of a level: the pending chain first (the step's first call: its
+        last token is the root), then per frontier node the ancestors the draft has not
+        evaluated (certain nodes, ``tree.growing``) and the node; rows only for the frontier.
+        Records each evaluated node's index among the step's draft nodes in ``draft_index``."""
+        tokens: list[int] = []
+        parents: list[int] = []
+        want: list[bool] = []
+        # the step's draft nodes so far: the pending chain, then every evaluated non-root node
+        first = len(self.draft_pending) + len(draft_index) - 1 if draft_index else 0
+        if not draft_index:  # the pending chain, whose last token is the root
+            n = len(self.draft_pending)
+            tokens += self.draft_pending
+            parents += [-1] + list(range(n - 1))
+            want += [False] * (n - 1) + [frontier == [0]]
+            draft_index[0] = n - 1
+        for node in frontier:
+            chain = []
+            while node not in draft_index:
+                chain.append(node)
+                node = tree.parent[node]
+            for j, a in enumerate(reversed(chain)):
+                parents.append(draft_index[tree.parent[a]])
+                draft_index[a] = first + len(tokens)
+                tokens.append(tree.tokens[a])
+                want.append(j == len(chain) - 1)
+        return Decode(tokens, parents, None if all(want) else np.asarray(want, bool))
 
     def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
         """The deterministic candidate after ``node`` and its calibration bin: ``(token,

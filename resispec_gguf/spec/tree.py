@@ -23,6 +23,16 @@ draws were distinct.  ``grow`` guarantees it by construction:
 Choosing *which* children to expand best-first by score (EAGLE-2) is safe for the same
 reason: the choice is made before those children draw.
 
+Certain nodes
+-------------
+Under a constraint, a node whose mask allows one token is certain: its only candidate is
+that token, accepted with probability 1, and it draws nothing (so needs no draft row).  A
+node chosen for the frontier that is certain is expanded at once (``certain``), and so is
+its child while certain, and the first uncertain descendant takes its place in the
+frontier: a run of certain positions costs a target row each, never a draft call, nor one
+of the ``depth`` levels, which count draft calls.  Whether a node is certain is a function
+of its path, known before anything below it draws, so the rule above holds.
+
 Pure Python/NumPy: no model, no randomness of its own.  ``grow`` reaches the models only
 through the two callbacks it is given.
 """
@@ -181,10 +191,32 @@ class GrowthPlan(Protocol):
 DraftFn = Callable[[list[int]], Sequence]
 # draw(node, row) -> Draw
 DrawFn = Callable[[int, object], Draw]
+# certain(node) -> the Draw of a certain node (its one token, no draws), None when it is not
+CertainFn = Callable[[int], "Draw | None"]
 
 
-def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn,
-            plan: GrowthPlan | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
+def _through_certain(tree: DraftTree, frontier: list[int], certain: CertainFn | None, n_expanded: int,
+                     room: int) -> tuple[list[int], int]:
+    """Expand every certain node of ``frontier`` (and its child, while certain) without a
+    draft row; each is replaced by its first uncertain descendant, while the ``room`` for
+    non-root expanded nodes lasts.  Returns the new frontier and expanded count."""
+    if certain is None:
+        return frontier, n_expanded
+    out = []
+    for node in frontier:
+        while n_expanded < room:
+            d = certain(node)
+            if d is None:
+                break
+            tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
+            (node,) = tree.add_children(node, d.weight)
+            n_expanded += 1
+        out.append(node)
+    return out, n_expanded
+
+
+def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPlan | None = None,
+            certain: CertainFn | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
     """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``; a
     generator, so that the caller makes the draft calls (``grow`` is the same with a
     ``draft`` callback).
@@ -196,10 +228,12 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn,
     ``beam``, the room left and ``plan.width`` allow — a number fixed before they draw.  At
     the end only never-expanded leaves are cut, best-scored kept, to ``max_nodes`` (and to
     ``plan.leaves``).  Returns the final tree and the old -> new index map of the cut
-    (identity when nothing was cut).
+    (identity when nothing was cut).  With ``certain``, a frontier's certain nodes are
+    expanded before it is yielded (module docstring): a yielded node's nearest ancestors
+    may then be nodes the draft has not evaluated.
     """
-    frontier = [0]
-    n_expanded = 0  # non-root expanded nodes so far; never dropped
+    room = min(limits.max_expanded, limits.max_nodes)
+    frontier, n_expanded = _through_certain(tree, [0], certain, 0, room)  # non-root expanded nodes; never dropped
     for level in range(limits.depth):
         rows = yield frontier
         new: list[int] = []
@@ -218,7 +252,7 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn,
         if width <= 0:
             break
         frontier = sorted(best[:width])  # tree order: parents before children across calls
-        n_expanded += width
+        frontier, n_expanded = _through_certain(tree, frontier, certain, n_expanded + width, room)
     keep = limits.max_nodes
     if plan is not None:
         inner = [i for i in range(1, len(tree)) if tree.expanded(i)]
@@ -230,9 +264,9 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn,
 
 
 def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
-         plan: GrowthPlan | None = None) -> tuple[DraftTree, dict[int, int]]:
+         plan: GrowthPlan | None = None, certain: CertainFn | None = None) -> tuple[DraftTree, dict[int, int]]:
     """``growing`` driven to the end with ``draft(frontier)`` making each level's draft call."""
-    steps = growing(tree, limits, draw, plan)
+    steps = growing(tree, limits, draw, plan, certain)
     try:
         frontier = next(steps)
         while True:

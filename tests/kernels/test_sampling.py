@@ -5,7 +5,10 @@
    every awkward shape: V from 1 to 5000, -inf entries, one finite entry, logits of
    magnitude 1e4, ties.
 2. Bad logits rows raise ValueError.
-3. The private kernel computes the row's normaliser itself; at low temperatures weights that
+3. Without a count limit, the logit floor (entries skipped before their weight is
+   computed) keeps the reference's support for every filter combination; top-p's row
+   normaliser, in a row kept per thread, serves rows of any length in any thread.
+4. The private kernel computes the row's normaliser itself; at low temperatures weights that
    underflow leave the support; q's ids are read-only on every path; the names that moved to
    draws, masks and acceptance stay importable from sampling.
 """
@@ -170,6 +173,100 @@ def test_kernel_computes_row_normaliser_itself():
             kids, kprobs = _probs_sparse(x, kw["temperature"], 0, kw["top_p"], kw.get("min_p", 0.0), 3, -1.0, int(np.argmax(x)), np.empty(0, np.int64))
             np.testing.assert_array_equal(kids, ids, err_msg=name)
             np.testing.assert_allclose(kprobs, probs, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def _rows_around_the_floor(rng, V, temperature, min_p):
+    """Rows for the logit floor's test: normal, coarse ties, mostly -inf, magnitude 1e4, and
+    entries sitting on min-p's floor and a few float32 steps either side of it."""
+    x = rng.normal(0, 3, V)
+    yield "normal", x
+    yield "coarse ties", np.round(x, 0)
+    y = x.copy()
+    y[rng.random(V) < 0.97] = -np.inf
+    y[rng.integers(V)] = 1.0
+    yield "mostly -inf", y
+    yield "huge", x * 1e4
+    if min_p > 0.0:
+        edge = np.float32(x.max() + temperature * np.log(min_p))
+        steps = [edge]
+        for _ in range(3):
+            steps = [np.nextafter(steps[0], np.float32(-np.inf))] + steps + [np.nextafter(steps[-1], np.float32(np.inf))]
+        on = x.copy()
+        where = rng.choice(V, min(V - 1, 40 * len(steps)), replace=False)
+        on[where] = np.array(steps)[np.arange(where.shape[0]) % len(steps)]
+        yield "on the floor", on
+
+
+@pytest.mark.parametrize("V", [63, 64, 65, 5000, 151_936])
+def test_logit_floor_keeps_the_support_of_every_unlimited_filter(V):
+    """Without a count limit, entries whose logit is below ``_logit_floor`` are skipped
+    before their weight is computed: p (sparse and dense) and q equal the reference for every
+    top-p / min-p / temperature / cap combination, on rows with ties, -inf entries and
+    entries on the floor."""
+    rng = np.random.default_rng(V)
+    for temperature, top_p, min_p in itertools.product((0.3, 0.8, 1.5), (1.0, 0.9, 0.5), (0.0, 0.05, 0.5, 1.0)):
+        for name, x in _rows_around_the_floor(rng, V, temperature, min_p):
+            x = np.ascontiguousarray(x, np.float32)
+            kw = dict(temperature=temperature, top_p=top_p, min_p=min_p)
+            for cap in (0, 64):
+                ids, probs = probs_sparse(x, cap=cap, **kw)
+                rids, rprobs = ref_probs(x, cap=cap, **kw)
+                np.testing.assert_array_equal(ids, rids, err_msg=f"{name} {kw} cap={cap}")
+                rtol = RTOL if ids.shape[0] < 10_000 else 1e-10  # 100k weights summed in another order
+                np.testing.assert_allclose(probs, rprobs, rtol=rtol, atol=ATOL, err_msg=f"{name} {kw} cap={cap}")
+            dense = probs_dense(x, **kw)
+            rids, rprobs = ref_probs(x, **kw)
+            assert np.count_nonzero(dense) == rids.shape[0], f"{name} {kw} dense"
+            rtol = RTOL if rids.shape[0] < 10_000 else 1e-10
+            np.testing.assert_allclose(dense[rids], rprobs, rtol=rtol, atol=ATOL, err_msg=f"{name} {kw} dense")
+
+
+def test_logit_floor_is_below_every_entry_that_reaches_the_weight():
+    """``_logit_floor``: every float32 logit whose weight reaches the floor is at or above it,
+    and it is tight (within a few float32 steps of the exact threshold)."""
+    from resispec_gguf.kernels.sampling import _logit_floor
+
+    rng = np.random.default_rng(3)
+    assert _logit_floor(np.float32(1.0), 0.0, 0.8) == -np.inf
+    for _ in range(300):
+        bv = np.float32(rng.choice([0.0, -0.0, 1e4, -1e4]) + rng.normal(0, 30))
+        temperature = float(rng.choice([1e-3, 0.3, 0.8, 1.0, 1.7]))
+        floor_w = float(rng.choice([1.0, 0.5, 0.05, 1e-6, 1e-30]) * rng.uniform(0.5, 1.0))
+        lo = _logit_floor(bv, floor_w, temperature)
+        exact = np.float32(bv + temperature * np.log(floor_w))
+        v = exact
+        for _ in range(8):
+            v = np.nextafter(v, np.float32(-np.inf))
+        for _ in range(16):
+            w = np.exp((np.float64(v) - np.float64(bv)) * (1.0 / temperature))
+            if w >= floor_w:
+                assert v >= lo, (bv, temperature, floor_w, v, lo)
+            v = np.nextafter(v, np.float32(np.inf))
+        assert lo > exact - 1e-6 * (1 + abs(float(exact))), (bv, temperature, floor_w, lo, exact)
+
+
+def test_row_normaliser_serves_rows_of_any_length_in_any_thread():
+    """Top-p's row normaliser works in a float64 row kept per thread: rows longer and
+    shorter than the last one, in the main thread and in another, give the reference's p."""
+    import threading
+
+    rng = np.random.default_rng(9)
+    rows = [rng.normal(0, 3, V).astype(np.float32) for V in (5000, 100, 20_000, 7)]
+    kw = dict(temperature=0.8, top_p=0.9, min_p=0.01)
+    got = {}
+
+    def run(name):
+        got[name] = [probs_sparse(x, **kw) for x in rows]
+
+    worker = threading.Thread(target=run, args=("worker",))
+    worker.start()
+    run("main")
+    worker.join()
+    for name, results in got.items():
+        for x, (ids, probs) in zip(rows, results):
+            rids, rprobs = ref_probs(x, **kw)
+            np.testing.assert_array_equal(ids, rids, err_msg=name)
+            np.testing.assert_allclose(probs, rprobs, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 @pytest.mark.parametrize("temperature", [0.01, 0.001, 1e-6])

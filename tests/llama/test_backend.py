@@ -57,13 +57,16 @@ def test_tree_decode_equals_sequential_decode(models):
 
 
 def test_level_by_level_decode_and_commit(models):
-    """Nodes decoded in separate calls (the draft's levels) see their ancestors only."""
+    """Nodes decoded in separate calls (the draft's levels) see their ancestors only; each
+    call's rows are its own, also where the buffer's view of that row count is reused."""
     m, ref = models
     prompt = m.tokenize("Levels")
     m.sync_prefix(prompt + [0])
     m.decode([7, 8], [-1, 0])  # chain: pending token 7, root 8
-    m.decode([30, 31], [1, 1])  # level 1: two children of the root (nodes 2, 3)
+    first = m.decode([30, 31], [1, 1])[0].copy()  # level 1: two children of the root (nodes 2, 3)
     rows = m.decode([40, 41], [2, 3])  # level 2: one child each (nodes 4, 5)
+    assert rows[0].dtype == np.float32 and not rows[0].flags.writeable
+    assert not np.array_equal(rows[0], first)
     for row, path in zip([rows[0], rows[1]], [[7, 8, 30, 40], [7, 8, 31, 41]]):
         expect = ref.logits_of_sequence(prompt + path)[-1]
         assert same_logits(row, expect)

@@ -9,6 +9,11 @@ allows a single token (certain: no draw).  The joint law of the first 4 tokens m
 constrained sampling's for every method with and without lookup, lookup alone, and auto in
 each cost regime; the same behind a lazy trigger.  Greedy stays plain constrained greedy,
 and a reply whose every position is certain draws no uniform at all.
+
+Certain runs: ``fake_models.RunsConstraint`` has two certain positions after every free
+one, so a tree expands them without draft rows and grows past its ``depth``
+(``tree.growing``); the law must hold there too, with the run at the root or below it, and
+the draft must stay in step with the reply.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fake_models import LazyConstraint, PathConstraint, SpelledConstraint
+from fake_models import LazyConstraint, PathConstraint, RunsConstraint, SpelledConstraint
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PROMPT, RUNS, TEMPERATURES, V, _pair,
                          check_law, constrained_law, sample_constrained)
 from resispec_gguf.config import DraftParams, SamplingParams
@@ -227,3 +232,52 @@ def test_a_certain_stretch_spends_no_uniform_of_the_reply_after_it():
         free = engine.generate(PROMPT + opening, sp.replace(max_tokens=3), DraftParams(method="none"))
         assert scripted.tokens[:3] == opening
         assert scripted.tokens[3:] == free.tokens
+
+
+# --------------------------------------------------------------------------- certain runs
+
+
+@pytest.mark.parametrize("phase", [0, 1])
+@pytest.mark.parametrize("method,costs", [(m, "gpu") for m in METHODS] + [("lookup only", "gpu")]
+                         + [("auto", c) for c in COST_REGIMES])
+def test_certain_runs_past_the_depth_keep_the_law(method, costs, phase):
+    target, engine, prompt, dp = _case(method, method in ("auto", "lookup only"), costs)
+    dp = dp.replace(depth=2) if method != "auto" else dp
+    constraint = RunsConstraint(V, EOG, phase=phase)
+    sp = TEMPERATURES["T1"]
+    counts = sample_constrained(engine, prompt, sp, dp, RUNS, constraint)
+    check_law(counts, constrained_law(target, prompt, sp, N_TOKENS, constraint), f"runs/{method}/{costs}/{phase}")
+
+
+@pytest.mark.parametrize("phase", [0, 1])
+@pytest.mark.parametrize("method", METHODS)
+def test_a_certain_run_costs_no_draft_call_and_no_level(method, phase):
+    """At depth 2 a step whose path meets a run verifies nodes below depth 2 (the run's
+    nodes took no level), the draft evaluates the run's tokens only with the node after it,
+    and the draft holds the reply (its pending tokens aside)."""
+    target, draft = _pair()
+    engine = Engine(target, draft)
+    dp = DraftParams(method=method, draws=3, depth=2, budget=12, draft_support=4)
+    constraint = RunsConstraint(V, EOG, phase=phase)
+    calls = []
+    decode = draft.decode
+
+    def recorded(tokens, parents, want=None):
+        calls.append((list(tokens), None if want is None else list(want)))
+        return decode(tokens, parents, want)
+
+    draft.decode = recorded
+    deep = 0
+    for seed in range(20):
+        sp = SamplingParams(temperature=1.0, seed=seed, max_tokens=12)
+        gen = engine._generation(PROMPT, sp, dp, constraint, None, None, None)
+        "".join(loop.run(gen, engine.target, engine.draft))
+        held = PROMPT + gen.out  # the last step's tokens past the reply's end may follow
+        assert (draft.cached + gen.draft_pending)[:len(held)] == held
+        deep += len(gen.stats.reached_by_depth) > 2
+    assert deep >= 10
+    # a call with rows for some nodes only: the run's tokens ride along, unasked
+    assert any(want is not None and not all(want) and want[-1] for _, want in calls[1:])
+    if phase == 1:  # the first call: the root (the prompt's last token), then the run's two
+        # tokens, a row wanted only for the last (the first uncertain position's node)
+        assert calls[0] == ([PROMPT[-1], 1, 2], [False, False, True])

@@ -100,3 +100,49 @@ def test_grow_decides_each_level_before_it_draws():
 
         grow(DraftTree.with_root(0), limits, b.draft, draw)
         assert b.drafted[: cut + 1] == a.drafted[: cut + 1]
+
+
+def _certain_01(tree):
+    """``grow``'s ``certain``: a node whose token is 0 or 1 is certain, its one candidate
+    the next token."""
+    def certain(node):
+        tok = tree.tokens[node]
+        return Draw(np.empty(0, np.int64), None, {tok + 1: 1.0}, tok + 1) if tok in (0, 1) else None
+    return certain
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_certain_nodes_take_no_draft_row_and_no_level(seed):
+    """With ``certain``, a certain node has one child and no draws, the tree may grow past
+    ``depth`` by the certain nodes on a path (never more), the node limits hold with them
+    counted, and with room to spare no node the draft evaluates is certain."""
+    rng = np.random.default_rng(2000 + seed)
+    ample = rng.random() < 0.5
+    limits = GrowthLimits(depth=int(rng.integers(1, 4)), max_expanded=40 if ample else int(rng.integers(1, 12)),
+                          max_nodes=40 if ample else int(rng.integers(1, 14)), beam=None if rng.random() < 0.5 else 2)
+    cb = _Scripted(seed, k=int(rng.integers(1, 4)))
+    tree = DraftTree.with_root(int(rng.integers(0, 3)))
+    tokens = tree.tokens  # grown in place until the final cut
+    tree, old_to_new = grow(tree, limits, cb.draft, cb.draw, certain=_certain_01(tree))
+    if ample:
+        assert all(tokens[n] not in (0, 1) for level in cb.drafted for n in level)
+    expanded = [i for i in range(1, len(tree)) if tree.expanded(i)]
+    assert len(tree) - 1 <= limits.max_nodes and len(expanded) <= min(limits.max_expanded, limits.max_nodes)
+    for i in range(len(tree)):
+        if tree.expanded(i) and len(tree.draws[i]) == 0:  # a certain node: its one candidate
+            assert tree.tokens[i] in (0, 1) and tree.candidates(i) == [tree.tokens[i] + 1]
+        n_certain, j = 0, tree.parent[i]
+        while j >= 0:
+            n_certain += tree.expanded(j) and len(tree.draws[j]) == 0
+            j = tree.parent[j]
+        assert tree.depth[i] <= limits.depth + n_certain
+
+
+def test_a_certain_run_at_the_root_rides_into_the_first_draft_call():
+    """Root 0 and its child 1 are certain: the first frontier is the node of 2, at depth 2,
+    and with depth 1 its draws are the tree's leaves, at depth 3."""
+    cb = _Scripted(0, k=2, vocab=3)
+    tree = DraftTree.with_root(0)
+    tree, _ = grow(tree, GrowthLimits(depth=1, max_expanded=8, max_nodes=8), cb.draft, cb.draw,
+                   certain=_certain_01(tree))
+    assert cb.drafted == [[2]] and tree.tokens[:3] == [0, 1, 2] and max(tree.depth) == 3
