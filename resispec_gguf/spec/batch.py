@@ -178,6 +178,8 @@ class Batch:
         self.row_s = row_s
         self.ram = ram
         self.slots: list[Request | None] = [None] * target.n_slots
+        self._admitted = [-1] * target.n_slots  # per slot, the admission count when last given a request
+        self._admissions = 0
 
     # ------------------------------------------------------------------ admission
 
@@ -194,15 +196,17 @@ class Batch:
         return [r for r in self.slots if r is not None]
 
     def free_slot(self, prompt: Sequence[int]) -> int | None:
-        """The free slot whose cached tokens share the longest prefix with ``prompt`` (the
-        lowest such slot on ties), None when every slot is busy."""
-        best, best_common = None, -1
+        """The free slot whose cached tokens share the longest prefix with ``prompt``; on ties
+        the one admitted to least recently (so that what was used last stays in place, and
+        the slots take turns rather than one of them being overwritten each time); None when
+        every slot is busy."""
+        best, best_key = None, None
         for s, r in enumerate(self.slots):
             if r is not None:
                 continue
-            common = _common(self.target.slot_tokens(s), prompt)
-            if common > best_common:
-                best, best_common = s, common
+            key = (_common(self.target.slot_tokens(s), prompt), -self._admitted[s])
+            if best_key is None or key > best_key:
+                best, best_key = s, key
         return best
 
     def admit(self, gen: Generation, slot: int | None = None) -> Request:
@@ -218,17 +222,21 @@ class Batch:
         if gen.uses_draft:
             req.d_filled = self._reuse(self.draft, "draft", slot, gen.prompt[:-1])
         self.slots[slot] = req
+        self._admitted[slot], self._admissions = self._admissions, self._admissions + 1
         return req
 
     def _reuse(self, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
         """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
         common prefix, or a longer one restored from the RAM prompt cache (``ram``), by at least
-        ``ram.min_tokens``.  What the slot held is saved there first when ``want`` evicts it."""
+        ``ram.min_tokens``.  What the slot held is saved there first when ``want`` evicts at least
+        ``ram.min_tokens`` of it (a chat's next turn, which drops only the few tokens after
+        the last reply, saves nothing: copying a long history costs more than those tokens'
+        prefill)."""
         held = model.slot_tokens(slot)
         own = _common(held, want)
         if self.ram is None or not hasattr(model, "save_slot"):
             return own
-        if own < len(held) and self.ram.wants(role, held):
+        if len(held) - own >= self.ram.min_tokens and self.ram.wants(role, held):
             state = model.save_slot(slot)
             self.ram.put(role, held, state, state.nbytes)
         entry, common = self.ram.best(role, want)

@@ -489,3 +489,37 @@ def test_prompts_their_slots_already_hold_start_in_the_same_step(cache_ram_mib):
     assert not new.started and new.filled == new.reused + 8
     _run(batch)
     assert new.started and all(r.done for r in held + [new])
+
+
+def test_free_slots_sharing_nothing_with_a_prompt_take_turns():
+    """Unrelated prompts go to the slot given a request least recently, so the slot used
+    last keeps its prompt for a client that resends it."""
+    engine, _ = _engine("gpu", n_slots=3)
+    batch = engine.batch()
+    rng = np.random.default_rng(11)
+    slots = []
+    for k in range(5):
+        prompt = [k] + [int(x) for x in rng.integers(0, EOG, 11)]  # no two share a first token
+        slots.append(batch.admit(engine.generation(prompt, T1.replace(seed=k, max_tokens=2), _dp("chain"))).slot)
+        _run(batch)
+    assert slots == [0, 1, 2, 0, 1]
+
+
+@pytest.mark.parametrize("dropped, saves", [(2, 0), (40, 1)])
+def test_a_slot_is_saved_to_ram_only_when_a_prompt_drops_enough_of_it(dropped, saves):
+    """A chat's next turn drops only the few tokens after its last reply: copying the whole
+    history to RAM would cost more than their prefill.  A prompt that drops at least the
+    cache's minimum saves what the slot held."""
+    curves, _ = MIXES["gpu"]
+    target, draft = slotted_pair(2)
+    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=1)
+    batch = engine.batch(chunk=64)
+    rng = np.random.default_rng(13)
+    prompt = [int(x) for x in rng.integers(0, EOG, 80)]
+    batch.admit(engine.generation(prompt, T1.replace(seed=1, max_tokens=4), _dp("resispec")), slot=0)
+    _run(batch)
+    held = target.slot_tokens(0)
+    following = held[: len(held) - dropped] + [int(x) for x in rng.integers(0, EOG, 10)]
+    batch.admit(engine.generation(following, T1.replace(seed=2, max_tokens=2), _dp("resispec")), slot=0)
+    _run(batch)
+    assert target.saves == draft.saves == saves
