@@ -154,6 +154,58 @@ def test_share_rows_counts_the_draft_calls_of_the_deepest_chain():
     assert shallow[0] < free[0] == 8
 
 
+def _share_rows_by_recount(accepts, drafts, base_rows, cap, target_s, draft_s, row_s=0.0, overhead_s=0.0,
+                           base_tokens=None):
+    """``share_rows`` the slow way: after each row added, every level's count is taken again
+    from the requests' row counts (the definition ``share_rows`` keeps up incrementally)."""
+    n = len(accepts)
+    if n == 0 or cap <= 0:
+        return [0] * n
+    a = np.clip(np.asarray(accepts, np.float64), 0.0, 1.0)
+    values = a[:, None] ** np.arange(1, cap + 1)[None, :]
+    owner = np.repeat(np.arange(n), cap)
+    order = np.argsort(-values.ravel(), kind="stable")
+    nt, nd = len(target_s) - 1, len(draft_s) - 1
+    counts = np.zeros(n, np.int64)
+    best_k, best_ratio = 0, -1.0
+    value = float(base_rows if base_tokens is None else base_tokens)
+    for k in range(len(order) + 1):
+        if k:
+            counts[owner[order[k - 1]]] += 1
+            value += float(values.ravel()[order[k - 1]])
+        rows = base_rows + k
+        t = target_s[min(rows, nt)] + row_s * rows + overhead_s
+        levels = counts[np.asarray(drafts, bool)]
+        for lvl in range(1, int(levels.max()) + 1 if levels.size else 1):
+            t += draft_s[min(int(np.sum(levels >= lvl)), nd)]
+        ratio = value / t if t > 0 else value
+        if ratio > best_ratio * (1.0 + 1e-9):
+            best_k, best_ratio = k, ratio
+    out = np.zeros(n, np.int64)
+    for j in order[:best_k]:
+        out[owner[j]] += 1
+    return out.tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_share_rows_keeps_each_level_count_as_a_recount_would(seed):
+    """Random acceptances (ties, 0 and 1 included), drafting mixes and cost curves (concave,
+    convex, stepped, with host work per row): the same rows as counting every level again."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    accepts = rng.choice([0.0, 1.0, 0.5, *rng.uniform(0, 1, 4)], n).tolist()
+    drafts = (rng.uniform(size=n) < 0.7).tolist()
+    size = int(rng.integers(8, 80))
+    grow = rng.choice([0.3, 1.0, 1.7])
+    target_s = 0.02 + 0.004 * np.arange(size) ** grow * rng.uniform(0.2, 3)
+    target_s[0] = 0.0
+    draft_s = np.maximum.accumulate(0.002 + rng.uniform(0, 0.003, size) * np.arange(size) ** 0.5)
+    draft_s[0] = 0.0
+    args = (accepts, drafts, int(rng.integers(1, 9)), int(rng.integers(0, 20)), target_s, draft_s,
+            float(rng.choice([0.0, 2e-4])), float(rng.choice([0.0, 1e-3])))
+    assert share_rows(*args) == _share_rows_by_recount(*args)
+
+
 def test_the_background_holds_the_levels_the_step_pays_for():
     """The step's joint levels stand for the auto requests' past draft calls (a level paid
     once for all, priced at a plan's rows even where none of them drafted yet); a request
