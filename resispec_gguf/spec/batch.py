@@ -137,18 +137,18 @@ def share_rows(accepts: Sequence[float], drafts: Sequence[bool], base_rows: int,
     values = a[:, None] ** ks[None, :]  # [n, cap] the k-th row's worth per request
     flat = values.ravel()
     order = np.argsort(-flat, kind="stable")  # best first; ties: the earlier request
-    # A request's rows come in its own order (its worths fall with k; ties keep it), so
-    # adding one lifts its count by one: ``reach[lvl]``, the drafting requests with
-    # ``lvl`` rows or more, changes at one level, and the loop stays O(n * cap) scalars
-    # (a NumPy reduction per level and count cost ~40 ms a step at 4 requests).
+    # Adding a row lifts its request's count by one, so ``reach[lvl]`` (the drafting
+    # requests with ``lvl`` rows or more) changes at one level and the draft calls' cost by
+    # one term: the loop is O(n * cap) scalars (recounting every level for every count
+    # cost ~40 ms a step at 4 requests and 256 sequences).
     owners = (order // cap).tolist()
     worths = flat[order].tolist()
     drafting = [bool(d) for d in drafts]
     target_l, draft_l = [float(x) for x in target_s], [float(x) for x in draft_s]
     nt, nd = len(target_l) - 1, len(draft_l) - 1
     counts = [0] * n
-    reach = [0] * (cap + 1)  # reach[lvl] for lvl >= 1; levels above the deepest are 0
-    deepest = 0
+    reach = [0] * (cap + 1)  # reach[lvl] for lvl >= 1
+    draft_t = 0.0  # sum over the levels reached of draft_s[reach[lvl]]
     best_k, best_ratio = 0, -1.0
     value = float(base_rows if base_tokens is None else base_tokens)
     for k in range(0, len(order) + 1):
@@ -157,12 +157,11 @@ def share_rows(accepts: Sequence[float], drafts: Sequence[bool], base_rows: int,
             counts[i] += 1
             value += worths[k - 1]
             if drafting[i]:
-                reach[counts[i]] += 1
-                deepest = max(deepest, counts[i])
+                had = reach[counts[i]]
+                reach[counts[i]] = had + 1
+                draft_t += draft_l[min(had + 1, nd)] - (draft_l[min(had, nd)] if had else 0.0)
         rows = base_rows + k
-        t = target_l[min(rows, nt)] + row_s * rows + overhead_s
-        for lvl in range(1, deepest + 1):
-            t += draft_l[min(reach[lvl], nd)]
+        t = target_l[min(rows, nt)] + row_s * rows + overhead_s + draft_t
         ratio = value / t if t > 0 else value
         if ratio > best_ratio * (1.0 + 1e-9):
             best_k, best_ratio = k, ratio
