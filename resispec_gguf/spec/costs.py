@@ -78,17 +78,46 @@ def curve_cache_key(identity: str) -> str:
 
 
 def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:
+    """The curve cached under ``key``, None when there is none (or it is unreadable)."""
+    entry = _cached_entry(cache_file, key)
+    return entry[0] if entry else None
+
+
+def _cached_entry(cache_file: str, key: str) -> tuple[CostCurve, bool] | None:
+    """``(curve, busy)`` cached under ``key``: ``busy`` when the machine was loaded while it
+    was measured (``_machine_busy``)."""
     entry = read_json_dict(cache_file).get(key)
     try:
-        return CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])) if entry else None
+        return (CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])), bool(entry.get("busy", False))) if entry else None
     except (KeyError, TypeError, AttributeError):
         return None
 
 
-def store_cached_curve(cache_file: str, key: str, curve: CostCurve) -> None:
+def store_cached_curve(cache_file: str, key: str, curve: CostCurve, busy: bool = False) -> None:
     data = read_json_dict(cache_file)
-    data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)}
+    data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)} | ({"busy": True} if busy else {})
     write_json_atomic(cache_file, data)
+
+
+# the 1-minute load average, per core, above which a measurement is taken as disturbed
+BUSY_LOAD = 0.75
+
+
+def _machine_busy() -> bool:
+    """Whether other work loads the machine: the 1-minute load average above ``BUSY_LOAD``
+    per core (never where the platform has no load average)."""
+    try:
+        return os.getloadavg()[0] > BUSY_LOAD * (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return False
+
+
+def _fastest(a: CostCurve, b: CostCurve) -> CostCurve:
+    """Each count's faster time of two measurements of the same counts (``a`` when the
+    counts differ): other work can only add time."""
+    if a.rows != b.rows:
+        return a
+    return CostCurve(a.rows, tuple(min(x, y) for x, y in zip(a.seconds, b.seconds)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,18 +130,30 @@ def cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
 
 
 def measured(identity: str, measure) -> CostCurve:
-    """``measure()``'s CostCurve for ``identity``, measured once and cached on disk
-    (``$RESISPEC_COSTS``, else ``costs.json`` in the model cache) so that auto's choices stay
-    deterministic; a cache that cannot be written is skipped."""
+    """``measure()``'s CostCurve for ``identity``, cached on disk (``$RESISPEC_COSTS``, else
+    ``costs.json`` in the model cache) so that auto's choices stay deterministic; a cache
+    that cannot be written is skipped.
+
+    A curve measured while other work loaded the machine (``_machine_busy``, before or after
+    measuring) is kept as *busy*: its times hold that work's share too, and not evenly (a
+    curve measured under a load of 2.5 jobs per core made a 4-row decode cost 1.01x a 3-row
+    one where it costs 1.3x, so ``auto`` added rows that did not pay).  It serves this
+    process, and the next start measures again and keeps each count's fastest time of the
+    two (other work can only add time), until a measurement on a quiet machine settles it."""
     cache = os.environ.get("RESISPEC_COSTS") or str(cache_dir() / "costs.json")
     key = curve_cache_key(identity)
-    curve = load_cached_curve(cache, key)
-    if curve is None:
-        curve = measure()
-        try:
-            store_cached_curve(cache, key, curve)
-        except OSError:
-            pass
+    entry = _cached_entry(cache, key)
+    if entry is not None and not entry[1]:
+        return entry[0]
+    busy = _machine_busy()
+    curve = measure()
+    busy = busy or _machine_busy()
+    if entry is not None:
+        curve = _fastest(curve, entry[0])
+    try:
+        store_cached_curve(cache, key, curve, busy)
+    except OSError:
+        pass
     return curve
 
 
@@ -156,5 +197,6 @@ def backend_curve(model) -> CostCurve:
         model.reset()
         return curve
 
-    # v4: measured after a context, every count to 8, the fastest of interleaved rounds
-    return measured("v4:" + model.cost_key(), measure)
+    # v5: measured after a context, every count to 8, the fastest of interleaved rounds, and
+    # measured again while the machine was busy (v4's were kept however busy it was)
+    return measured("v5:" + model.cost_key(), measure)

@@ -13,6 +13,12 @@ from resispec_gguf.spec import costs
 from resispec_gguf.spec.costs import CostCurve
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch):
+    """Whatever else runs on the test machine, ``measured`` sees it quiet unless a test says."""
+    monkeypatch.setattr(costs.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+
+
 def test_linear_between_the_counts_and_proportional_below_the_first():
     c = CostCurve((2, 4, 8), (1.0, 1.5, 3.5))
     assert c(0) == 0.0 and c(-3) == 0.0
@@ -107,3 +113,36 @@ def test_host_row_seconds_is_a_positive_time_measured_once(tmp_path, monkeypatch
     assert isinstance(seconds, float) and seconds > 0 and np.isfinite(seconds)
     assert costs.host_row_seconds(1000) == seconds  # from the cache: identical
     assert len(json.loads((tmp_path / "costs.json").read_text())) == 1
+
+
+def test_a_curve_measured_on_a_busy_machine_is_measured_again_and_keeps_the_fastest(tmp_path, monkeypatch):
+    """Measured while other work loaded the machine: used, stored as busy; the next call
+    measures again and keeps each count's faster time; once a quiet measurement settles it,
+    it is read back without measuring."""
+    cache = tmp_path / "costs.json"
+    monkeypatch.setenv("RESISPEC_COSTS", str(cache))
+    load = [3.0 * (os.cpu_count() or 1)]
+    monkeypatch.setattr(costs.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    shapes = iter([(0.9, 1.0, 4.0), (0.5, 2.0, 1.5), (0.7, 0.6, 9.0)])
+    runs = []
+
+    def measure():
+        runs.append(1)
+        return CostCurve((1, 2, 4), next(shapes))
+
+    key = costs.curve_cache_key("m")
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.9, 1.0, 4.0))
+    assert json.loads(cache.read_text())[key]["busy"] is True
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 1.0, 1.5)) and len(runs) == 2
+    load[0] = 0.0  # quiet now
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 3
+    assert "busy" not in json.loads(cache.read_text())[key]
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 3
+
+
+def test_a_machine_without_a_load_average_is_taken_as_quiet(monkeypatch):
+    def missing():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(costs.os, "getloadavg", missing)
+    assert costs._machine_busy() is False
