@@ -92,13 +92,18 @@ def run_concurrency(engine, workloads: dict, levels: list[int], methods: list[st
     """Every method at every level, per workload: ``[{"workload", "method", **run_level}]``.
     The engine needs ``max(levels)`` slots for the clients to run at once (fewer: the rest
     wait in its queue, which the figures then include).  ``reasoning``: a reasoning model's
-    settings for the chat prompts (its thinking's budget)."""
+    settings for the chat prompts (its thinking's budget).
+
+    Each method first serves the workload once at the top level, untimed: the slots and the
+    RAM prompt cache then hold its prompts at every level alike, where otherwise the first
+    level timed would pay every prompt's prefill and the later ones find them cached."""
     if engine.n_slots < max(levels):
         raise UserError(f"--concurrency {max(levels)} needs --parallel {max(levels)} or more "
                         f"(the engine has {engine.n_slots} slots)")
     out = []
     for name, prompts in planned_prompts(engine, workloads, reasoning).items():
         for method in methods:
+            run_level(engine, prompts, max(levels), sp, dp.replace(method=method))  # untimed
             for c in levels:
                 out.append({"workload": name, "method": method,
                             **run_level(engine, prompts, c, sp, dp.replace(method=method))})

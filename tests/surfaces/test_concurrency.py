@@ -21,6 +21,13 @@ def test_every_level_does_the_same_work_and_reports_its_figures():
     workloads = {"fake": [{"prompt": str(i)} for i in range(6)]}
     engine.text_tokens = lambda text: PROMPT + [int(text) % 5]  # prompts as fake tokens
     sp = SamplingParams(temperature=1.0, max_tokens=8, seed=0)
+    submit, sent = engine.submit, []
+
+    def recorded(tokens, sp_, dp, constraint=None):
+        sent.append(dp.method)
+        return submit(tokens, sp_, dp, constraint=constraint)
+
+    engine.submit = recorded
     rows = concurrency.run_concurrency(engine, workloads, [1, 2, 4], ["none", "resispec"], sp,
                                        DraftParams(draws=2, depth=2, budget=4))
     assert [(r["method"], r["clients"]) for r in rows] == [(m, c) for m in ("none", "resispec") for c in (1, 2, 4)]
@@ -30,6 +37,9 @@ def test_every_level_does_the_same_work_and_reports_its_figures():
     # the same seeds per prompt at every level, and a fixed shape does not depend on the
     # neighbours: every level emits the same tokens
     assert len({r["tokens"] for r in rows if r["method"] == "resispec"}) == 1
+    # each method served the prompts once, untimed, before its levels: no level pays a prefill
+    # the others find cached
+    assert sent == ["none"] * (6 + 3 * 6) + ["resispec"] * (6 + 3 * 6)
     table = concurrency.format_concurrency(rows)
     assert "agg tok/s" in table and len(table.splitlines()) == 2 + len(rows)
     engine.close()
@@ -61,6 +71,6 @@ def test_chat_prompts_are_planned_so_a_reasoning_budget_applies(open_think_pair,
         concurrency.run_concurrency(engine, workloads, [1], ["none"], SamplingParams(max_tokens=6, seed=0),
                                     DraftParams(), ReasoningParams(reasoning_budget=2))
         end = engine.reasoning_format().end_ids[0]
-        assert len(replies) == 2 and all(end in t.result().tokens[:3] for t in replies)
+        assert len(replies) == 4 and all(end in t.result().tokens[:3] for t in replies)  # 2 untimed first
     finally:
         engine.close()
