@@ -238,19 +238,19 @@ class Batch:
     def _reuse(self, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
         """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
         common prefix, or a longer one restored from the RAM prompt cache (``ram``), by at least
-        ``ram.min_tokens``.  What the slot held is saved there first when ``want`` evicts at least
-        ``ram.min_tokens`` of it (a chat's next turn, which drops only the few tokens after
-        the last reply, saves nothing: copying a long history costs more than those tokens'
+        ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
+        ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
+        the last reply, saves nothing: copying a long history costs more than their
         prefill)."""
         held = model.slot_tokens(slot)
         own = _common(held, want)
         if self.ram is None or not hasattr(model, "save_slot"):
             return own
-        if len(held) - own >= self.ram.min_tokens and self.ram.wants(role, held):
+        if len(held) - own >= self.ram.min_gain and self.ram.wants(role, held):
             state = model.save_slot(slot)
             self.ram.put(role, held, state, state.nbytes)
         entry, common = self.ram.best(role, want)
-        if entry is None or common < own + self.ram.min_tokens:
+        if entry is None or common < own + self.ram.min_gain:
             return own
         if not model.load_slot(slot, entry.state, entry.tokens, common):
             return 0

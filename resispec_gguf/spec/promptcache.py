@@ -27,10 +27,15 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_TOKENS", "PromptCache"]
+__all__ = ["MIN_GAIN", "MIN_TOKENS", "PromptCache"]
 
 # shorter prompts are not worth a save: their prefill is about as cheap as the copy
 MIN_TOKENS = 32
+# the fewest tokens a save or a restore must spare: a restore copies the whole entry back
+# (under a millisecond for 300 tokens of the default target) and a save the whole slot
+# (~30 ms for 300), where one token of prefill costs milliseconds on a CPU; below this the
+# copy is not worth making (a chat's next turn drops the one or two tokens after its reply)
+MIN_GAIN = 8
 
 
 @dataclass(eq=False)
@@ -46,11 +51,13 @@ class Entry:
 class PromptCache:
     """Saved slot states, least recently used first out (module docstring)."""
 
-    def __init__(self, max_bytes: int, min_tokens: int = MIN_TOKENS):
-        if max_bytes < 0 or min_tokens < 1:
-            raise ValueError(f"max_bytes must be >= 0 and min_tokens >= 1, got {max_bytes}, {min_tokens}")
+    def __init__(self, max_bytes: int, min_tokens: int = MIN_TOKENS, min_gain: int = MIN_GAIN):
+        if max_bytes < 0 or min_tokens < 1 or min_gain < 1:
+            raise ValueError(f"max_bytes must be >= 0, min_tokens and min_gain >= 1, got {max_bytes}, {min_tokens}, "
+                             f"{min_gain}")
         self.max_bytes = int(max_bytes)
         self.min_tokens = int(min_tokens)
+        self.min_gain = int(min_gain)
         self._entries: OrderedDict[int, Entry] = OrderedDict()  # oldest first
         self._next = 0
         self.used_bytes = 0

@@ -557,7 +557,7 @@ def test_free_slots_sharing_nothing_with_a_prompt_take_turns():
     assert slots == [0, 1, 2, 0, 1]
 
 
-@pytest.mark.parametrize("dropped, saves", [(2, 0), (40, 1)])
+@pytest.mark.parametrize("dropped, saves", [(2, 0), (7, 0), (8, 1), (40, 1)])
 def test_a_slot_is_saved_to_ram_only_when_a_prompt_drops_enough_of_it(dropped, saves):
     """A chat's next turn drops only the few tokens after its last reply: copying the whole
     history to RAM would cost more than their prefill.  A prompt that drops at least the
@@ -575,3 +575,21 @@ def test_a_slot_is_saved_to_ram_only_when_a_prompt_drops_enough_of_it(dropped, s
     batch.admit(engine.generation(following, T1.replace(seed=2, max_tokens=2), _dp("resispec")), slot=0)
     _run(batch)
     assert target.saves == draft.saves == saves
+
+
+def test_a_short_chat_prompt_comes_back_from_ram_when_it_spares_a_few_tokens():
+    """Chat prompts share the template's system part and differ in a short question: a saved
+    state that spares 11 tokens of prefill is restored (a restore costs far less than that)."""
+    curves, _ = MIXES["gpu"]
+    target, draft = slotted_pair(2)
+    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=1)
+    batch = engine.batch(chunk=64)
+    rng = np.random.default_rng(17)
+    system = [int(x) for x in rng.integers(0, EOG, 28)]
+    first, second = (system + [int(x) for x in rng.integers(0, EOG, 12)] for _ in range(2))
+    for prompt in (first, second):
+        batch.admit(engine.generation(prompt, T1.replace(seed=1, max_tokens=3), _dp("resispec")), slot=0)
+        _run(batch)
+    again = batch.admit(engine.generation(first, T1.replace(seed=2, max_tokens=3), _dp("resispec")), slot=0)
+    _run(batch)
+    assert target.loads == draft.loads == 1 and again.reused == len(first) - 1
