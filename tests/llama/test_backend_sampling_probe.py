@@ -5,15 +5,11 @@ differently: read the probe's output and revisit the decision."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "backend_sampling_probe.py"
-_spec = importlib.util.spec_from_file_location("backend_sampling_probe", _PATH)
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+from script_loader import load_script
+probe = load_script("backend_sampling_probe")
 
 pytestmark = pytest.mark.skipif(not all(hasattr(probe._ll, n) for n in probe.API),
                                 reason="llama-cpp-python without backend sampling")

@@ -4,15 +4,11 @@ negative, each part a shape must pay is there).  Never a time."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "host_bench.py"
-_spec = importlib.util.spec_from_file_location("host_bench", _PATH)
-host_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(host_bench)
+from script_loader import load_script
+host_bench = load_script("host_bench")
 
 _SPECULATIVE = ("batch", "kv", "rows+p", "draws", "tree", "verify", "commit")
 

@@ -557,16 +557,20 @@ def test_free_slots_sharing_nothing_with_a_prompt_take_turns():
     assert slots == [0, 1, 2, 0, 1]
 
 
+def _two_slots_with_ram(seed):
+    """A fake pair with two slots, a 1 MiB RAM prompt cache, a batch and a seeded rng."""
+    curves, _ = MIXES["gpu"]
+    target, draft = slotted_pair(2)
+    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=1)
+    return target, draft, engine, engine.batch(chunk=64), np.random.default_rng(seed)
+
+
 @pytest.mark.parametrize("dropped, saves", [(2, 0), (7, 0), (8, 1), (40, 1)])
 def test_a_slot_is_saved_to_ram_only_when_a_prompt_drops_enough_of_it(dropped, saves):
     """A chat's next turn drops only the few tokens after its last reply: copying the whole
     history to RAM would cost more than their prefill.  A prompt that drops at least the
     cache's minimum saves what the slot held."""
-    curves, _ = MIXES["gpu"]
-    target, draft = slotted_pair(2)
-    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=1)
-    batch = engine.batch(chunk=64)
-    rng = np.random.default_rng(13)
+    target, draft, engine, batch, rng = _two_slots_with_ram(13)
     prompt = [int(x) for x in rng.integers(0, EOG, 80)]
     batch.admit(engine.generation(prompt, T1.replace(seed=1, max_tokens=4), _dp("resispec")), slot=0)
     _run(batch)
@@ -580,11 +584,7 @@ def test_a_slot_is_saved_to_ram_only_when_a_prompt_drops_enough_of_it(dropped, s
 def test_a_short_chat_prompt_comes_back_from_ram_when_it_spares_a_few_tokens():
     """Chat prompts share the template's system part and differ in a short question: a saved
     state that spares 11 tokens of prefill is restored (a restore costs far less than that)."""
-    curves, _ = MIXES["gpu"]
-    target, draft = slotted_pair(2)
-    engine = Engine(target, draft, cost_curves=curves, cache_ram_mib=1)
-    batch = engine.batch(chunk=64)
-    rng = np.random.default_rng(17)
+    target, draft, engine, batch, rng = _two_slots_with_ram(17)
     system = [int(x) for x in rng.integers(0, EOG, 28)]
     first, second = (system + [int(x) for x in rng.integers(0, EOG, 12)] for _ in range(2))
     for prompt in (first, second):

@@ -6,7 +6,6 @@ server's start, requests, concurrency and stop against a small fake llama-server
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -17,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "compare_llama_cpp.py"
-_spec = importlib.util.spec_from_file_location("compare_llama_cpp", _PATH)
-cmp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cmp)
+from script_loader import load_script
+cmp = load_script("compare_llama_cpp")
 
 # stderr of llama-speculative-simple, trimmed (timestamps and level as it prints them)
 SPEC_SIMPLE_LOG = """\

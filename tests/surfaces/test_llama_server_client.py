@@ -5,18 +5,14 @@ a small fake llama-server written by the test."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "llama_server_client.py"
-_spec = importlib.util.spec_from_file_location("llama_server_client", _PATH)
-srv = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(srv)
+from script_loader import load_script
+srv = load_script("llama_server_client")
 
 # a non-streamed /completion reply of the real server, trimmed to the fields that matter
 REPLY = {

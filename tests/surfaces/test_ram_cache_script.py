@@ -4,17 +4,13 @@ and only what the evicting prompt shares with it off.  Never a speed."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("llama_cpp")
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "ram_cache_ttft.py"
-_spec = importlib.util.spec_from_file_location("ram_cache_ttft", _PATH)
-rct = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rct)
+from script_loader import load_script
+rct = load_script("ram_cache_ttft")
 
 
 def test_the_timed_prompt_comes_back_from_ram_only_with_the_cache_on(tiny_pair):

@@ -4,18 +4,14 @@ short run on the tiny pair prints every variant.  Never a speed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("llama_cpp")
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "schema_gpu_like.py"
-_spec = importlib.util.spec_from_file_location("schema_gpu_like", _PATH)
-sgl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sgl)
+from script_loader import load_script
+sgl = load_script("schema_gpu_like")
 
 
 def test_a_generation_is_priced_without_its_prompt():

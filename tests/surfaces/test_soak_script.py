@@ -5,9 +5,7 @@ Never a time or a memory figure."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
@@ -23,10 +21,8 @@ from resispec_gguf.engine import Engine  # noqa: E402
 from resispec_gguf.surfaces.server import create_app  # noqa: E402
 from servers import serving  # noqa: E402
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
-_spec = importlib.util.spec_from_file_location("soak", _PATH)
-soak = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(soak)
+from script_loader import load_script  # noqa: E402
+soak = load_script("soak")
 
 
 def test_a_short_soak_on_the_tiny_pair_ends_every_request_well(fim_pair):
