@@ -18,13 +18,17 @@ def _private_cost_cache(tmp_path_factory):
     import os
 
     path = tmp_path_factory.mktemp("costs") / "costs.json"
-    old = os.environ.get("RESISPEC_COSTS")
+    # a curve measured while the suite loads the machine is trusted all the same: one curve
+    # per model for the session, so that auto's choices (and seeded outputs) repeat
+    saved = {k: os.environ.get(k) for k in ("RESISPEC_COSTS", "RESISPEC_BUSY_LOAD")}
     os.environ["RESISPEC_COSTS"] = str(path)
+    os.environ["RESISPEC_BUSY_LOAD"] = "inf"
     yield
-    if old is None:
-        os.environ.pop("RESISPEC_COSTS", None)
-    else:
-        os.environ["RESISPEC_COSTS"] = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,8 +15,10 @@ from resispec_gguf.spec.costs import CostCurve
 
 @pytest.fixture(autouse=True)
 def _quiet_machine(monkeypatch):
-    """Whatever else runs on the test machine, ``measured`` sees it quiet unless a test says."""
+    """Whatever else runs on the test machine, ``measured`` sees it quiet unless a test says
+    (and with the default threshold, not the suite's "never busy")."""
     monkeypatch.setattr(costs.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.delenv("RESISPEC_BUSY_LOAD", raising=False)
 
 
 def test_linear_between_the_counts_and_proportional_below_the_first():
@@ -145,4 +147,16 @@ def test_a_machine_without_a_load_average_is_taken_as_quiet(monkeypatch):
         raise OSError("no load average here")
 
     monkeypatch.setattr(costs.os, "getloadavg", missing)
+    assert costs._machine_busy() is False
+
+
+def test_the_busy_threshold_can_be_set_or_turned_off(monkeypatch):
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(costs.os, "getloadavg", lambda: (0.5 * cores, 0.0, 0.0))
+    assert costs._machine_busy() is False  # 0.5 per core: below the default 0.75
+    monkeypatch.setenv("RESISPEC_BUSY_LOAD", "0.25")
+    assert costs._machine_busy() is True
+    monkeypatch.setenv("RESISPEC_BUSY_LOAD", "inf")
+    assert costs._machine_busy() is False
+    monkeypatch.setenv("RESISPEC_BUSY_LOAD", "lots")  # not a number: the default
     assert costs._machine_busy() is False
