@@ -55,7 +55,7 @@ from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
 from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
-from .promptcache import PromptCache
+from .promptcache import PromptCache, common_prefix
 from .protocol import SlotBackend
 
 __all__ = ["Batch", "Request", "background_of", "share_rows"]
@@ -214,7 +214,7 @@ class Batch:
         for s, r in enumerate(self.slots):
             if r is not None:
                 continue
-            key = (_common(self.target.slot_tokens(s), prompt), -self._admitted[s])
+            key = (common_prefix(self.target.slot_tokens(s), prompt), -self._admitted[s])
             if best_key is None or key > best_key:
                 best, best_key = s, key
         return best
@@ -243,7 +243,7 @@ class Batch:
         the last reply, saves nothing: copying a long history costs more than their
         prefill)."""
         held = model.slot_tokens(slot)
-        own = _common(held, want)
+        own = common_prefix(held, want)
         if self.ram is None or not hasattr(model, "save_slot"):
             return own
         if len(held) - own >= self.ram.min_gain and self.ram.wants(role, held):
@@ -502,11 +502,3 @@ def background_of(others: list[Request], levels: int = 0) -> Background:
                       draft_rows=max(draft_rows, 1 if levels else 0),
                       draft_levels=max([levels] + [int(round(c)) for c in calls]))
 
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

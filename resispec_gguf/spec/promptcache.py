@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_GAIN", "MIN_TOKENS", "PromptCache"]
+__all__ = ["MIN_GAIN", "MIN_TOKENS", "PromptCache", "common_prefix"]
 
 # shorter prompts are not worth a save: their prefill is about as cheap as the copy
 MIN_TOKENS = 32
@@ -74,7 +74,7 @@ class PromptCache:
             return False
         toks = np.asarray(tokens, np.int64)
         for key, e in self._entries.items():
-            if e.role == role and len(e.tokens) >= len(toks) and _common(e.tokens, toks) == len(toks):
+            if e.role == role and len(e.tokens) >= len(toks) and common_prefix(e.tokens, toks) == len(toks):
                 self._entries.move_to_end(key)
                 return False
         return True
@@ -87,7 +87,7 @@ class PromptCache:
             return
         toks = np.asarray(tokens, np.int64)
         for key in [k for k, e in self._entries.items()
-                    if e.role == role and len(e.tokens) < len(toks) and _common(e.tokens, toks) == len(e.tokens)]:
+                    if e.role == role and len(e.tokens) < len(toks) and common_prefix(e.tokens, toks) == len(e.tokens)]:
             self._drop(key)
         while self._entries and self.used_bytes + nbytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
@@ -102,7 +102,7 @@ class PromptCache:
         best, best_common = None, 0
         for e in reversed(self._entries.values()):
             if e.role == role:
-                common = _common(e.tokens, toks)
+                common = common_prefix(e.tokens, toks)
                 if common > best_common:
                     best, best_common = e, common
         return best, best_common
@@ -120,8 +120,9 @@ class PromptCache:
         self.used_bytes -= self._entries.pop(key).nbytes
 
 
-def _common(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the common prefix of two int64 arrays."""
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token sequences (lists or int64 arrays)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
     return int(diff[0]) if diff.size else n
