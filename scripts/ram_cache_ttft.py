@@ -2,8 +2,9 @@
 prompt cache (``--cache-ram``) off and on, interleaved in one process.
 
 One engine with two slots; each prompt of a workload is sent, then another prompt of it
-into the same slot (slot 0, which evicts the first), then the first again into slot 0, timed: with the cache off its whole prompt is prefilled again, with it on its state
-is restored from RAM.  Off and on alternate per prompt (their order flips each round), so
+into the same slot (slot 0, which evicts the first), then the first again into slot 0,
+timed: with the cache off its whole prompt is prefilled again, with it on its state is
+restored from RAM.  Off and on alternate per prompt (their order flips each round), so
 that both see the same load on a shared machine; the table gives the median time to first
 token of each and the median of the per-pair ratios, and the tokens reused.
 
