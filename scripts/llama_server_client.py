@@ -18,11 +18,10 @@ import os
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from resispec_gguf.surfaces.concurrency import level_figures
+from resispec_gguf.surfaces.concurrency import level_figures, shared_clients
 
 SERVER_BIN = "llama-server"
 # llama.cpp's default sampler chain minus the stages that are off at their defaults
@@ -237,24 +236,6 @@ class LlamaServer:
 def run_level(server: LlamaServer, bodies: list[dict], clients: int) -> dict:
     """``clients`` threads sharing the requests ``bodies`` (client i sends i, i + c, ... back to
     back, streamed); ``level_figures`` of the lot, plus the draft's ``drafted``/``accepted``."""
-    records: list[dict] = []
-    errors: list[BaseException] = []
-
-    def client(mine):
-        try:
-            for body in mine:
-                records.append(server.stream(body))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
+    records, wall = shared_clients(bodies, clients, server.stream)
     return {**level_figures(records, wall, clients),
             "drafted": sum(r["drafted"] for r in records), "accepted": sum(r["accepted"] for r in records)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -39,36 +40,53 @@ def parse_levels(text: str) -> list[int]:
     return list(dict.fromkeys(levels))
 
 
-def _client(engine, prompts, sp: SamplingParams, dp: DraftParams, out: list) -> None:
-    """Send ``prompts`` (``(index, (tokens, plan))``, ``bench.prompt_plan``) one after the other,
-    prompt i seeded ``seed + i``."""
-    for i, (tokens, plan) in prompts:
-        t0 = time.perf_counter()
-        ticket = engine.submit(tokens, sp.replace(seed=(sp.seed or 0) + i), dp, constraint=as_run(plan, None))
-        first = None
-        for _ in ticket:
-            if first is None:
-                first = time.perf_counter() - t0
-        res = ticket.result()
-        end = time.perf_counter() - t0
-        out.append({"ttft": first if first is not None else end, "e2e": end, "tokens": res.stats.tokens})
+def _request(engine, item, sp: SamplingParams, dp: DraftParams) -> dict:
+    """Send one prompt (``(index, (tokens, plan))``, ``bench.prompt_plan``; prompt i seeded
+    ``seed + i``) and read it to its end: its ``ttft``, ``e2e`` and ``tokens``."""
+    i, (tokens, plan) = item
+    t0 = time.perf_counter()
+    ticket = engine.submit(tokens, sp.replace(seed=(sp.seed or 0) + i), dp, constraint=as_run(plan, None))
+    first = None
+    for _ in ticket:
+        if first is None:
+            first = time.perf_counter() - t0
+    res = ticket.result()
+    end = time.perf_counter() - t0
+    return {"ttft": first if first is not None else end, "e2e": end, "tokens": res.stats.tokens}
 
 
-def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
-    """One level: ``clients`` threads sharing ``prompts`` (``(tokens, plan)``, ``bench.prompt_plan``);
-    its figures."""
-    records: list[dict] = []
-    numbered = list(enumerate(prompts))
-    threads = [threading.Thread(target=_client, args=(engine, numbered[i::clients], sp, dp, records))
-               for i in range(clients)]
+def shared_clients(items: Sequence, clients: int, send) -> tuple[list, float]:
+    """``clients`` threads sharing ``items``: client i hands items i, i + clients, ... to
+    ``send`` one after the other.  Returns what ``send`` returned (in the order the calls
+    ended) and the wall seconds from the first start to the last end.  A client's exception
+    ends that client and is raised here once every client has ended (also for
+    ``scripts/llama_server_client.py``)."""
+    records: list = []
+    errors: list[BaseException] = []
+
+    def client(mine):
+        try:
+            for item in mine:
+                records.append(send(item))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(items[i::clients],)) for i in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    if len(records) != len(prompts):
-        raise RuntimeError("a client failed")  # its error went to stderr with its thread
+    if errors:
+        raise errors[0]
+    return records, wall
+
+
+def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
+    """One level: ``clients`` threads sharing ``prompts`` (``(tokens, plan)``, ``bench.prompt_plan``);
+    its figures."""
+    records, wall = shared_clients(list(enumerate(prompts)), clients, lambda item: _request(engine, item, sp, dp))
     return level_figures(records, wall, clients)
 
 
@@ -103,10 +121,10 @@ def run_concurrency(engine, workloads: dict, levels: list[int], methods: list[st
     out = []
     for name, prompts in planned_prompts(engine, workloads, reasoning).items():
         for method in methods:
-            run_level(engine, prompts, max(levels), sp, dp.replace(method=method))  # untimed
+            mdp = dp.replace(method=method)
+            run_level(engine, prompts, max(levels), sp, mdp)  # untimed
             for c in levels:
-                out.append({"workload": name, "method": method,
-                            **run_level(engine, prompts, c, sp, dp.replace(method=method))})
+                out.append({"workload": name, "method": method, **run_level(engine, prompts, c, sp, mdp)})
     return out
 
 

@@ -74,3 +74,16 @@ def test_chat_prompts_are_planned_so_a_reasoning_budget_applies(open_think_pair,
         assert len(replies) == 4 and all(end in t.result().tokens[:3] for t in replies)  # 2 untimed first
     finally:
         engine.close()
+
+
+def test_shared_clients_send_each_item_once_and_raise_a_clients_error():
+    records, wall = concurrency.shared_clients(list(range(7)), 3, lambda x: x * 10)
+    assert sorted(records) == [x * 10 for x in range(7)] and wall >= 0
+
+    def send(x):
+        if x == 4:
+            raise ValueError("item 4 failed")
+        return x
+
+    with pytest.raises(ValueError, match="item 4 failed"):
+        concurrency.shared_clients(list(range(7)), 3, send)
