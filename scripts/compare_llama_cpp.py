@@ -248,12 +248,7 @@ class LlamaCpp:
         cmd = [str(self.spec), "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(n),
                "--temp", repr(float(temp)), "--top-k", str(top_k), "--top-p", repr(float(top_p)),
                "--min-p", repr(float(min_p)), "-c", str(ctx), "-s", str(seed), "--color", "off"]
-        if draft_max is not None:
-            cmd += [self.draft_max_flag, str(draft_max)]
-        if self.spec_type:
-            cmd += ["--spec-type", "draft-simple"]
-        if self.no_backend_sampling and not backend_sampling:
-            cmd.append(self.no_backend_sampling)
+        cmd += _draft_args(self.draft_max_flag, draft_max, self.spec_type, self.no_backend_sampling, backend_sampling)
         if threads:
             cmd += ["-t", str(threads)]
         return cmd
@@ -277,13 +272,8 @@ class LlamaCpp:
         if self.server_kv_unified:
             cmd.append("--kv-unified")
         if draft is not None:
-            cmd += ["-md", str(draft)]
-            if draft_max is not None:
-                cmd += [self.server_draft_max_flag, str(draft_max)]
-            if self.server_spec_type:
-                cmd += ["--spec-type", "draft-simple"]
-            if self.server_no_backend_sampling and not backend_sampling:
-                cmd.append(self.server_no_backend_sampling)
+            cmd += ["-md", str(draft)] + _draft_args(self.server_draft_max_flag, draft_max, self.server_spec_type,
+                                                      self.server_no_backend_sampling, backend_sampling)
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
         return cmd
@@ -484,6 +474,19 @@ def _check_args(a) -> None:
     for t in a.temperature:
         if not 0 <= t <= 100:
             raise CompareError(f"--temperature must be in [0, 100], got {t}")
+
+
+def _draft_args(max_flag: str, draft_max, spec_type: bool, no_backend_sampling, backend_sampling: bool) -> list[str]:
+    """The flags that set a llama.cpp binary's draft (speculative-simple's or the server's,
+    each with its own flag names): ``draft_max`` tokens a step when given, the plain draft
+    model where the build has speculation types, and its backend sampling off unless
+    ``backend_sampling``."""
+    args = [max_flag, str(draft_max)] if draft_max is not None else []
+    if spec_type:
+        args += ["--spec-type", "draft-simple"]
+    if no_backend_sampling and not backend_sampling:
+        args.append(no_backend_sampling)
+    return args
 
 
 def _note(msg: str) -> None:
