@@ -169,6 +169,35 @@ def _gather(logits, s, e, bvf, inv_t, floor_w, cand, cv, n):
 
 
 @njit(cache=True)
+def _reaching(logits, bvf, inv_t, floor_w):
+    # The entries whose weight exp((l - bvf) * inv_t) reaches floor_w, ascending: (ids, logits
+    # as float64).  The blocks holding an entry at or above the floor's logit (_logit_floor)
+    # first, by a vectorised test, then only their entries' weights (arrays sized by those
+    # blocks: V-sized ones would cost their page faults).
+    V = logits.shape[0]
+    lo = _logit_floor(bvf, floor_w, 1.0 / inv_t)
+    nb = V // _BLOCK
+    hit = np.empty(nb, np.int64)
+    n_hit = 0
+    for b in range(nb):
+        s = b * _BLOCK
+        c = np.int32(0)
+        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
+            c |= np.int32(logits[s + j] >= lo)
+        if c != 0:
+            hit[n_hit] = s
+            n_hit += 1
+    size = n_hit * _BLOCK + V - nb * _BLOCK
+    cand = np.empty(size, np.int64)
+    cv = np.empty(size, np.float64)
+    n = 0
+    for h in range(n_hit):
+        n = _gather(logits, hit[h], hit[h] + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
+    n = _gather(logits, nb * _BLOCK, V, bvf, inv_t, floor_w, cand, cv, n)
+    return cand[:n], cv[:n]
+
+
+@njit(cache=True)
 def _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row):
     # No count limit: the ids that can be in the nucleus and above min-p's floor, sorted
     # descending (ties: ascending id), and the row's normaliser (z_row when given; -1.0
@@ -194,29 +223,8 @@ def _unlimited_ids(logits, bv, inv_t, top_p, min_p, z_row):
         floor_w = (1.0 - top_p) / V * z
     if min_p > floor_w:
         floor_w = min_p  # the argmax weighs 1, so min-p's floor is min_p itself
-    lo = _logit_floor(bv, floor_w, 1.0 / inv_t)
-    # the blocks holding an entry at or above the floor, then their entries' weights (arrays
-    # sized by those blocks: V-sized ones would cost their page faults)
-    nb = V // _BLOCK
-    hit = np.empty(nb, np.int64)
-    n_hit = 0
-    for b in range(nb):
-        s = b * _BLOCK
-        c = np.int32(0)
-        for j in range(_BLOCK):  # an OR of int32s: LLVM vectorises it
-            c |= np.int32(logits[s + j] >= lo)
-        if c != 0:
-            hit[n_hit] = s
-            n_hit += 1
-    size = n_hit * _BLOCK + V - nb * _BLOCK
-    cand = np.empty(size, np.int64)
-    cv = np.empty(size, np.float64)
-    n = 0
-    for h in range(n_hit):
-        n = _gather(logits, hit[h], hit[h] + _BLOCK, bvf, inv_t, floor_w, cand, cv, n)
-    n = _gather(logits, nb * _BLOCK, V, bvf, inv_t, floor_w, cand, cv, n)
-    cand = cand[:n]
-    cv = cv[:n]
+    cand, cv = _reaching(logits, bvf, inv_t, floor_w)
+    n = cand.shape[0]
     if top_p < 1.0 and n > 2048:
         # The nucleus is usually far smaller than the candidates: find the k largest
         # (k = 1024, 4096, ...) by partition until they hold the nucleus mass with room
