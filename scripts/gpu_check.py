@@ -7,7 +7,8 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    the script again with that build first on the path.  A later call with the same
    ``--build`` and ``--workdir`` reuses the build; ``--build-only`` stops after it (a build
    and the check then fit two commands of 10 minutes).  A machine without the CUDA compiler,
-   CMake or scikit-build-core, or a build without GPU offload, fails with one line (exit 2).
+   an NVIDIA GPU, CMake or scikit-build-core, or a build that does not load or cannot
+   offload, fails with one line (exit 2).
    ``--pack-sdist SRC OUT`` (where the source is) first writes an archive without what the
    build never reads (llama.cpp's test models, docs, benches and tests): 49 MB instead of
    77 MB for 0.3.36, small enough to carry.  Without ``--build``, the llama-cpp-python
@@ -58,6 +59,7 @@ the CPU check and checks that every figure is there.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import json
 import os
@@ -105,6 +107,7 @@ LOGIT_STD = 2.5  # the random models' logits: about a real model's spread
 
 
 CUDA_HOMES = ("/usr/local/cuda",)  # where the CUDA toolkit is looked for when nvcc is not on the PATH
+NVIDIA_DEVICES = "/dev/nvidia[0-9]*"  # a GPU's device files
 # what llama-cpp-python's build never reads (its own examples, llama.cpp's vocabulary test
 # models, docs, benches and tests: llama.cpp builds its tests only as a project of its own)
 PACK_EXCLUDED = ("examples", "docker", "vendor/llama.cpp/models", "vendor/llama.cpp/docs",
@@ -144,6 +147,17 @@ def _nvcc() -> str | None:
     return None
 
 
+def _gpu() -> bool:
+    """Whether this machine shows an NVIDIA GPU: a device file, or an nvidia-smi that lists one."""
+    if glob.glob(NVIDIA_DEVICES):
+        return True
+    smi = shutil.which("nvidia-smi")
+    try:
+        return bool(smi) and subprocess.run([smi, "-L"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def _site(work: Path) -> Path:
     return work / "llama_cpp_cuda"
 
@@ -152,14 +166,17 @@ def _path_with(site: Path) -> str:
     return os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
 
 
-def _built(site: Path) -> bool:
-    """Whether ``site`` holds a llama-cpp-python that can offload to a GPU."""
+def _built(site: Path) -> str | None:
+    """None when ``site`` holds a llama-cpp-python that loads and can offload to a GPU, else
+    why not (one line)."""
     if not (site / "llama_cpp").is_dir():
-        return False
+        return f"no llama_cpp in {site}"
     probe = "import llama_cpp; print(bool(llama_cpp.llama_supports_gpu_offload()))"
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": _path_with(site)})
-    return r.returncode == 0 and r.stdout.strip().endswith("True")
+    if r.returncode:
+        return "it does not load: " + (r.stderr.strip().splitlines() or ["?"])[-1]
+    return None if r.stdout.strip().endswith("True") else "it has no GPU offload (llama_supports_gpu_offload() is false)"
 
 
 def build(sdist: str, work: Path, cuda_arch: str) -> Path:
@@ -168,7 +185,7 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     from resispec_gguf.errors import UserError
 
     site = _site(work)
-    if _built(site):
+    if _built(site) is None:
         print(f"reusing llama-cpp-python built with CUDA in {site}", file=sys.stderr)
         return site
     if not Path(sdist).exists():
@@ -177,6 +194,9 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     if nvcc is None:
         raise UserError("--build needs the CUDA toolkit: no nvcc that runs in $CUDACXX, on the PATH, in $CUDA_HOME/bin "
                         "or in " + ", ".join(f"{h}/bin" for h in CUDA_HOMES))
+    if not _gpu():
+        raise UserError("--build: this machine shows no NVIDIA GPU (no /dev/nvidia<N>, no nvidia-smi -L that lists "
+                        "one), so a CUDA build could not run here")
     if not (shutil.which("cmake") or importlib.util.find_spec("cmake")):
         raise UserError("--build needs CMake (cmake on the PATH, or the cmake package)")
     if not importlib.util.find_spec("scikit_build_core"):
@@ -190,9 +210,9 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     if r.returncode:
         raise UserError(f"building llama-cpp-python with CUDA from {sdist} failed (pip exit {r.returncode}, "
                         "its output is above)")
-    if not _built(site):
-        raise UserError(f"the llama-cpp-python built in {site} has no GPU offload "
-                        "(llama_supports_gpu_offload() is false)")
+    why = _built(site)
+    if why:
+        raise UserError(f"the llama-cpp-python built in {site} is not usable: {why}")
     print(f"built llama-cpp-python with CUDA ({nvcc}, arch {cuda_arch}) in {time.perf_counter() - t:.0f} s",
           file=sys.stderr)
     return site
@@ -455,6 +475,7 @@ def run(args, argv) -> int:
           f"-ngl {args.n_gpu_layers}, shapes {args.shapes}, backend-sampling API "
           f"{'present' if report['backend_sampling_api'] else 'absent'}")
     backend.set_verbose(False)
+    started = time.perf_counter()
     os.environ.setdefault("RESISPEC_COSTS", str(work / "costs.json"))
 
     paths = {}
@@ -524,6 +545,7 @@ def run(args, argv) -> int:
             for name, tokens, speedup in proj:
                 print(f"  {name:<22} {tokens:5.2f} tokens/step  {speedup:6.3f}x{'  <- best' if name == best[0] else ''}")
     print_summary(report, vocabs)
+    print(f"(the check took {time.perf_counter() - started:.0f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
