@@ -10,8 +10,8 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    an NVIDIA GPU, CMake or scikit-build-core, or a build that does not load or cannot
    offload, fails with one line (exit 2).
    ``--pack-sdist SRC OUT`` (where the source is) first writes an archive without what the
-   build never reads (llama.cpp's test models, docs, benches and tests): 49 MB instead of
-   77 MB for 0.3.36, small enough to carry.  Without ``--build``, the llama-cpp-python
+   build never reads (llama.cpp's test models, docs, benches and tests): 48 MiB instead of
+   73 MiB for 0.3.36, small enough to carry.  Without ``--build``, the llama-cpp-python
    already installed is used.
 2. Writes random-weight GGUF models with the default pair's exact shapes (Qwen2.5-Coder
    1.5B target, 0.5B draft: layers, widths, heads, the 151,936-token vocabulary; Q4_0
