@@ -176,7 +176,8 @@ def _built(site: Path) -> str | None:
                        env={**os.environ, "PYTHONPATH": _path_with(site)})
     if r.returncode:
         return "it does not load: " + (r.stderr.strip().splitlines() or ["?"])[-1]
-    return None if r.stdout.strip().endswith("True") else "it has no GPU offload (llama_supports_gpu_offload() is false)"
+    offloads = r.stdout.strip().endswith("True")
+    return None if offloads else "it has no GPU offload (llama_supports_gpu_offload() is false)"
 
 
 def build(sdist: str, work: Path, cuda_arch: str) -> Path:
@@ -305,7 +306,8 @@ def print_host(rows: list[dict], vocabs, ngl: int) -> dict:
     host_bench.print_table(rows, f"\nhost work per step on llama.cpp, thin random models, -ngl {ngl}, decodes synced, "
                                  f"wall ms per step")
     v = _goal_vocab(vocabs)
-    print(f"host ms per step at V {v}: " + _against_goals({r["shape"]: r["unprofiled"] for r in rows if r["vocab"] == v}))
+    at_v = {r["shape"]: r["unprofiled"] for r in rows if r["vocab"] == v}
+    print(f"host ms per step at V {v}: " + _against_goals(at_v))
     grown = host_bench.growth(rows, vocabs[0], vocabs[-1])
     print(f"growth V {vocabs[0]} -> {vocabs[-1]} (goal <= +{GROWTH_GOAL:.0%}): "
           + ", ".join(f"{s} {g:+.0%}{'' if g <= GROWTH_GOAL else ' (over)'}" for s, g in grown.items()))
@@ -434,6 +436,7 @@ def main(argv=None) -> int:
 
 
 def run(args, argv) -> int:
+    """``--pack-sdist``, ``--build`` (and this script again, with the build), or the check."""
     from resispec_gguf.errors import UserError
 
     skip = {p.strip() for p in args.skip.split(",") if p.strip()}
@@ -454,16 +457,28 @@ def run(args, argv) -> int:
             return 0
         env = {**os.environ, "GPU_CHECK_BUILT": "1", "PYTHONPATH": _path_with(site)}
         return subprocess.run([sys.executable, __file__, *argv, "--workdir", str(work)], env=env).returncode
+    report = check(args, work, skip)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
 
+
+def _timed(what: str, fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    print(f"({what} in {time.perf_counter() - t:.0f} s)")
+    return out
+
+
+def check(args, work: Path, skip: set) -> dict:
+    """Every part not in ``skip``, printed; the report of every figure."""
     import llama_cpp
 
+    from resispec_gguf.errors import UserError
     from resispec_gguf.llama import backend
 
-    rows = [int(x) for x in args.rows.split(",")]
-    contexts = [int(x) for x in args.context.split(",")]
     shapes = SHAPES[args.shapes]
     vocabs = [int(x) for x in args.host_vocab.split(",")] if args.host_vocab else list(shapes["host_vocabs"])
-    n_ctx = max(contexts) + max(rows) + 256
     report = {"shapes": args.shapes, "ngl": args.n_gpu_layers, "llama_cpp_python": llama_cpp.__version__,
               "gpu_offload_supported": bool(llama_cpp.llama_supports_gpu_offload()),
               "backend_sampling_api": all(hasattr(llama_cpp, n) for n in (
@@ -477,78 +492,77 @@ def run(args, argv) -> int:
     backend.set_verbose(False)
     started = time.perf_counter()
     os.environ.setdefault("RESISPEC_COSTS", str(work / "costs.json"))
-
-    paths = {}
-    if {"curves", "pair", "sampling"} - skip:
-        t = time.perf_counter()
-        paths = write_pair(work, shapes)
-        print(f"wrote random models in {time.perf_counter() - t:.0f} s: "
-              + ", ".join(f"{r} {p.stat().st_size / 2**20:.0f} MiB" for r, p in paths.items()))
-
-    curves = {}
-    if "curves" not in skip:
-        for role, path in paths.items():
-            t = time.perf_counter()
-            curves[role] = cost_curves(path, rows, contexts, args.n_gpu_layers, args.threads, n_ctx)
-            print(f"{role} curves measured in {time.perf_counter() - t:.0f} s")
-        report["curves_s"] = {role: {str(c): {str(r): s for r, s in pts.items()} for c, pts in by.items()}
-                              for role, by in curves.items()}
-        print(f"\ndecode cost of n rows / 1 row (1 row in ms), per context")
-        print(f"{'model':<7} {'ctx':>5} {'1 row ms':>9} " + " ".join(f"{r:>6}" for r in rows))
-        for role, by in curves.items():
-            for ctx, pts in by.items():
-                print(f"{role:<7} {ctx:>5} {1000 * pts[rows[0]]:>9.2f} "
-                      + " ".join(f"{pts[r] / pts[rows[0]]:>6.2f}" for r in rows))
-
-    host = {}
-    if "kernels" not in skip:
-        import bench_kernels
-
-        t = time.perf_counter()
-        steps = bench_kernels.run_steps(shapes["n_vocab"], args.step_tokens, 0)
-        host = {r["shape"]: r["overhead_ms_per_step"] for r in steps if r["sampling"] == "default sampling"}
-        report["host_ms_per_step"] = host
-        print(f"\nhost work per step on fake models (bench_kernels --steps, ms, default sampling, "
-              f"{time.perf_counter() - t:.0f} s): " + ", ".join(f"{k} {v:.3f}" for k, v in host.items()))
-
+    ngl, threads, tokens, reps = args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps
+    paths = _timed("wrote the random models", write_pair, work, shapes) if {"curves", "pair", "sampling"} - skip else {}
+    curves = _timed("curves measured", measure_curves, paths, args, report) if "curves" not in skip else {}
+    host = _timed("kernels' host work measured", kernels_work, shapes["n_vocab"], args.step_tokens, report) \
+        if "kernels" not in skip else {}
     if "host" not in skip:
-        t = time.perf_counter()
-        thin = host_work(vocabs, args.n_gpu_layers, args.threads or 1, args.host_tokens, args.host_reps, work)
-        report["host_thin"] = thin
-        report["host_growth"] = print_host(thin, vocabs, args.n_gpu_layers)
-        print(f"(host work measured in {time.perf_counter() - t:.0f} s)")
-        v = _goal_vocab(vocabs)
-        host.update({r["shape"]: r["unprofiled"] for r in thin if r["vocab"] == v})  # the real backend's, for 6
+        def thin():
+            rows = host_work(vocabs, ngl, threads or 1, tokens, reps, work)
+            return rows, print_host(rows, vocabs, ngl)
 
+        report["host_thin"], report["host_growth"] = _timed("host work measured", thin)
+        v = _goal_vocab(vocabs)  # the real backend's host work, for the projection
+        host.update({r["shape"]: r["unprofiled"] for r in report["host_thin"] if r["vocab"] == v})
     if "pair" not in skip:
-        t = time.perf_counter()
-        pair, unsynced = pair_work(paths, args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps)
-        report["pair"], report["pair_bench_unsynced"] = pair, unsynced
-        print_pair(pair, unsynced, args.n_gpu_layers)
-        print(f"(pair measured in {time.perf_counter() - t:.0f} s)")
+        def pair():
+            rows, unsynced = pair_work(paths, ngl, threads, tokens, reps)
+            print_pair(rows, unsynced, ngl)
+            return rows, unsynced
 
+        report["pair"], report["pair_bench_unsynced"] = _timed("pair measured", pair)
     if "sampling" not in skip:
-        t = time.perf_counter()
-        probe = backend_sampling(paths["target"], args.n_gpu_layers, args.threads, args.probe_repeats)
+        probe = _timed("backend sampling probed", backend_sampling, paths["target"], ngl, threads, args.probe_repeats)
         report["backend_sampling"], report["backend_sampling_summary"] = probe, sampling_summary(probe)
-        print(f"(backend sampling probed in {time.perf_counter() - t:.0f} s)")
-
     if curves:
-        accept = _accept(args)
-        report["accept"] = accept
-        for ctx in contexts:
-            proj = project(curves["target"][ctx], curves["draft"][ctx], host, accept)
-            report.setdefault("projection", {})[str(ctx)] = [dict(setting=n, tokens=e, speedup=s)
-                                                            for n, e, s in proj]
-            best = max(proj, key=lambda x: x[2])
-            print(f"\nprojected speed-up over plain at context {ctx} (acceptance per K {accept}):")
-            for name, tokens, speedup in proj:
-                print(f"  {name:<22} {tokens:5.2f} tokens/step  {speedup:6.3f}x{'  <- best' if name == best[0] else ''}")
+        print_projection(curves, host, _accept(args), report)
     print_summary(report, vocabs)
     print(f"(the check took {time.perf_counter() - started:.0f} s)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
-    return 0
+    return report
+
+
+def measure_curves(paths: dict, args, report: dict) -> dict:
+    """3: ``{role: {context: {rows: seconds}}}``, printed and put in ``report``."""
+    rows = [int(x) for x in args.rows.split(",")]
+    contexts = [int(x) for x in args.context.split(",")]
+    n_ctx = max(contexts) + max(rows) + 256
+    curves = {role: cost_curves(path, rows, contexts, args.n_gpu_layers, args.threads, n_ctx)
+              for role, path in paths.items()}
+    report["curves_s"] = {role: {str(c): {str(r): s for r, s in pts.items()} for c, pts in by.items()}
+                          for role, by in curves.items()}
+    print(f"\ndecode cost of n rows / 1 row (1 row in ms), per context")
+    print(f"{'model':<7} {'ctx':>5} {'1 row ms':>9} " + " ".join(f"{r:>6}" for r in rows))
+    for role, by in curves.items():
+        for ctx, pts in by.items():
+            print(f"{role:<7} {ctx:>5} {1000 * pts[rows[0]]:>9.2f} "
+                  + " ".join(f"{pts[r] / pts[rows[0]]:>6.2f}" for r in rows))
+    return curves
+
+
+def kernels_work(n_vocab: int, tokens: int, report: dict) -> dict:
+    """4a: ``{shape: ms per step}`` of ``bench_kernels --steps`` (default sampling)."""
+    import bench_kernels
+
+    steps = bench_kernels.run_steps(n_vocab, tokens, 0)
+    host = {r["shape"]: r["overhead_ms_per_step"] for r in steps if r["sampling"] == "default sampling"}
+    report["host_ms_per_step"] = dict(host)
+    print("\nhost work per step on fake models (bench_kernels --steps, ms, default sampling): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in host.items()))
+    return host
+
+
+def print_projection(curves: dict, host: dict, accept: dict, report: dict) -> None:
+    """6, per context of the curves."""
+    report["accept"] = accept
+    for ctx in curves["target"]:
+        proj = project(curves["target"][ctx], curves["draft"][ctx], host, accept)
+        report.setdefault("projection", {})[str(ctx)] = [dict(setting=n, tokens=e, speedup=s) for n, e, s in proj]
+        best = max(proj, key=lambda x: x[2])
+        print(f"\nprojected speed-up over plain at context {ctx} (acceptance per K {accept}):")
+        for name, tokens, speedup in proj:
+            mark = "  <- best" if name == best[0] else ""
+            print(f"  {name:<22} {tokens:5.2f} tokens/step  {speedup:6.3f}x{mark}")
 
 
 def _accept(args) -> dict:
