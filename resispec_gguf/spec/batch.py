@@ -61,7 +61,7 @@ from .generation import Commit, Decode, DraftSync, Generation, Room
 from .promptcache import PromptCache, common_prefix
 from .protocol import SlotBackend
 
-__all__ = ["Batch", "Request", "background_of", "share_rows"]
+__all__ = ["Batch", "Request", "background_of", "reuse_slot", "share_rows"]
 
 # prompt tokens prefilled per step
 DEFAULT_CHUNK = 256
@@ -232,36 +232,14 @@ class Batch:
         if slot is None or self.slots[slot] is not None:
             raise RuntimeError("no free slot")
         req = Request(gen, slot, order=self._admissions)
-        req.reused = req.filled = self._reuse(self.target, "target", slot, gen.prompt[:-1])
+        req.reused = req.filled = reuse_slot(self.ram, self.target, "target", slot, gen.prompt[:-1])
         self.target.sync_slot(slot, gen.prompt[: req.filled + 1])  # nothing after the reused prefix
         if gen.uses_draft:
-            req.d_filled = self._reuse(self.draft, "draft", slot, gen.prompt[:-1])
+            req.d_filled = reuse_slot(self.ram, self.draft, "draft", slot, gen.prompt[:-1])
             self.draft.sync_slot(slot, gen.prompt[: req.d_filled + 1])
         self.slots[slot] = req
         self._admitted[slot], self._admissions = self._admissions, self._admissions + 1
         return req
-
-    def _reuse(self, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
-        """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
-        common prefix, or a longer one restored from the RAM prompt cache (``ram``), by at least
-        ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
-        ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
-        the last reply, saves nothing: copying a long history costs more than their
-        prefill)."""
-        held = model.slot_tokens(slot)
-        own = common_prefix(held, want)
-        if self.ram is None or not hasattr(model, "save_slot"):
-            return own
-        if len(held) - own >= self.ram.min_gain and self.ram.wants(role, held):
-            state = model.save_slot(slot)
-            self.ram.put(role, held, state, state.nbytes)
-        entry, common = self.ram.best(role, want)
-        if entry is None or common < own + self.ram.min_gain:
-            return own
-        if not model.load_slot(slot, entry.state, entry.tokens, common):
-            return 0
-        self.ram.took(entry, common - own)
-        return common
 
     def cancel(self, req: Request) -> None:
         """End ``req`` now (its finish reason stays None: "interrupted") and free its slot.
@@ -505,6 +483,29 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
+
+
+def reuse_slot(ram: PromptCache | None, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
+    """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
+    common prefix, or a longer one restored from the RAM prompt cache ``ram``, by at least
+    ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
+    ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
+    the last reply, saves nothing: copying a long history costs more than their
+    prefill).  ``role``: the model's name in ``ram`` ("target" or "draft")."""
+    held = model.slot_tokens(slot)
+    own = common_prefix(held, want)
+    if ram is None or not hasattr(model, "save_slot"):
+        return own
+    if len(held) - own >= ram.min_gain and ram.wants(role, held):
+        state = model.save_slot(slot)
+        ram.put(role, held, state, state.nbytes)
+    entry, common = ram.best(role, want)
+    if entry is None or common < own + ram.min_gain:
+        return own
+    if not model.load_slot(slot, entry.state, entry.tokens, common):
+        return 0
+    ram.took(entry, common - own)
+    return common
 
 
 def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str) -> None:

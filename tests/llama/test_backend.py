@@ -358,9 +358,11 @@ def test_a_slot_saved_to_ram_restores_into_another_slot_as_if_prefilled(slotted,
     m.drop_uncommitted()
 
 
-def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair):
-    """Through the engine: prompts that evict each other from two slots, then come back, reply
-    token for token as without the cache, and the restored tokens count as reused."""
+@pytest.mark.parametrize("n_slots", [2, 1])
+def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair, n_slots):
+    """Through the engine: prompts that evict each other from two slots (or one: ``loop``'s
+    sequence), then come back, reply token for token as without the cache, and the restored
+    tokens count as reused."""
     from resispec_gguf.config import DraftParams, SamplingParams
     from resispec_gguf.engine import Engine
 
@@ -370,7 +372,7 @@ def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair):
     replies = {}
     for mib in (0, 64):
         with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, n_threads=1, flash_attn=False,
-                         n_slots=2, cache_ram_mib=mib, progress=False) as engine:
+                         n_slots=n_slots, cache_ram_mib=mib, progress=False) as engine:
             out = []
             for p in prompts + prompts:
                 res = engine.generate(p, SamplingParams(temperature=0.0, max_tokens=8), DraftParams(method="chain"))
