@@ -34,11 +34,11 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    GPU llama_decode returns once the graph is queued, and the engine would count the wait
    as host work, in the first row read.  c also prints ``bench``'s figure as the engine
    measures it today, unsynced.  Times are wall-clock.
-5. ``sampling``: llama.cpp's backend sampling as the GPU path, on the target of step 2,
-   offloaded (``backend_sampling_probe.py``): part 1, whether a forest decode returns the
-   right rows (wrong-row counts without, and with, a new graph plan before every decode),
-   and part 3, ms per row of an 8-node tree decode: whole rows and our host distribution
-   against the backend chain with a re-plan before each decode.
+5. ``sampling`` (run last, after 6): llama.cpp's backend sampling as the GPU path, on the
+   target of step 2, offloaded (``backend_sampling_probe.py``): part 1, whether a forest
+   decode returns the right rows (wrong-row counts without, and with, a new graph plan
+   before every decode), and part 3, ms per row of an 8-node tree decode: whole rows and
+   our host distribution against the backend chain with a re-plan before each decode.
 6. Prints the projected speed-up of each method over plain decoding from the curves and
    the first-level acceptance that ``analyze`` measures (``--accept``, or ``--analyze-json``
    from ``python -m resispec_gguf analyze --json``), under the approximation that each
@@ -46,8 +46,9 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    summary of 4 and 5 to paste into a note.
 
 ``--skip`` leaves out any of ``curves`` (and the projection), ``kernels``, ``host``,
-``pair``, ``sampling``.  Nothing is asserted; ``tests/llama/test_gpu_check_script.py`` runs
-the CPU check and checks that every figure is there.
+``pair``, ``sampling``.  A part that fails prints why and the others still run; ``--json``
+is written after each part.  Nothing is asserted; ``tests/llama/test_gpu_check_script.py``
+runs the CPU check and checks that every figure is there.
 
     python scripts/gpu_check.py -ngl 99                      # on the GPU machine
     python scripts/gpu_check.py --shapes tiny -ngl 0 --rows 1,2,4 --threads 1   # CPU check
@@ -69,6 +70,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -457,21 +459,31 @@ def run(args, argv) -> int:
             return 0
         env = {**os.environ, "GPU_CHECK_BUILT": "1", "PYTHONPATH": _path_with(site)}
         return subprocess.run([sys.executable, __file__, *argv, "--workdir", str(work)], env=env).returncode
-    report = check(args, work, skip)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    check(args, work, skip)
     return 0
 
 
-def _timed(what: str, fn, *args):
+def _part(name: str, fn, report: dict, json_path: str | None):
+    """``fn()``, timed; a part that fails is printed and noted in ``report["failed"]`` and
+    the others still run.  The report so far is written after each part, so that a crash
+    inside llama.cpp leaves the figures measured before it."""
     t = time.perf_counter()
-    out = fn(*args)
-    print(f"({what} in {time.perf_counter() - t:.0f} s)")
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - one part's failure is a finding, not the end of the run
+        traceback.print_exc()
+        print(f"part {name} failed: {type(e).__name__}: {e}")
+        report.setdefault("failed", {})[name] = f"{type(e).__name__}: {e}"
+        out = None
+    print(f"({name} in {time.perf_counter() - t:.0f} s)")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
     return out
 
 
 def check(args, work: Path, skip: set) -> dict:
-    """Every part not in ``skip``, printed; the report of every figure."""
+    """Every part not in ``skip``, printed; the report of every figure (also written to
+    ``--json``)."""
     import llama_cpp
 
     from resispec_gguf.errors import UserError
@@ -492,34 +504,47 @@ def check(args, work: Path, skip: set) -> dict:
     backend.set_verbose(False)
     started = time.perf_counter()
     os.environ.setdefault("RESISPEC_COSTS", str(work / "costs.json"))
-    ngl, threads, tokens, reps = args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps
-    paths = _timed("wrote the random models", write_pair, work, shapes) if {"curves", "pair", "sampling"} - skip else {}
-    curves = _timed("curves measured", measure_curves, paths, args, report) if "curves" not in skip else {}
-    host = _timed("kernels' host work measured", kernels_work, shapes["n_vocab"], args.step_tokens, report) \
-        if "kernels" not in skip else {}
-    if "host" not in skip:
-        def thin():
-            rows = host_work(vocabs, ngl, threads or 1, tokens, reps, work)
-            return rows, print_host(rows, vocabs, ngl)
 
-        report["host_thin"], report["host_growth"] = _timed("host work measured", thin)
-        v = _goal_vocab(vocabs)  # the real backend's host work, for the projection
-        host.update({r["shape"]: r["unprofiled"] for r in report["host_thin"] if r["vocab"] == v})
-    if "pair" not in skip:
-        def pair():
-            rows, unsynced = pair_work(paths, ngl, threads, tokens, reps)
-            print_pair(rows, unsynced, ngl)
-            return rows, unsynced
+    def part(name, fn):
+        return None if name in skip else _part(name, fn, report, args.json)
 
-        report["pair"], report["pair_bench_unsynced"] = _timed("pair measured", pair)
-    if "sampling" not in skip:
-        probe = _timed("backend sampling probed", backend_sampling, paths["target"], ngl, threads, args.probe_repeats)
-        report["backend_sampling"], report["backend_sampling_summary"] = probe, sampling_summary(probe)
+    paths = _part("models", lambda: write_pair(work, shapes), report, args.json) \
+        if {"curves", "pair", "sampling"} - skip else None
+    curves = part("curves", lambda: measure_curves(paths, args, report)) if paths else None
+    host = part("kernels", lambda: kernels_work(shapes["n_vocab"], args.step_tokens, report)) or {}
+    part("host", lambda: host_part(report, host, vocabs, args, work))
+    if paths:
+        part("pair", lambda: pair_part(report, paths, args))
     if curves:
-        print_projection(curves, host, _accept(args), report)
+        _part("projection", lambda: print_projection(curves, host, _accept(args), report), report, args.json)
+    if paths:  # last: the part most likely to stop the process (an abort in llama.cpp)
+        part("sampling", lambda: sampling_part(report, paths["target"], args))
     print_summary(report, vocabs)
     print(f"(the check took {time.perf_counter() - started:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
     return report
+
+
+def host_part(report: dict, host: dict, vocabs, args, work: Path) -> None:
+    """4b into ``report``, printed; ``host`` gets the shapes' host work at the goals' vocabulary."""
+    rows = host_work(vocabs, args.n_gpu_layers, args.threads or 1, args.host_tokens, args.host_reps, work)
+    report["host_thin"], report["host_growth"] = rows, print_host(rows, vocabs, args.n_gpu_layers)
+    v = _goal_vocab(vocabs)  # the real backend's host work, for the projection
+    host.update({r["shape"]: r["unprofiled"] for r in rows if r["vocab"] == v})
+
+
+def pair_part(report: dict, paths: dict, args) -> None:
+    """4c into ``report``, printed."""
+    rows, unsynced = pair_work(paths, args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps)
+    report["pair"], report["pair_bench_unsynced"] = rows, unsynced
+    print_pair(rows, unsynced, args.n_gpu_layers)
+
+
+def sampling_part(report: dict, target: Path, args) -> None:
+    """5 into ``report`` (the probe prints its findings)."""
+    probe = backend_sampling(target, args.n_gpu_layers, args.threads, args.probe_repeats)
+    report["backend_sampling"], report["backend_sampling_summary"] = probe, sampling_summary(probe)
 
 
 def measure_curves(paths: dict, args, report: dict) -> dict:
@@ -590,6 +615,8 @@ def print_summary(report: dict, vocabs) -> None:
               + ", ".join(f"{r['shape']} {r['bench_unprofiled']:.3f}" for r in report["pair"]))
         print("  the same as bench measures it (unsynced): "
               + ", ".join(f"{s} {v:.3f}" for s, v in report["pair_bench_unsynced"].items()))
+    if report.get("failed"):
+        print("  failed: " + "; ".join(f"{k}: {v}" for k, v in report["failed"].items()))
     if "backend_sampling_summary" in report:
         b = report["backend_sampling_summary"]
         ms = ", ".join(f"{k} {v:.3f}" for k, v in b["ms_per_row"].items() if v is not None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ def test_the_cpu_check_runs(checked):
     rc, report = checked
     assert rc == 0
     assert report["ngl"] == 0 and report["shapes"] == "tiny" and report["skipped"] == ["kernels"]
+    assert "failed" not in report
 
 
 def test_host_work_is_there_for_every_shape_and_vocabulary(checked):
@@ -120,3 +122,36 @@ def test_build_on_a_machine_without_a_gpu_fails_with_one_line(tmp_path, monkeypa
     monkeypatch.setenv("PATH", str(tmp_path))
     err = _one_line_error(capsys, ["--build", str(sdist), "--workdir", str(tmp_path / "work")])
     assert "no NVIDIA GPU" in err
+
+
+def test_a_build_in_the_work_directory_is_reused_and_the_check_runs_with_it(tmp_path, capfd):
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python cannot offload: it cannot stand for a CUDA build")
+    site = tmp_path / "llama_cpp_cuda"  # the installed package stands for a build made earlier
+    site.mkdir()
+    (site / "llama_cpp").symlink_to(Path(llama_cpp.__file__).parent)
+    out = tmp_path / "report.json"
+    argv = ["--build", str(tmp_path / "absent.tar.gz"), "--workdir", str(tmp_path), "--shapes", "tiny", "-ngl", "0",
+            "--skip", ",".join(gpu_check.PARTS)]
+    assert gpu_check.main(argv + ["--build-only"]) == 0
+    assert not out.exists()
+    assert gpu_check.main(argv + ["--json", str(out)]) == 0  # the check, run again with the build first on the path
+    assert "reusing llama-cpp-python" in capfd.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["gpu_offload_supported"] and report["skipped"] == sorted(gpu_check.PARTS)
+
+
+def test_a_part_that_fails_leaves_the_others_and_the_report(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("llama_decode failed with code -1")
+
+    monkeypatch.setattr(gpu_check, "pair_work", broken)
+    out = tmp_path / "report.json"
+    assert gpu_check.main(["--shapes", "tiny", "-ngl", "0", "--threads", "1", "--skip", "kernels,host,sampling",
+                           "--rows", "1,2", "--context", "0", "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["failed"] == {"pair": "RuntimeError: llama_decode failed with code -1"}
+    assert "curves_s" in report and "projection" in report
+    assert "failed: pair: RuntimeError" in capsys.readouterr().out
