@@ -5,8 +5,9 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    H200) from the source archive or folder it is given, with this interpreter's own
    packages (scikit-build-core, CMake), into ``WORKDIR/llama_cpp_cuda``, and runs the rest of
    the script again with that build first on the path.  A later call with the same
-   ``--build`` and ``--workdir`` reuses the build; ``--build-only`` stops after it (a build
-   and the check then fit two commands of 10 minutes).  A machine without the CUDA compiler,
+   ``--build`` and ``--workdir`` reuses the build, and one cut short (a time limit) goes on
+   where it stopped (CMake's build folder is kept there); ``--build-only`` stops after it
+   (a build and the check then fit two commands of 10 minutes).  A machine without the CUDA compiler,
    an NVIDIA GPU, CMake or scikit-build-core, or a build that does not load or cannot
    offload, fails with one line (exit 2).
    ``--pack-sdist SRC OUT`` (where the source is) first writes an archive without what the
@@ -182,6 +183,19 @@ def _built(site: Path) -> str | None:
     return None if offloads else "it has no GPU offload (llama_supports_gpu_offload() is false)"
 
 
+def _source(sdist: Path, work: Path) -> Path:
+    """``sdist``'s folder: itself, or the archive unpacked once into ``work/llama_cpp_src``."""
+    if sdist.is_dir():
+        return sdist.resolve()
+    into = work / "llama_cpp_src"
+    if not into.is_dir():
+        with tarfile.open(sdist) as tar:
+            tar.extractall(into.with_suffix(".part"), filter="data")
+        into.with_suffix(".part").rename(into)
+    [top] = [d for d in into.iterdir() if d.is_dir()]
+    return top
+
+
 def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     """The folder holding llama-cpp-python built with CUDA from ``sdist`` (built once per
     ``work``); ``UserError`` (one line) when this machine cannot build it."""
@@ -205,11 +219,14 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     if not importlib.util.find_spec("scikit_build_core"):
         raise UserError("--build needs scikit-build-core in this Python (llama-cpp-python's build backend; "
                         "no index is used)")
+    # CMake's build folder stays in ``work`` with the source at a fixed place: a build cut
+    # short (a command's time limit) goes on where it stopped when called again
     env = {**os.environ, "CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={cuda_arch}", "FORCE_CMAKE": "1",
-           "CUDACXX": nvcc, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "PIP_NO_INDEX": "1"}
+           "CUDACXX": nvcc, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "PIP_NO_INDEX": "1",
+           "SKBUILD_BUILD_DIR": str(work / "llama_cpp_cmake")}
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--upgrade",
-                        "--target", str(site), sdist], env=env)
+                        "--target", str(site), str(_source(Path(sdist), work))], env=env)
     if r.returncode:
         raise UserError(f"building llama-cpp-python with CUDA from {sdist} failed (pip exit {r.returncode}, "
                         "its output is above)")

@@ -155,3 +155,17 @@ def test_a_part_that_fails_leaves_the_others_and_the_report(tmp_path, monkeypatc
     assert report["failed"] == {"pair": "RuntimeError: llama_decode failed with code -1"}
     assert "curves_s" in report and "projection" in report
     assert "failed: pair: RuntimeError" in capsys.readouterr().out
+
+
+def test_the_source_is_unpacked_once_at_a_fixed_place(tmp_path):
+    top = tmp_path / "src" / "llama_cpp_python-0.3.36"
+    (top / "vendor").mkdir(parents=True)
+    (top / "CMakeLists.txt").write_text("project(x)")
+    sdist = gpu_check.pack_source(top, tmp_path / "llama.tar.gz")
+    work = tmp_path / "work"
+    work.mkdir()
+    first = gpu_check._source(sdist, work)
+    assert first == work / "llama_cpp_src" / top.name and (first / "CMakeLists.txt").read_text() == "project(x)"
+    (first / "CMakeLists.txt").write_text("kept")  # a second call reuses the folder (and CMake's cache with it)
+    assert gpu_check._source(sdist, work) == first and (first / "CMakeLists.txt").read_text() == "kept"
+    assert gpu_check._source(top, work) == top.resolve()
