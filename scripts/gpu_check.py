@@ -4,12 +4,15 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
 1. (``--build SDIST``) builds llama-cpp-python with CUDA (``--cuda-arch``, 90: the H100 and
    H200) from the source archive or folder it is given, with this interpreter's own
    packages (scikit-build-core, CMake), into ``WORKDIR/llama_cpp_cuda``, and runs the rest of
-   the script again with that build first on the path.  A later call with the same
+   the script again with that build first on the path.  cuBLAS comes from the toolkit or,
+   where the toolkit lacks it (one made of NVIDIA's wheels), from NVIDIA's cuBLAS wheel on
+   this Python's path (PyTorch's); the driver's libcuda is linked where found, else ggml's
+   virtual-memory pool is turned off.  A later call with the same
    ``--build`` and ``--workdir`` reuses the build, and one cut short (a time limit) goes on
    where it stopped (CMake's build folder is kept there); ``--build-only`` stops after it
    (a build and the check then fit two commands of 10 minutes).  A machine without the CUDA compiler,
-   an NVIDIA GPU, CMake or scikit-build-core, or a build that does not load or cannot
-   offload, fails with one line (exit 2).
+   an NVIDIA GPU, CMake, scikit-build-core or cuBLAS, or a build that does not load or
+   cannot offload, fails with one line (exit 2).
    ``--pack-sdist SRC OUT`` (where the source is) first writes an archive without what the
    build never reads (llama.cpp's test models, docs, benches and tests): 48 MiB instead of
    73 MiB for 0.3.36, small enough to carry.  Without ``--build``, the llama-cpp-python
@@ -161,6 +164,61 @@ def _gpu() -> bool:
         return False
 
 
+def _toolkits(nvcc: str | None) -> list[Path]:
+    """Where a CUDA toolkit may be: beside ``nvcc``, ``$CUDA_HOME`` and ``CUDA_HOMES``."""
+    homes = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    return homes + [Path(h) for h in (os.environ.get("CUDA_HOME"), *CUDA_HOMES) if h]
+
+
+def _wheel_cuda() -> list[Path]:
+    """NVIDIA's CUDA wheels in this Python's path (as PyTorch installs them): their folders
+    that hold ``lib`` and ``include``."""
+    return [base / sub for base in map(Path, filter(None, sys.path)) for sub in ("nvidia/cu13", "nvidia/cublas")
+            if (base / sub / "lib").is_dir()]
+
+
+def cublas_args(nvcc: str) -> str | None:
+    """CMake arguments that find cuBLAS: none when the toolkit has it, else NVIDIA's cuBLAS
+    wheel (a toolkit made of NVIDIA's wheels may lack it); None when neither has it."""
+    for home in _toolkits(nvcc):
+        if any(home.glob("lib*/libcublas.so*")) or any(home.glob("targets/*/lib/libcublas.so*")):
+            return ""
+    for cuda in _wheel_cuda():
+        libs = {n: sorted(cuda.glob(f"lib/lib{n}.so*"), key=lambda p: len(p.name)) for n in ("cublas", "cublasLt")}
+        if all(libs.values()) and (cuda / "include" / "cublas_v2.h").is_file():
+            inc = cuda / "include"
+            return " ".join(f"-DCUDA_{n}_LIBRARY={p[0]}" for n, p in libs.items()) + \
+                f" -DCMAKE_CUDA_FLAGS=-I{inc} -DCMAKE_CXX_FLAGS=-I{inc}"
+    return None
+
+
+DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib")
+
+
+def driver_args(nvcc: str) -> str:
+    """CMake arguments that find the CUDA driver's library (libcuda, which ggml links for its
+    virtual-memory pool): its path when it is not where CMake looks (the toolkit's stubs), or
+    the pool turned off (``GGML_CUDA_NO_VMM``) when there is none to link."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d] + list(DRIVER_DIRS)
+    dirs += [str(home / sub) for home in _toolkits(nvcc) for sub in ("lib64/stubs", "lib/stubs",
+                                                                      "targets/x86_64-linux/lib/stubs")]
+    for d in dirs:
+        found = sorted(Path(d).glob("libcuda.so*"), key=lambda p: len(p.name))
+        if found:
+            return f"-DCUDA_cuda_driver_LIBRARY={found[0]}"
+    return "-DGGML_CUDA_NO_VMM=ON"
+
+
+def _env_with(site: Path) -> dict:
+    """This environment with ``site`` first on the Python path, and the CUDA libraries (the
+    toolkits', then NVIDIA's wheels') on the loader's path, where the build's libraries
+    find them."""
+    libs = [str(d) for home in _toolkits(None) for d in (home / "lib64", home / "lib") if d.is_dir()]
+    libs += [str(cuda / "lib") for cuda in _wheel_cuda()]
+    libs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    return {**os.environ, "PYTHONPATH": _path_with(site), "LD_LIBRARY_PATH": os.pathsep.join(dict.fromkeys(libs))}
+
+
 def _site(work: Path) -> Path:
     return work / "llama_cpp_cuda"
 
@@ -175,8 +233,7 @@ def _built(site: Path) -> str | None:
     if not (site / "llama_cpp").is_dir():
         return f"no llama_cpp in {site}"
     probe = "import llama_cpp; print(bool(llama_cpp.llama_supports_gpu_offload()))"
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": _path_with(site)})
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env_with(site))
     if r.returncode:
         return "it does not load: " + (r.stderr.strip().splitlines() or ["?"])[-1]
     offloads = r.stdout.strip().endswith("True")
@@ -219,11 +276,17 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
     if not importlib.util.find_spec("scikit_build_core"):
         raise UserError("--build needs scikit-build-core in this Python (llama-cpp-python's build backend; "
                         "no index is used)")
+    cublas = cublas_args(nvcc)
+    if cublas is None:
+        raise UserError("--build needs cuBLAS: none in the CUDA toolkit (" + ", ".join(map(str, _toolkits(nvcc)))
+                        + ") nor in NVIDIA's wheels on this Python's path (nvidia/cu13, nvidia/cublas)")
     # CMake's build folder stays in ``work`` with the source at a fixed place: a build cut
     # short (a command's time limit) goes on where it stopped when called again
-    env = {**os.environ, "CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={cuda_arch}", "FORCE_CMAKE": "1",
+    cmake = f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={cuda_arch} {driver_args(nvcc)} {cublas}".strip()
+    env = {**os.environ, "CMAKE_ARGS": cmake, "FORCE_CMAKE": "1",
            "CUDACXX": nvcc, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "PIP_NO_INDEX": "1",
            "SKBUILD_BUILD_DIR": str(work / "llama_cpp_cmake")}
+    print(f"building llama-cpp-python: CMAKE_ARGS={cmake}", file=sys.stderr)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--upgrade",
                         "--target", str(site), str(_source(Path(sdist), work))], env=env)
@@ -474,7 +537,7 @@ def run(args, argv) -> int:
         site = build(args.build, work, args.cuda_arch)
         if args.build_only:
             return 0
-        env = {**os.environ, "GPU_CHECK_BUILT": "1", "PYTHONPATH": _path_with(site)}
+        env = {**_env_with(site), "GPU_CHECK_BUILT": "1"}
         return subprocess.run([sys.executable, __file__, *argv, "--workdir", str(work)], env=env).returncode
     check(args, work, skip)
     return 0

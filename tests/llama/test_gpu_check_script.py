@@ -169,3 +169,39 @@ def test_the_source_is_unpacked_once_at_a_fixed_place(tmp_path):
     (first / "CMakeLists.txt").write_text("kept")  # a second call reuses the folder (and CMake's cache with it)
     assert gpu_check._source(sdist, work) == first and (first / "CMakeLists.txt").read_text() == "kept"
     assert gpu_check._source(top, work) == top.resolve()
+
+
+def _touch(*paths):
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"")
+
+
+def test_cublas_comes_from_the_toolkit_or_else_from_nvidias_wheels(tmp_path, monkeypatch):
+    toolkit, site = tmp_path / "cuda", tmp_path / "site"
+    nvcc = toolkit / "bin" / "nvcc"
+    _touch(nvcc)
+    monkeypatch.setattr(gpu_check, "CUDA_HOMES", ())
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(gpu_check.sys, "path", [str(site)])
+    assert gpu_check.cublas_args(str(nvcc)) is None  # nowhere: --build stops before CMake
+    wheel = site / "nvidia" / "cu13"
+    _touch(wheel / "lib" / "libcublas.so.13", wheel / "lib" / "libcublasLt.so.13", wheel / "include" / "cublas_v2.h")
+    args = gpu_check.cublas_args(str(nvcc)).split()
+    assert f"-DCUDA_cublas_LIBRARY={wheel}/lib/libcublas.so.13" in args
+    assert f"-DCUDA_cublasLt_LIBRARY={wheel}/lib/libcublasLt.so.13" in args
+    assert f"-DCMAKE_CUDA_FLAGS=-I{wheel}/include" in args
+    _touch(toolkit / "lib64" / "libcublas.so")
+    assert gpu_check.cublas_args(str(nvcc)) == ""  # CMake finds the toolkit's own
+
+
+def test_the_driver_library_is_linked_where_found_else_the_vmm_pool_is_off(tmp_path, monkeypatch):
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    _touch(nvcc)
+    monkeypatch.setattr(gpu_check, "CUDA_HOMES", ())
+    monkeypatch.setattr(gpu_check, "DRIVER_DIRS", ())
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path / "driver"))
+    assert gpu_check.driver_args(str(nvcc)) == "-DGGML_CUDA_NO_VMM=ON"
+    _touch(tmp_path / "driver" / "libcuda.so.580.1", tmp_path / "driver" / "libcuda.so.1")
+    assert gpu_check.driver_args(str(nvcc)) == f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver/libcuda.so.1"
