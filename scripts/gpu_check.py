@@ -282,7 +282,9 @@ def build(sdist: str, work: Path, cuda_arch: str) -> Path:
                         + ") nor in NVIDIA's wheels on this Python's path (nvidia/cu13, nvidia/cublas)")
     # CMake's build folder stays in ``work`` with the source at a fixed place: a build cut
     # short (a command's time limit) goes on where it stopped when called again
-    cmake = f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={cuda_arch} {driver_args(nvcc)} {cublas}".strip()
+    # no multimodal library (llama_cpp loads it only for image chats): one long compile less
+    cmake = f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={cuda_arch} -DLLAVA_BUILD=OFF {driver_args(nvcc)} {cublas}"
+    cmake = cmake.strip()
     env = {**os.environ, "CMAKE_ARGS": cmake, "FORCE_CMAKE": "1",
            "CUDACXX": nvcc, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "PIP_NO_INDEX": "1",
            "SKBUILD_BUILD_DIR": str(work / "llama_cpp_cmake")}
