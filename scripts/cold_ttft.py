@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -138,16 +139,23 @@ def main(argv=None) -> int:
         engine.generate(prompts[0], SAMPLING, dp)  # compiles the kernels before anything is timed
         rows = measure(engine, prompts, a.rounds, dp, engine.batch().chunk)
     s = summary(rows)
-    print(f"{a.workload}: {len(prompts)} uncached prompts ({', '.join(map(str, rows[0]['prompt_tokens']))} tokens) "
-          f"arriving together, method {a.method}, medians over {a.rounds} round(s)")
-    print(f"  time to first token together: p50 {s['together_p50']:.3f} s, p95 {s['together_p95']:.3f} s")
-    print(f"  each alone (own prefill + a step): p50 {s['alone_p50']:.3f} s, p95 {s['alone_p95']:.3f} s")
-    print(f"  one chunk {s['chunk']:.3f} s, one step {s['step']:.3f} s; bound p95 {s['bound_p95']:.3f} s; "
-          f"within their bound: {s['within']} of {s['requests']}")
+    print(report(rows, s, a.workload, a.method))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"rows": rows, "summary": s}, f, indent=1)
+        Path(a.json).write_text(json.dumps({"rows": rows, "summary": s}, indent=1))
     return 0
+
+
+def report(rows: list[dict], s: dict, workload: str, method: str) -> str:
+    """The table's lines for ``summary`` ``s`` of ``rows``."""
+    tokens = ", ".join(map(str, rows[0]["prompt_tokens"]))
+    return "\n".join([
+        f"{workload}: {len(rows[0]['together'])} uncached prompts ({tokens} tokens) arriving together, method {method}, "
+        f"medians over {len(rows)} round(s)",
+        f"  time to first token together: p50 {s['together_p50']:.3f} s, p95 {s['together_p95']:.3f} s",
+        f"  each alone (own prefill + a step): p50 {s['alone_p50']:.3f} s, p95 {s['alone_p95']:.3f} s",
+        f"  one chunk {s['chunk']:.3f} s, one step {s['step']:.3f} s; bound p95 {s['bound_p95']:.3f} s; "
+        f"within their bound: {s['within']} of {s['requests']}",
+    ])
 
 
 if __name__ == "__main__":

@@ -34,3 +34,11 @@ def test_prompts_that_fit_one_chunk_start_together(tiny_pair, method):
 def test_bad_counts_are_one_line_and_exit_2(capsys):
     assert ct.main(["--prompts", "0"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_the_report_names_every_figure():
+    rows = [{"together": [1.0, 2.0], "alone": [0.5, 0.6], "bound": [3.0, 3.1], "chunk": 2.0, "step": 0.5,
+             "first_step": [1, 1], "prompt_tokens": [10, 12]}]
+    text = ct.report(rows, ct.summary(rows), "chat", "none")
+    assert "2 uncached prompts (10, 12 tokens)" in text and "within their bound: 2 of 2" in text
+    assert "p95 1.950 s" in text and "one chunk 2.000 s, one step 0.500 s" in text
