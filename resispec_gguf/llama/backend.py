@@ -429,6 +429,11 @@ class LlamaModel:
         return 2 * layers * int(_ll.llama_model_n_head_kv(self._model)) * head_dim * 2 * cells
 
     def _decode_batch(self, n: int) -> None:
+        """One ``llama_decode`` of the batch's first ``n`` tokens, waited for: on a GPU
+        llama.cpp returns once the work is queued and waits at the first logits read, which
+        would put the device's time into the host work after every decode (``bench``'s
+        overhead per step, and the cost curves ``auto`` measures); every caller reads the
+        rows next anyway."""
         self._batch.n_tokens = n
         self._generation += 1
         rc = _ll.llama_decode(self._ctx, self._batch)
@@ -436,6 +441,7 @@ class LlamaModel:
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
+        _ll.llama_synchronize(self._ctx)
 
     def _logits(self, n_out: int) -> np.ndarray:
         ptr = _ll.llama_get_logits(self._ctx)
