@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import FieldError
-from .grammar import JSON_DEFAULTS
+from .grammar import laid_out
 
 __all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", "check_tool_choice",
            "check_tool_messages", "call_schema", "new_call", "new_call_id", "rebased"]
@@ -247,7 +247,7 @@ def call_schema(functions: list[dict], allowed: list[str], key: str = "arguments
         schema = _call_option(chosen[0], "", key)
     else:
         schema = {"anyOf": [_call_option(f, f"/anyOf/{i}", key) for i, f in enumerate(chosen)]}
-    return {"x-guidance": JSON_DEFAULTS, **schema}
+    return laid_out(schema)
 
 
 def new_call_id() -> str:

@@ -16,7 +16,7 @@ import re
 import secrets
 import string
 
-from ..grammar import JSON_DEFAULTS
+from ..grammar import laid_out
 from ..tools import ToolRequest, rebased
 from .base import ToolFormat
 
@@ -59,8 +59,7 @@ class MistralFormat(ToolFormat):
             items = _item(chosen[0], "/items")
         else:
             items = {"anyOf": [_item(f, f"/items/anyOf/{i}") for i, f in enumerate(chosen)]}
-        schema = {"x-guidance": JSON_DEFAULTS, "type": "array", "items": items, "minItems": 1,
-                  **({} if req.parallel else {"maxItems": 1})}
+        schema = laid_out({"type": "array", "items": items, "minItems": 1, **({} if req.parallel else {"maxItems": 1})})
         return ['body: " "? calls', f"calls: %json {json.dumps(schema, ensure_ascii=False)}"]
 
     def read_calls(self, text: str, allowed):
