@@ -83,10 +83,14 @@ def json_options(schema) -> dict:
     return {**JSON_DEFAULTS, **(FLEXIBLE_LAYOUT if flexible else {}), **own}
 
 
-def laid_out(schema: dict) -> dict:
+def laid_out(schema: dict, guidance=None) -> dict:
     """``schema`` with its "x-guidance" set to ``json_options`` (a schema inside a Lark
-    grammar's ``%json``, where no defaults apply)."""
-    return {"x-guidance": json_options(schema), **{k: v for k, v in schema.items() if k != "x-guidance"}}
+    grammar's ``%json``, where no defaults apply): of ``guidance`` where given (a client's
+    own "x-guidance" object, for a schema around the client's, such as a call object around
+    a function's parameters: an "x-guidance" below the top level is not read), else of the
+    schema's own."""
+    options = json_options(schema if guidance is None else {"x-guidance": guidance})
+    return {"x-guidance": options, **{k: v for k, v in schema.items() if k != "x-guidance"}}
 
 
 class GrammarError(UserError):
