@@ -47,10 +47,11 @@ PROBE_DEPTH = 3
 
 ANY_JSON_OBJECT = {"type": "object"}
 
-# How JSON-schema text is laid out: on one line, as Python's json.dumps and most models write
-# it (", " between items, ": " after a key, no other whitespace between tokens), so that the
-# grammar forces the bytes from a value's end to the next key's name (`, "email": "`), which
-# the engine proposes as free candidates (spec/forced.py).  Compiling is lenient (a format
+# How JSON-schema text is laid out: on one line, as Python's json.dumps writes it and models
+# write tool calls (", " between items, ": " after a key, no other whitespace between tokens;
+# pretty-printing, which a model may prefer elsewhere, is not allowed), so that the grammar
+# forces the bytes from a value's end to the next key's name (`, "email": "`), which the
+# engine proposes as free candidates (spec/forced.py).  Compiling is lenient (a format
 # the engine does not know is ignored), but every schema is first held to ``check_schema``,
 # which refuses the keywords the engine would ignore; oneOf is read as anyOf.  A schema's own
 # top-level "x-guidance" object overrides these (``json_options``).
