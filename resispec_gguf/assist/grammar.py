@@ -26,7 +26,8 @@ from ..errors import ConstraintError, UserError
 from ..kernels.sampling import bitmask_from_ids
 from . import schemas
 
-__all__ = ["Grammar", "GrammarError", "json_schema_grammar", "lark_grammar", "check_schema", "ANY_JSON_OBJECT"]
+__all__ = ["Grammar", "GrammarError", "json_schema_grammar", "json_options", "laid_out", "lark_grammar", "check_schema",
+           "ANY_JSON_OBJECT"]
 
 # A schema or grammar larger than this is refused before compiling (the server's limit too).
 MAX_GRAMMAR_BYTES = 256 * 1024
@@ -46,17 +47,51 @@ PROBE_DEPTH = 3
 
 ANY_JSON_OBJECT = {"type": "object"}
 
-# How JSON-schema text may be laid out.  Between tokens: a few blanks, or one line break and
-# an indentation (pretty-printed JSON), never an unbounded run (a model that drifts into
-# whitespace would otherwise fill max_tokens with it).  Compiling is lenient (a format the
-# engine does not know is ignored), but every schema is first held to ``check_schema``, which
-# refuses the keywords the engine would ignore; oneOf is read as anyOf.  A schema's own
-# top-level "x-guidance" object overrides these.
+# How JSON-schema text is laid out: on one line, as Python's json.dumps writes it and models
+# write tool calls (", " between items, ": " after a key, no other whitespace between tokens;
+# pretty-printing, which a model may prefer elsewhere, is not allowed), so that the grammar
+# forces the bytes from a value's end to the next key's name (`, "email": "`), which the
+# engine proposes as free candidates (spec/forced.py).  Compiling is lenient (a format
+# the engine does not know is ignored), but every schema is first held to ``check_schema``,
+# which refuses the keywords the engine would ignore; oneOf is read as anyOf.  A schema's own
+# top-level "x-guidance" object overrides these (``json_options``).
 JSON_DEFAULTS = {
-    "whitespace_pattern": r"[\x20\x09]{0,4}|\x0D?\x0A[\x20\x09]{0,32}",
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
     "lenient": True,
     "coerce_one_of": True,
 }
+# The layout a schema's own "x-guidance" gets when it asks for whitespace (whitespace_flexible
+# true, or a whitespace_pattern of its own): bare separators and, between tokens, a few
+# blanks or one line break and an indentation (pretty-printed JSON), never an unbounded run
+# (a model that drifts into whitespace would otherwise fill max_tokens with it).
+FLEXIBLE_LAYOUT = {
+    "whitespace_pattern": r"[\x20\x09]{0,4}|\x0D?\x0A[\x20\x09]{0,32}",
+    "item_separator": ",",
+    "key_separator": ":",
+}
+
+
+def json_options(schema) -> dict:
+    """The JSON compiler's options for ``schema`` (a dict): ``JSON_DEFAULTS``, then
+    ``FLEXIBLE_LAYOUT`` where the schema's own top-level "x-guidance" asks for whitespace,
+    then that object's own options."""
+    own = schema.get("x-guidance") if isinstance(schema, dict) else None
+    if not isinstance(own, dict):  # none, or not an object (llguidance refuses that)
+        return dict(JSON_DEFAULTS)
+    flexible = bool(own.get("whitespace_flexible")) or bool(own.get("whitespace_pattern"))
+    return {**JSON_DEFAULTS, **(FLEXIBLE_LAYOUT if flexible else {}), **own}
+
+
+def laid_out(schema: dict, guidance=None) -> dict:
+    """``schema`` with its "x-guidance" set to ``json_options`` (a schema inside a Lark
+    grammar's ``%json``, where no defaults apply): of ``guidance`` where given (a client's
+    own "x-guidance" object, for a schema around the client's, such as a call object around
+    a function's parameters: an "x-guidance" below the top level is not read), else of the
+    schema's own."""
+    options = json_options(schema if guidance is None else {"x-guidance": guidance})
+    return {"x-guidance": options, **{k: v for k, v in schema.items() if k != "x-guidance"}}
 
 
 class GrammarError(UserError):
@@ -91,7 +126,7 @@ def _check_size(text: str, what: str) -> None:
 
 def json_schema_grammar(schema) -> str:
     """The grammar for JSON text valid under ``schema`` (a dict, its JSON text, or True for
-    any JSON object).  Whitespace between tokens is free, as in most JSON-mode servers."""
+    any JSON object), laid out as ``json_options`` says: on one line by default."""
     if schema is True:
         schema = ANY_JSON_OBJECT
     if isinstance(schema, str):
@@ -109,7 +144,7 @@ def json_schema_grammar(schema) -> str:
     _check_size(json.dumps(schema, ensure_ascii=False), "JSON schema")  # its UTF-8 size, as sent
     text = json.dumps(schema)
     try:
-        return _llg().LLMatcher.grammar_from_json_schema(text, defaults=JSON_DEFAULTS)
+        return _llg().LLMatcher.grammar_from_json_schema(text, defaults=json_options(schema))
     except ValueError as e:
         raise GrammarError(f"invalid JSON schema: {e}") from None
 
@@ -140,7 +175,8 @@ def _strict_error(tokenizer, schema) -> str | None:
     """llguidance's first complaint about ``schema`` when it may ignore no keyword, or None."""
     llg = _llg()
     try:
-        text = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={**JSON_DEFAULTS, "lenient": False})
+        strict = {**json_options(schema), "lenient": False}  # the schema's own "lenient" still wins
+        text = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=strict)
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(text, tokenizer)
     except ValueError as e:
         return str(e) or "unknown error"

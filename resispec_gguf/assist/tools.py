@@ -24,10 +24,10 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import FieldError
-from .grammar import JSON_DEFAULTS
+from .grammar import laid_out
 
 __all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", "check_tool_choice",
-           "check_tool_messages", "call_schema", "new_call", "new_call_id", "rebased"]
+           "check_tool_messages", "call_schema", "own_guidance", "new_call", "new_call_id", "rebased"]
 
 MAX_TOOLS = 128
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # whole names only: fullmatch
@@ -247,7 +247,14 @@ def call_schema(functions: list[dict], allowed: list[str], key: str = "arguments
         schema = _call_option(chosen[0], "", key)
     else:
         schema = {"anyOf": [_call_option(f, f"/anyOf/{i}", key) for i, f in enumerate(chosen)]}
-    return {"x-guidance": JSON_DEFAULTS, **schema}
+    return laid_out(schema, own_guidance(chosen))
+
+
+def own_guidance(functions: list[dict]):
+    """The first of ``functions``' parameters' own top-level "x-guidance" (how a client asks
+    for another JSON layout: a call object is laid out as its arguments ask), or None."""
+    return next((f["parameters"]["x-guidance"] for f in functions
+                 if isinstance(f.get("parameters"), dict) and "x-guidance" in f["parameters"]), None)
 
 
 def new_call_id() -> str:

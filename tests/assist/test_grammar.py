@@ -5,10 +5,11 @@ the bytes JSON valid under it may continue with (the end tokens where it is comp
 
 import pytest
 
-from resispec_gguf.assist.grammar import Grammars, GrammarError, check_schema, json_schema_grammar, lark_grammar
+from resispec_gguf.assist.grammar import (JSON_DEFAULTS, Grammars, GrammarError, check_schema, json_options,
+                                          json_schema_grammar, laid_out, lark_grammar)
 from resispec_gguf.errors import UserError
 from resispec_gguf.kernels.sampling import mask_allows
-from tiny_gguf import BYTE0_ID, EOS_ID, IM_END_ID, N_VOCAB
+from tiny_gguf import BYTE0_ID, EOS_ID, IM_END_ID, N_VOCAB, SPACE_ID
 
 
 def _bytes(text: str) -> list[int]:
@@ -16,10 +17,17 @@ def _bytes(text: str) -> list[int]:
     return [BYTE0_ID + b for b in text.encode()]
 
 
+def _spelt(text: str) -> list[int]:
+    """``text`` as the grammar engine spells it in the tiny vocabulary: bytes, a blank as
+    the vocabulary's space token."""
+    return [SPACE_ID if t == BYTE0_ID + 32 else t for t in _bytes(text)]
+
+
 def _allowed(mask) -> set:
-    """What ``mask`` allows: a byte's character, or a special token's id."""
+    """What ``mask`` allows: a byte's character (the space token's too), or a special
+    token's id."""
     ids = [t for t in range(N_VOCAB) if mask_allows(mask, t)]
-    return {chr(t - BYTE0_ID) if BYTE0_ID <= t < BYTE0_ID + 256 else t for t in ids}
+    return {chr(t - BYTE0_ID) if BYTE0_ID <= t < BYTE0_ID + 256 else " " if t == SPACE_ID else t for t in ids}
 
 
 class _Vocab:
@@ -195,21 +203,84 @@ def test_masks_allow_what_may_continue_json_valid_under_the_schema(grammars):
 def test_forced_tokens_spell_the_bytes_the_schema_forces(grammars):
     """``GrammarState.forced`` (the engine's free candidates): the tokens of the bytes that
     must come next after a path, nothing where there is a choice, nothing after an end
-    token; asking leaves the state where it was."""
+    token; asking leaves the state where it was.  In the default layout (one line, ", " and
+    ": ") an object's opening through its first key's quote is forced."""
     person = grammars.compile(json_schema={"type": "object", "properties": {"name": {"type": "string"}},
                                            "required": ["name"]})
     state = person.start()
-    assert state.forced(()) == _bytes("{")
-    assert state.forced(_bytes("{")) == []  # whitespace or the key's quote
-    assert state.forced(_bytes('{"')) == _bytes('name"')
-    assert state.forced(_bytes('{"na')) == _bytes('me"')
+    assert state.forced(()) == _spelt('{"name": "')
+    assert state.forced(_bytes("{")) == _spelt('"name": "')
+    assert state.forced(_bytes('{"na')) == _spelt('me": "')
+    assert state.forced(_bytes('{"name": "x')) == []  # the string goes on or ends
+    assert _allowed(state.mask(_bytes('{"name": "x"'))) == {"}", ","}  # other keys may follow
     assert state.forced(_bytes('{"name"') + [EOS_ID]) == []
-    assert state.forced(()) == _bytes("{") and _allowed(state.mask(())) == {"{"}
+    assert state.forced(()) == _spelt('{"name": "') and _allowed(state.mask(())) == {"{"}
     state.advance(_bytes('{"n'))
-    assert state.forced(()) == _bytes('ame"')
+    assert state.forced(()) == _spelt('ame": "')
     choice = grammars.compile(json_schema={"enum": ["yes", "no"]}).start()
     assert choice.forced(()) == _bytes('"') and choice.forced(_bytes('"')) == []
     assert choice.forced(_bytes('"y')) == _bytes('es"')
+
+
+PAIR = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_the_default_layout_forces_the_separators_and_the_next_key(grammars):
+    """After a value, the bytes up to the next value (`, "age": `) are forced: no whitespace
+    but the separators' spaces is allowed anywhere between tokens."""
+    state = grammars.compile(json_schema=PAIR).start()
+    assert state.forced(_bytes('{"name": "Al"')) == _spelt(', "age": ')
+    assert _allowed(state.mask(_bytes('{"name": "Al", "age": 4'))) >= {"}", "0"}
+    assert " " not in _allowed(state.mask(_bytes('{"name": "Al", "age": 4')))
+    assert _allowed(state.mask(_bytes('{"name":'))) == {" "}
+    for items in ({"type": "array", "items": {"type": "integer"}},  # arrays: ", " between items
+                  {"type": "object", "additionalProperties": {"type": "integer"}}):  # free keys too
+        text, then = ("[1, 2", " ") if items["type"] == "array" else ('{"a": 1, "b": 2', ' "')
+        state = grammars.compile(json_schema=items).start()
+        assert state.forced(_bytes(text + ",")) == _spelt(then)
+        assert " " not in _allowed(state.mask(_bytes(text + ", ")))
+
+
+@pytest.mark.parametrize("own", [{"whitespace_flexible": True},
+                                 {"whitespace_pattern": r"[\x20\x09]{0,4}|\x0D?\x0A[\x20\x09]{0,32}"}])
+def test_a_schemas_own_x_guidance_restores_flexible_whitespace(grammars, own):
+    """A schema whose top-level "x-guidance" asks for whitespace gets the flexible layout
+    (bare separators, a few blanks or one line break and an indentation between tokens),
+    still bounded; its other options are kept (the lenient and oneOf defaults)."""
+    state = grammars.compile(json_schema={"x-guidance": own, **PAIR}).start()
+    assert state.forced(()) == _bytes("{") and state.forced(_bytes("{")) == []
+    assert {" ", "\n", '"'} <= _allowed(state.mask(_bytes("{")))
+    assert {":", " "} <= _allowed(state.mask(_bytes('{"name"')))
+    assert state.forced(_bytes('{"name":"Al"')) == []  # a comma or blanks first
+    assert " " not in _allowed(state.mask(_bytes('{"name":"Al"    ')))  # four blanks at most
+    assert _allowed(state.mask(_bytes('{\n  "name": "Al",\n'))) == {"\t", " ", '"'}  # one line break
+    options = json_options({"x-guidance": own})
+    assert options["key_separator"] == ":" and options["lenient"] and options["coerce_one_of"]
+    assert json_options({"x-guidance": {"lenient": False}}) == {**JSON_DEFAULTS, "lenient": False}
+    assert laid_out({"x-guidance": own, "type": "object"})["x-guidance"] == options
+
+
+def test_a_constrained_reply_is_laid_out_as_json_dumps_writes(engine):
+    """Whatever the model draws under a schema, its text is the compact-with-spaces layout
+    of its value (``json.dumps``'s), every method alike (the forced chains are candidates)."""
+    import json
+
+    from resispec_gguf.config import DraftParams, SamplingParams
+
+    schema = {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "string", "pattern": "^[a-z]{1,6}$"},
+        "c": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+        "d": {"type": "object", "properties": {"e": {"type": "null"}}, "required": ["e"],
+              "additionalProperties": False}},
+        "required": ["a", "b", "c", "d"], "additionalProperties": False}
+    constraint = engine.compile_constraint(json_schema=schema)
+    for seed in range(6):
+        for method in ("none", "chain", "resispec"):
+            res = engine.generate("Data:", SamplingParams(temperature=1.0, max_tokens=120, seed=seed),
+                                  DraftParams(method=method), constraint=constraint)
+            assert res.finish_reason == "eos", res.text
+            assert res.text == json.dumps(json.loads(res.text)), res.text
 
 
 def test_where_the_grammar_allows_nothing_more_the_end_tokens_are_allowed(grammars):

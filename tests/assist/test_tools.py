@@ -675,6 +675,34 @@ def test_a_tool_schema_is_measured_as_utf8_as_sent(engine):
     assert constraint.start() is not None
 
 
+def _spelt(engine, tokens) -> str:
+    return b"".join(engine.target.token_piece(t) for t in tokens).decode()
+
+
+def _forced_after(engine, grammar: str, text: str) -> str:
+    """The text the tool grammar forces after ``text`` (the tiny vocabulary's bytes)."""
+    state = engine.compile_constraint(grammar=grammar).start()
+    return _spelt(engine, state.forced(engine.target.tokenize(text, add_special=False)))
+
+
+@pytest.mark.parametrize("fmt,opening", [("hermes", "<tool_call>\n"), ("mistral", "[TOOL_CALLS]")])
+def test_a_forced_call_is_laid_out_on_one_line_unless_its_parameters_ask(engine, fmt, opening):
+    """A call object is laid out as JSON under a schema is (one line, ", " and ": "), so
+    the grammar forces the bytes from the name to the first argument's value; a function
+    whose parameters carry their own "x-guidance" asking for whitespace gets the flexible
+    layout for its whole call (``tools.own_guidance``)."""
+    f = formats.FORMATS[fmt]()
+    head = opening + ('[{"name": "add"' if fmt == "mistral" else '{"name": "add"')
+    req = tools.check_tool_choice("required", tools.check_tools([ADD]))
+    assert _forced_after(engine, f.grammar(req), head) == ', "arguments": {"a": '
+    flexible = json.loads(json.dumps(ADD))
+    flexible["function"]["parameters"]["x-guidance"] = {"whitespace_flexible": True}
+    fns = tools.check_tools([flexible])
+    assert tools.own_guidance(fns) == {"whitespace_flexible": True}
+    assert tools.own_guidance(tools.check_tools([ADD])) is None
+    assert _forced_after(engine, f.grammar(tools.check_tool_choice("required", fns)), head) == ""
+
+
 ORDER = {  # what Pydantic writes for a tool taking an Order with a list of Items
     "type": "function",
     "function": {"name": "place_order", "description": "Place an order", "parameters": {

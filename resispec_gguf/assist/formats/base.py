@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from ..chat_format import MessageError, Messages, utf8_size
-from ..grammar import JSON_DEFAULTS
+from ..grammar import laid_out
 from ..tools import ToolCall, ToolRequest, check_tool_messages, new_call, new_call_id
 
 __all__ = ["ToolFormat"]
@@ -80,7 +80,7 @@ class ToolFormat:
         if req.choice == "required":
             return "\n".join([f"start: {op} body"] + rules) + "\n"
         if final is not None:  # a call marker or the answer's JSON, from the first token
-            answer = {"x-guidance": JSON_DEFAULTS, **({"type": "object"} if final is True else final)}
+            answer = laid_out({"type": "object"} if final is True else final)
             alternatives = " | ".join([f"{op} body", "final"] + (self.answer_calls() if bare else []))
             return "\n".join([f"start: {alternatives}", f"final: %json {json.dumps(answer, ensure_ascii=False)}"]
                              + rules) + "\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..grammar import JSON_DEFAULTS
+from ..grammar import laid_out
 from ..tools import ToolRequest, rebased
 from .base import ToolFormat
 
@@ -45,7 +45,7 @@ class DeepSeekR1Format(ToolFormat):
         rules = [f"body: {calls} {self.lark(CALLS_END)}"]
         names = []
         for k, f in enumerate(fn for fn in req.functions if fn["name"] in req.allowed):
-            schema = {"x-guidance": JSON_DEFAULTS, **rebased(f["parameters"], "")}
+            schema = laid_out(rebased(f["parameters"], ""))
             rules += [f'ds_fn_{k}: {json.dumps(f["name"] + chr(10) + "```json" + chr(10))} ds_args_{k} '
                       f'"\\n```" {self.lark(CALL_END)}',
                       f"ds_args_{k}: %json {json.dumps(schema, ensure_ascii=False)}"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..grammar import JSON_DEFAULTS
+from ..grammar import FLEXIBLE_LAYOUT, laid_out
 from ..tools import ToolCall, ToolRequest, call_schema, new_call, rebased
 
 __all__ = ["json_calls", "json_pending", "lazy_json_rules", "args_rules", "json_call_rule", "JSON_WS"]
@@ -27,9 +27,11 @@ __all__ = ["json_calls", "json_pending", "lazy_json_rules", "args_rules", "json_
 _WS = " \t\r\n"
 _DECODER = json.JSONDecoder()
 
-#: Blanks between JSON tokens in the grammar: JSON_DEFAULTS' whitespace (a few blanks, or one
-#: line break and an indentation), as a regex usable inside a Lark ``/.../``.
-JSON_WS = "(?:" + JSON_DEFAULTS["whitespace_pattern"] + ")"
+#: Blanks between the JSON tokens of a call's envelope (``{"name": ..., "arguments": ``, which
+#: the model opens on its own, lazily matched): the flexible layout's whitespace (a few blanks,
+#: or one line break and an indentation), as a regex usable inside a Lark ``/.../``; the
+#: arguments are laid out as every schema is (``grammar.json_options``).
+JSON_WS = "(?:" + FLEXIBLE_LAYOUT["whitespace_pattern"] + ")"
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -197,8 +199,8 @@ def lazy_json_rules(req: ToolRequest, tag: str, key: str, prefix: str, suffix: s
 def args_rules(req: ToolRequest, rule: str) -> list[str]:
     """Lark rules ``{rule}_k``: the k-th allowed function's arguments under its schema."""
     chosen = [f for f in req.functions if f["name"] in req.allowed]
-    return [f"{rule}_{k}: %json " + json.dumps({"x-guidance": JSON_DEFAULTS, **rebased(f["parameters"], "")},
-                                              ensure_ascii=False) for k, f in enumerate(chosen)]
+    return [f"{rule}_{k}: %json " + json.dumps(laid_out(rebased(f["parameters"], "")), ensure_ascii=False)
+            for k, f in enumerate(chosen)]
 
 
 def json_call_rule(req: ToolRequest, rule: str, key: str = "arguments") -> str:

@@ -16,8 +16,8 @@ import re
 import secrets
 import string
 
-from ..grammar import JSON_DEFAULTS
-from ..tools import ToolRequest, rebased
+from ..grammar import laid_out
+from ..tools import ToolRequest, own_guidance, rebased
 from .base import ToolFormat
 
 __all__ = ["MistralFormat", "mistral_id"]
@@ -59,8 +59,8 @@ class MistralFormat(ToolFormat):
             items = _item(chosen[0], "/items")
         else:
             items = {"anyOf": [_item(f, f"/items/anyOf/{i}") for i, f in enumerate(chosen)]}
-        schema = {"x-guidance": JSON_DEFAULTS, "type": "array", "items": items, "minItems": 1,
-                  **({} if req.parallel else {"maxItems": 1})}
+        array = {"type": "array", "items": items, "minItems": 1, **({} if req.parallel else {"maxItems": 1})}
+        schema = laid_out(array, own_guidance(chosen))
         return ['body: " "? calls', f"calls: %json {json.dumps(schema, ensure_ascii=False)}"]
 
     def read_calls(self, text: str, allowed):
