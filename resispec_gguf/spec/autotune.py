@@ -200,6 +200,19 @@ class AutoTuner:
         value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
         return float(np.max(value / t))
 
+    def footing(self) -> float:
+        """The best arm that ran: its rate over its projection (``expected_case`` when its
+        last step was planned); 1 before any ran.  An arm not yet run is projected on this
+        footing before it is compared with the rates of those that ran: under a constraint
+        their rates count the forced and certain tokens their steps took without a draft
+        call, which ``expected_case`` leaves out and which any arm's steps would take alike
+        (unconstrained, it corrects the chain model's bias by the same measure)."""
+        ran = [a for a in self.arms.values() if a.steps and a.promise > 0.0]
+        if not ran:
+            return 1.0
+        best = max(ran, key=lambda a: a.rate)
+        return best.rate / best.promise
+
     def forced_case(self, forced: int) -> float:
         """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
         forced bin's learnt chance (the best depth up to the run and the bounds)."""
@@ -234,7 +247,7 @@ class AutoTuner:
         first = next(iter(self.arms), None)
         for name, arm in self.arms.items():
             if arm.steps == 0 and not arm.due and arm.wait == 0:
-                if name == first or self.expected_case(name, pending) > ran:
+                if name == first or self.expected_case(name, pending) * self.footing() > ran:
                     return self._plan(name, pending, f"probe {name}")
                 arm.wait = arm.backoff  # judged again when its wait runs out
         # an arm that lost its last step waits a stretch (doubling after each loss) while the
@@ -259,6 +272,8 @@ class AutoTuner:
                 # an arm that ran and lost: its rate, scaled by how far its learnt acceptance has
                 # moved since (the optimistic chain model alone would promise a tree a win every time)
                 promise = arm.rate * promise / arm.promise
+            elif not arm.steps:  # never run: on the footing of what ran (``footing``)
+                promise *= self.footing()
             if promise > rival:
                 arm.due = False
                 return self._plan(name, pending, f"re-probe {name} after backing off")

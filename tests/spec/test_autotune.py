@@ -433,6 +433,32 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
     assert rate(DraftParams(method="auto")) >= 0.95 * fixed[best], (best, fixed[best])
 
 
+def test_an_arm_not_yet_run_is_projected_on_the_footing_of_what_ran():
+    """Under a constraint the chain probe's rate counts the forced and certain tokens its
+    step took without a draft call, which ``expected_case`` leaves out: a tree whose learnt
+    acceptance beats the chain's is still probed (its projection scaled by the chain's rate
+    over its own projection), and one that learnt no better is not."""
+
+    def after_an_inflated_chain_probe(tree_accept):
+        tuner = autotune.AutoTuner(GPU_T, GPU_D, LIMITS)
+        assert list(tuner.exact_ks) == [1, 2, 4]
+        for _ in range(40):
+            tuner.observe_draft_node(np.array([0.5, tree_accept, tree_accept]), np.array([1.0, 1.5, 2.5]))
+        probe = tuner.choose()
+        assert probe.arm == "chain"
+        inflated = 1.5 * tuner.expected_case("tree4")  # far above what the chain model projects
+        probe.value = 12.0  # a plan that expected what it yielded
+        tuner.observe_step(probe, 12, 12.0 / inflated)
+        assert tuner.arms["chain"].rate == pytest.approx(inflated)
+        return tuner, [p.arm if p is not None else None for p in (tuner.choose() for _ in range(3))]
+
+    tuner, seen = after_an_inflated_chain_probe(0.8)
+    assert tuner.expected_case("tree4") < tuner.arms["chain"].rate  # the old rule's comparison
+    assert seen[0] in ("tree2", "tree4")
+    tuner, seen = after_an_inflated_chain_probe(0.5)
+    assert not any(arm in ("tree2", "tree4") for arm in seen)
+
+
 def test_a_root_where_the_grammar_forces_tokens_runs_a_grammar_step_where_it_pays():
     """A forced run at the step's root makes a grammar step (no draft call: lookup-kind)
     once the first probe has run, when its projection beats plain decoding and the rates the
