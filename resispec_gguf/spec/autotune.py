@@ -201,17 +201,19 @@ class AutoTuner:
         return float(np.max(value / t))
 
     def footing(self) -> float:
-        """The best arm that ran: its rate over its projection (``expected_case`` when its
-        last step was planned); 1 before any ran.  An arm not yet run is projected on this
-        footing before it is compared with the rates of those that ran: under a constraint
-        their rates count the forced and certain tokens their steps took without a draft
-        call, which ``expected_case`` leaves out and which any arm's steps would take alike
-        (unconstrained, it corrects the chain model's bias by the same measure)."""
+        """How far the best arm that ran beat its projection (its rate over ``expected_case``
+        when its last step was planned; at least 1).  An arm not yet run is projected on
+        this footing before it is compared with the rates of those that ran: under a
+        constraint their rates count the forced and certain tokens their steps took without
+        a draft call, which ``expected_case`` leaves out and any arm's steps would take
+        alike.  Never below 1: a rate short of its projection is the chain model's optimism,
+        which the projection compared shares, and one probe's shortfall is too noisy to stop
+        the others' probes at the start of a request."""
         ran = [a for a in self.arms.values() if a.steps and a.promise > 0.0]
         if not ran:
             return 1.0
         best = max(ran, key=lambda a: a.rate)
-        return best.rate / best.promise
+        return max(1.0, best.rate / best.promise)
 
     def forced_case(self, forced: int) -> float:
         """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
