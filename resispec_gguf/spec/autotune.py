@@ -29,6 +29,11 @@ probes again, unless a chain at the acceptance learnt so far could not beat plai
 (``expected_case``): then it waits the next stretch out as well.  A winning probe resets
 the stretch.  Lookup-only trees (no draft model calls)
 are tried the same way, so a step uses the draft model, the lookup, both, or neither.
+An arm not yet run is projected by ``expected_case`` on the footing of the best arm that
+ran (``footing``: how far that arm's rate beat its own projection): under a constraint the
+rates count the forced and certain tokens a step takes without a draft call, which any
+arm's steps take alike and the chain model leaves out, so a tree whose learnt acceptance
+beats the chain's is still probed after a chain probe those tokens lifted.
 
 Beside other requests (``batch``, which sets ``AutoTuner.background``): the arms' rates are
 those of a request alone, where a step's rows and draft calls are its own; in a shared step
