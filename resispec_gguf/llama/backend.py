@@ -121,7 +121,10 @@ class LogitsRows:
         return len(self._index)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self._model._row(self._generation, i, len(self._index))
+        m = self._model
+        if self._generation == m._rows_of == m._generation:  # this decode's view is made already
+            return m._rows[i]
+        return m._row(self._generation, i, len(self._index))
 
 
 def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
@@ -197,6 +200,8 @@ class LlamaModel:
         self._views, self._views_at = {}, None  # n_out -> [n_out, V] view of the buffer at address _views_at
         self._specials = None
         self._max_piece = None
+        self._pieces: dict[int, bytes] = {}  # 2 * token + special -> token_piece's bytes (fixed per model)
+        self._eog: dict[int, bool] = {}  # token -> is_eog
 
     def _load_model(self, n_gpu_layers: int):
         """The model, its offloaded layers on the local devices or, with ``rpc``, on the workers'."""
@@ -308,7 +313,10 @@ class LlamaModel:
         return bool(_ll.llama_vocab_get_add_bos(self._vocab))
 
     def is_eog(self, token: int) -> bool:
-        return bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[int(token)] = bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
+        return eog
 
     @property
     def add_eos(self) -> bool:
@@ -361,7 +369,14 @@ class LlamaModel:
     def token_piece(self, token: int, special: bool = False) -> bytes:
         """Bytes this token contributes to the text (possibly part of a UTF-8 character); a
         special token adds its text when ``special`` or when it is one of ``shown_specials``."""
-        special = special or int(token) in self.shown_specials
+        key = 2 * int(token) + bool(special or int(token) in self.shown_specials)
+        got = self._pieces.get(key)
+        if got is None:
+            got = self._pieces[key] = self._piece(key >> 1, bool(key & 1))
+        return got
+
+    def _piece(self, token: int, special: bool) -> bytes:
+        """``llama_token_to_piece``'s bytes, through a per-thread buffer."""
         piece = getattr(self._local, "piece", None)
         if piece is None:
             piece = self._local.piece = ctypes.create_string_buffer(256)

@@ -65,27 +65,33 @@ class Forest:
         if base + n + self.n_slots > n_seq_max:
             raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {n_seq_max - self.n_slots}")
         depth_end = 0
+        n_slots, single = self.n_slots, isinstance(n_past, int)
+        seq, parent, pos_of, tok, slot_of, opens_of, handed = (self.seq, self.parent, self.pos, self.tok, self.slot,
+                                                               self._opens, self._handed)
         for j in range(n):
             par = int(parents[j])
             slot = 0 if slots is None else int(slots[j])
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
-            if not 0 <= slot < self.n_slots or (par >= 0 and self.slot[par] != slot):
+            if not 0 <= slot < n_slots or (par >= 0 and slot_of[par] != slot):
                 raise ValueError(f"node {base + j} of slot {slot} has a parent outside that slot")
-            pos = (n_past if isinstance(n_past, int) else n_past[slot]) if par < 0 else self.pos[par] + 1
-            opens = par < 0 or self._handed[par]
+            if par < 0:
+                pos, opens = (n_past if single else n_past[slot]), True
+            else:
+                pos, opens = pos_of[par] + 1, handed[par]
             if opens:
                 sid, self._next_id = self._next_id, self._next_id + 1
             else:
-                sid, self._handed[par] = self.seq[par], True
-            self.parent.append(par)
-            self.pos.append(pos)
-            self.seq.append(sid)
-            self.tok.append(int(tokens[j]))
-            self.slot.append(slot)
-            self._opens.append(opens)
-            self._handed.append(False)
-            depth_end = max(depth_end, pos + 1)
+                sid, handed[par] = seq[par], True
+            parent.append(par)
+            pos_of.append(pos)
+            seq.append(sid)
+            tok.append(int(tokens[j]))
+            slot_of.append(slot)
+            opens_of.append(opens)
+            handed.append(False)
+            if pos >= depth_end:
+                depth_end = pos + 1
         return depth_end
 
     def cells(self, base: int) -> tuple[np.ndarray, list[int], list[tuple[int, int, int]]]:
@@ -96,20 +102,23 @@ class Forest:
         nearest ancestor decoded before ``base``, or its slot's committed sequence) to ``dst``
         at positions below ``end`` (-1: all; the anchor's own position + 1 otherwise, which
         leaves out the anchor's descendants that share its id)."""
-        n = len(self.seq) - base
-        seqs = [[self.seq[base + j]] for j in range(n)]
+        seq, parent, pos, opens = self.seq, self.parent, self.pos, self._opens
+        own = seq[base:]
+        seqs = [[sid] for sid in own]
         copies = []
-        for j in range(n):
-            if not self._opens[base + j]:  # the parent's id: its ancestors in the batch carry it already
+        for i in range(base, len(seq)):
+            if not opens[i]:  # the parent's id: its ancestors in the batch carry it already
                 continue
-            sid = self.seq[base + j]
-            a = self.parent[base + j]
+            sid = seq[i]
+            a = parent[i]
             while a >= base:
                 seqs[a - base].append(sid)
-                a = self.parent[a]
-            copies.append((self.slot[base + j], sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
+                a = parent[a]
+            copies.append((self.slot[i], sid, -1) if a < 0 else (seq[a], sid, pos[a] + 1))
         counts = [len(s) for s in seqs]
         width = max(counts)
+        if width == 1:  # every node carries its own id alone
+            return np.array(own, np.int32).reshape(-1, 1), counts, copies
         ids = np.array([s + [0] * (width - len(s)) for s in seqs], np.int32)  # one conversion, not one per row
         return ids, counts, copies
 

@@ -510,14 +510,15 @@ class Generation:
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
         rng, k = self.rng, self.dp.k
-        sure = self._certain_draw(tree, node) if self.constraint is not None else None
-        if sure is not None:
-            return sure
+        if self.constraint is not None:
+            sure = self._certain_draw(tree, node)
+            if sure is not None:
+                return sure
         if len(logits) > self.vocab.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
             logits = logits[: self.vocab.n_vocab]
         if self.constraint is not None:  # q drawn from the masked row
             logits = self._masked(logits, self._node_mask(tree, node))
-        x0, n = self._propose(tree, node)
+        x0, n = self._propose(tree, node) if self.lookup is not None or self.forced is not None else (-1, 0)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
             qx = dict(zip(ids.tolist(), probs.tolist()))
@@ -543,11 +544,14 @@ class Generation:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
         (root first); the last emitted token is never a node on that path."""
         st = self.stats
+        constrained = self.constraint is not None
+        mask, sure = None, -1
         node, emitted, path = 0, [], [0]
         while True:
-            mask = self._node_mask(tree, node)
+            if constrained:
+                mask = self._node_mask(tree, node)
+                sure = self._only(mask)
             draws, x0 = tree.draws[node], tree.lookup[node]
-            sure = self._only(mask)
             if sure >= 0:  # p is a point mass: the token is certain, no uniform is drawn
                 emitted.append(sure)
                 self._note(rows[node], sure)
@@ -560,11 +564,11 @@ class Generation:
                 node = child
                 path.append(node)
                 continue
-            logits = self._masked(rows[node], mask)
-            p, top, p_of = self._target_dist(logits)
+            row = rows[node]
+            p, top, p_of = self._target_dist(self._masked(row, mask) if constrained else row)
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))
-                self._note(rows[node], emitted[-1])
+                self._note(row, emitted[-1])
                 self.copy_run = 0
                 return emitted, path
             if p is None:
@@ -579,7 +583,7 @@ class Generation:
                 self.auto.observe_node(tree, node, tok, idx >= 0, is_lookup, p, p_of, self.dp.method, self.sp.greedy)
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
-            self._note(rows[node], tok)
+            self._note(row, tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
                 return emitted, path

@@ -117,12 +117,14 @@ class DraftTree:
         self.depth += [self.depth[node] + 1] * n
         self.score += [s * weight[t] for t in cand]
         self.children += [{} for _ in range(n)]
-        self.draws += [None] * n
-        self.q += [None] * n
+        none = [None] * n
+        self.draws += none
+        self.q += none
         self.lookup += [-1] * n
-        self.info += [None] * n
-        self.children[node].update(zip(cand, range(first, first + n)))
-        return list(range(first, first + n))
+        self.info += none
+        new = range(first, first + n)
+        self.children[node].update(zip(cand, new))
+        return list(new)
 
     def expanded(self, node: int) -> bool:
         return self.draws[node] is not None

@@ -92,6 +92,12 @@ def test_prefix_reuse_and_stale_rows(models):
     with pytest.raises(RuntimeError, match="next decode"):
         rows[0]
     m.drop_uncommitted()
+    rows = m.decode([b[-1]], [-1])
+    assert rows[0].shape == (m.n_vocab,)  # read once: the decode's view is made
+    m.decode([5], [-1])
+    with pytest.raises(RuntimeError, match="next decode"):
+        rows[0]
+    m.drop_uncommitted()
 
 
 def test_commit_rejects_non_chain(models):
@@ -231,6 +237,7 @@ def test_shown_specials_add_their_text_to_the_reply(models):
         assert model.token_piece(im_start) == b"<|im_start|>" and model.token_piece(tiny_gguf.IM_END_ID) == b""
     finally:
         model.shown_specials = frozenset()
+    assert model.token_piece(im_start) == b""  # pieces are cached per (token, shown or not)
 
 
 # --------------------------------------------------------------------------- slots
