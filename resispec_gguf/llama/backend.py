@@ -593,6 +593,8 @@ class LlamaModel:
 
     def _forget_nodes(self, keep: int) -> None:
         for sid, start in self._nodes.forget(keep):
+            if sid < self.n_slots:  # a slot's root chain: its committed cells stay
+                start = max(start, len(self._seqs[sid]))
             _ll.llama_memory_seq_rm(self._mem, sid, start, -1)
 
     def commit(self, path) -> None:
@@ -603,12 +605,18 @@ class LlamaModel:
     def commit_slots(self, paths) -> None:
         """``commit`` for several slots: ``paths[slot]`` joins that slot's sequence."""
         paths = {int(slot): self._nodes.chain(path, int(slot)) for slot, path in paths.items()}
+        ids = self._nodes.seq
         for slot, path in paths.items():
             if path:
                 seq = self._seqs[slot]
-                _ll.llama_memory_seq_cp(self._mem, self._nodes.seq[path[-1]], slot, len(seq), len(seq) + len(path))
+                on = 0  # the path's nodes on the slot's root chain (they carry its id already)
+                while on < len(path) and ids[path[on]] == slot:
+                    on += 1
+                if on < len(path):  # the rest of the root chain leaves the slot, the rest of the path joins
+                    _ll.llama_memory_seq_rm(self._mem, slot, len(seq) + on, -1)
+                    _ll.llama_memory_seq_cp(self._mem, ids[path[-1]], slot, len(seq) + on, len(seq) + len(path))
                 seq.extend(self._nodes.tok[i] for i in path)
-        self.drop_uncommitted()
+        self.drop_uncommitted()  # and the root chain past a path that ends on it leaves the slot here
 
     def drop_uncommitted(self) -> None:
         # Every id in the cache but the slots' is one of this step's nodes', so removing those
