@@ -142,15 +142,14 @@ class DraftTree:
             key=lambda i: (-self.score[i], self.depth[i], i),
         )
         keep = sorted([0] + inner + leaves[: n - len(inner)])
-        out = DraftTree()
-        old_to_new: dict[int, int] = {}
-        for i in keep:  # parents come before children: every kept node's parent is expanded
-            j = out._add(self.tokens[i], old_to_new.get(self.parent[i], -1), self.score[i])
-            out.draws[j] = self.draws[i]
-            out.q[j] = self.q[i]
-            out.lookup[j] = self.lookup[i]
-            out.info[j] = self.info[i]
-            old_to_new[i] = j
+        old_to_new = {i: j for j, i in enumerate(keep)}
+        # parents come before children (every kept node's parent is expanded, so kept)
+        parent = [-1] + [old_to_new[self.parent[i]] for i in keep[1:]]
+        out = DraftTree([self.tokens[i] for i in keep], parent, [self.depth[i] for i in keep],
+                        [self.score[i] for i in keep], [{} for _ in keep], [self.draws[i] for i in keep],
+                        [self.q[i] for i in keep], [self.lookup[i] for i in keep], [self.info[i] for i in keep])
+        for j in range(1, len(keep)):
+            out.children[parent[j]][out.tokens[j]] = j
         return out, old_to_new
 
 
