@@ -137,6 +137,14 @@ class Forest:
         the first dropped position of an id a kept node opened or of a slot's id (its root
         chain's)."""
         gone, seen = [], set()
+        if keep == 0:  # the whole step (every drop): one entry per id, then nothing is left
+            opens, pos = self._opens, self.pos
+            for i, sid in enumerate(self.seq):
+                if sid not in seen:
+                    seen.add(sid)
+                    gone.append((sid, -1 if opens[i] else pos[i]))
+            self.clear()
+            return gone
         for i in range(keep, len(self.seq)):
             sid = self.seq[i]
             if sid not in seen:

@@ -42,6 +42,7 @@ from .lookup import NgramIndex
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
 from .textstream import TextAssembler
+from .uniforms import Uniforms
 from .tree import DraftTree, Draw, GrowthLimits, grow, growing
 
 __all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
@@ -132,6 +133,7 @@ class Generation:
         self.plan_ = None  # auto's StepPlan for the current step
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.uniforms = Uniforms(self.rng)  # every uniform the request draws, in the generator's order
         self.stats = Stats(method=dp.method)
         self.prompt = list(prompt_tokens)
         self.out: list[int] = []
@@ -303,8 +305,8 @@ class Generation:
         if p is None:
             return top
         if isinstance(p, tuple):
-            return sampling.sample_sparse(p[0], p[1], self.rng.random())
-        return sampling.sample_dense(p, self.rng.random())
+            return sampling.sample_sparse(p[0], p[1], self.uniforms.one())
+        return sampling.sample_dense(p, self.uniforms.one())
 
     def _note(self, logits, token: int) -> None:
         """Record ``token``'s logprobs at the target row ``logits`` it was drawn against, as
@@ -509,7 +511,7 @@ class Generation:
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
-        rng, k = self.rng, self.dp.k
+        uniforms, k = self.uniforms, self.dp.k
         if self.constraint is not None:
             sure = self._certain_draw(tree, node)
             if sure is not None:
@@ -528,14 +530,14 @@ class Generation:
         ids, probs = self._q(logits)
         x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
         if self.dp.method == "rrs":
-            draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+            draws = sampling.sample_without_replacement(ids, probs, uniforms.take(k))
             qx = {}
             ids_l = ids.tolist()
             for x in draws.tolist():
                 if x not in qx:
                     qx[x] = float(probs[ids_l.index(x)])
         else:
-            draws, qd = sampling.sample_iid_q(ids, probs, rng.random(k))
+            draws, qd = sampling.sample_iid_q(ids, probs, uniforms.take(k))
             qx = dict(zip(draws.tolist(), qd.tolist()))  # first-draw order; a repeat has the same q
         w, guess = self.scores.weights(qx, x0, n, k)
         return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
@@ -575,7 +577,7 @@ class Generation:
                 tok, idx = verify_greedy(top, tree.candidates(node))
                 is_lookup = x0 >= 0 and idx == 0
             else:
-                u = self.rng.random(len(draws) + (2 if x0 >= 0 else 1))
+                u = self.uniforms.take(len(draws) + (2 if x0 >= 0 else 1))
                 tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, x0)
                 is_lookup = x0 >= 0 and idx == 0
             st.count_node(tree.depth[node] + 1, idx >= 0)
