@@ -450,9 +450,9 @@ class ModelParams(_Settings):
     (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
     how the target writes tool calls (None: read from its chat template).  ``n_slots``:
     requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
-    own in one shared cache (``n_slots * n_ctx`` cells per model).  ``cache_ram_mib``: with
-    several slots, the MiB of host memory that keep the KV state of prompts evicted from a
-    slot, to restore them into whichever slot serves them again (``spec.promptcache``; 0: none).
+    own in one shared cache (``n_slots * n_ctx`` cells per model).  ``cache_ram_mib``: the
+    MiB of host memory that keep the KV state of prompts evicted from a slot, to restore them
+    into whichever slot serves them again (``spec.promptcache``; 0: none).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")
@@ -477,8 +477,8 @@ class ModelParams(_Settings):
     n_slots: int = setting(1, "--parallel", help="requests served at once, each with its own --ctx tokens",
                            check=Range(1, MAX_SLOTS))
     cache_ram_mib: int = setting(DEFAULT_CACHE_RAM_MIB, "--cache-ram",
-                                 help="with --parallel 2+, keep the KV state of prompts evicted from a slot in up "
-                                      "to MIB of RAM and restore it into whichever slot serves them again (0: off)",
+                                 help="keep the KV state of prompts evicted from a slot in up to MIB of RAM and "
+                                      "restore it into whichever slot serves them again (0: off)",
                                  check=Range(0, MAX_CACHE_RAM_MIB), metavar="MIB")
 
 

@@ -52,8 +52,8 @@ class Engine:
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
         first auto request.  ``tool_format``: a ``formats.FORMATS`` name that overrides the
         tool-call format read from the chat template.  ``cache_ram_mib``: the RAM prompt cache
-        of ``batch`` (``spec.promptcache``; ``ModelParams.cache_ram_mib``, which ``load``
-        passes), 0 for none."""
+        (``spec.promptcache``; ``ModelParams.cache_ram_mib``, which ``load`` passes), 0 for
+        none."""
         self.target = target
         self.draft = draft
         self.n_vocab = target.n_vocab
@@ -72,9 +72,9 @@ class Engine:
         self._reasoning = False  # not looked for yet
         if cache_ram_mib < 0:
             raise ValueError(f"cache_ram_mib must be >= 0, got {cache_ram_mib}")
-        # one RAM prompt cache for every batch of this engine (they share the models' slots);
-        # a single slot runs through ``loop``, without one
-        self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib and self.n_slots > 1 else None
+        # one RAM prompt cache for every batch of this engine (they share the models' slots),
+        # or for ``loop``'s one sequence with a single slot
+        self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib else None
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -395,7 +395,7 @@ class Engine:
         self.last_result = None
         try:
             if self.n_slots == 1:
-                yield from loop.run(gen, self.target, self.draft, cancel)
+                yield from loop.run(gen, self.target, self.draft, cancel, self.prompt_cache)
             else:
                 with contextlib.closing(self._shared(gen, cancel)) as shared:
                     for piece, _ in shared:
@@ -418,7 +418,8 @@ class Engine:
         sent = 0
         try:
             if self.n_slots == 1:
-                pieces = ((piece, len(gen.logprobs)) for piece in loop.run(gen, self.target, self.draft, cancel))
+                pieces = ((piece, len(gen.logprobs))
+                          for piece in loop.run(gen, self.target, self.draft, cancel, self.prompt_cache))
             else:
                 pieces = self._shared(gen, cancel)
             with contextlib.closing(pieces):

@@ -26,12 +26,12 @@ token when the chain ends in ``dist``) instead of the ``[V]`` logits.  This scri
    T 0.8/40/0.95/0.05 and at T 1 with no filter; the support sets and the largest
    probability difference (host float64 softmax of the returned logits, and ``dist``'s own
    float32 probabilities); ties at the top-k boundary and rows at min-p's boundary.
-3. Cost on the CPU: host ms per row of a tree decode (8 nodes) with and without a backend
-   chain, in the same run, interleaved: the decode, then the host's work to get each row's
-   distribution.
+3. Cost on the CPU (or offloaded, ``-ngl``): ms per row of a tree decode (8 nodes) with and
+   without a backend chain, in the same run, interleaved: the decode (until its device is
+   done), then the host's work to get each row's distribution.
 
     python scripts/backend_sampling_probe.py [--target default] [--prompts 20] [--threads 1]
-        [--repeats 6] [--skip-real] [--json OUT]
+        [--repeats 6] [-ngl 0] [--skip-real] [--json OUT]
 
 Errors (a model that cannot be found) print one line and exit with code 2.
 """
@@ -96,11 +96,13 @@ class _PerSeqOutputs:
         _ll.llama_context_default_params = self._orig
 
 
-def open_model(path, per_seq=None, n_seq_max=16, threads=1, n_ctx=1024):
+def open_model(path, per_seq=None, n_seq_max=16, threads=1, n_ctx=1024, ngl=0):
+    """``path`` as a ``LlamaModel`` with ``ngl`` layers offloaded; ``per_seq``: see ``_PerSeqOutputs``."""
+    opts = dict(n_ctx=n_ctx, n_threads=threads, n_seq_max=n_seq_max, flash_attn=False, n_gpu_layers=ngl)
     if per_seq is None:
-        return backend.LlamaModel(str(path), n_ctx=n_ctx, n_threads=threads, n_seq_max=n_seq_max, flash_attn=False)
+        return backend.LlamaModel(str(path), **opts)
     with _PerSeqOutputs(per_seq):
-        return backend.LlamaModel(str(path), n_ctx=n_ctx, n_threads=threads, n_seq_max=n_seq_max, flash_attn=False)
+        return backend.LlamaModel(str(path), **opts)
 
 
 def chain(*samplers):
@@ -186,7 +188,9 @@ FOREST = ([80, 5, 6, 7, 8, 9], [-1, 0, 0, 1, 1, 2])
 PROMPT = [1, 50, 60, 70, 80]
 
 
-def probe_build(report, tiny):
+def probe_build(report, tiny, ngl=0):
+    """Part 1 on the model ``tiny`` (any model: the tiny test one, or a random one of the
+    default shapes on a GPU) with ``ngl`` layers offloaded."""
     out = report.setdefault("1", {})
     missing = [n for n in API if not hasattr(_ll, n)]
     out["a_api_bound"] = not missing
@@ -195,12 +199,12 @@ def probe_build(report, tiny):
     if missing:
         return
 
-    ref = open_model(tiny)
+    ref = open_model(tiny, ngl=ngl)
     ref.sync_prefix(PROMPT)
     raw = [np.array(r) for r in ref.decode(*FOREST)]
 
     # b: the default per-sequence output limit refuses the forest
-    m = Chains(open_model(tiny, per_seq=1))
+    m = Chains(open_model(tiny, per_seq=1, ngl=ngl))
     m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
     m.model.sync_prefix(PROMPT)
     try:
@@ -217,7 +221,7 @@ def probe_build(report, tiny):
     # c: every output row, chains set later or at creation
     for how in ("later", "at creation"):
         if how == "later":
-            m = Chains(open_model(tiny, per_seq=0))
+            m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
             oks = m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
         else:
             keep = [filter_chain(0.8, 5, 0.95, 0.05) for _ in range(16)]
@@ -233,7 +237,7 @@ def probe_build(report, tiny):
 
             _ll.llama_context_default_params = params
             try:
-                model = open_model(tiny)
+                model = open_model(tiny, ngl=ngl)
             finally:
                 _ll.llama_context_default_params = orig
             m = Chains(model)
@@ -260,7 +264,7 @@ def probe_build(report, tiny):
             print(f"1e. llama_get_logits_ith(0) returns the short sampled row instead of [V] logits: "
                   f"{out['e_logits_ith_is_sampled_row']}")
         m.close()
-    m = Chains(open_model(tiny, per_seq=0))
+    m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
     m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05, dist=True))
     m.model.sync_prefix(PROMPT)
     m.model.decode(*FOREST)
@@ -282,7 +286,7 @@ def probe_build(report, tiny):
     out["f_wrong_rows"] = {}
     for replan in (False, True):
         for name, calls in patterns.items():
-            m = Chains(open_model(tiny, per_seq=0))
+            m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
             m.set(range(16), lambda: chain(_ll.llama_sampler_init_top_k(13)))
             bad_last, bad, total, example = 0, 0, 0, None
             for rep in range(3):
@@ -312,10 +316,10 @@ def probe_build(report, tiny):
 # --------------------------------------------------------------------------- 2 and 3: real pair
 
 
-def probe_semantics(report, target, n_prompts, threads):
+def probe_semantics(report, target, n_prompts, threads, ngl=0):
     out = report.setdefault("2", {})
-    ref = open_model(target, threads=threads)
-    m = Chains(open_model(target, per_seq=0, threads=threads))
+    ref = open_model(target, threads=threads, ngl=ngl)
+    m = Chains(open_model(target, per_seq=0, threads=threads, ngl=ngl))
     settings = {"T0.8/k40/p0.95/minp0.05": (0.8, 40, 0.95, 0.05), "T1/no filter": (1.0, 0, 1.0, 0.0)}
     res = {name: {"rows": 0, "rows_right": 0, "max_abs_host_f64": 0.0, "max_abs_dist_f32": 0.0,
                   "support_differs": 0, "boundary_ties": 0, "returned": []} for name in settings}
@@ -355,9 +359,12 @@ def probe_semantics(report, target, n_prompts, threads):
               f"ties at the top-k boundary {r['boundary_ties']}; logits returned per row {r['logits_returned_per_row']}")
 
 
-def probe_cost(report, target, threads, repeats):
-    ref = open_model(target, threads=threads)
-    m = Chains(open_model(target, per_seq=0, threads=threads))
+def probe_cost(report, target, threads, repeats, ngl=0):
+    """Part 3 on ``target`` with ``ngl`` layers offloaded.  The decode's time includes the
+    wait for its device (``llama_synchronize``): on a GPU llama_decode returns before the
+    rows exist."""
+    ref = open_model(target, threads=threads, ngl=ngl)
+    m = Chains(open_model(target, per_seq=0, threads=threads, ngl=ngl))
     m.set(range(16), lambda: filter_chain(0.8, 40, 0.95, 0.05))
     prompt = ref.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n")
     for mm in (ref, m.model):
@@ -374,6 +381,7 @@ def probe_cost(report, target, threads, repeats):
                 m.set([1], lambda: filter_chain(0.8, 40, 0.95, 0.05))
             t0 = time.perf_counter()
             rows = mm.decode(toks, par)
+            _ll.llama_synchronize(mm._ctx)
             t1 = time.perf_counter()
             if name == "plain":
                 for i in range(n):
@@ -405,6 +413,7 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers offloaded (0: CPU only)")
     ap.add_argument("--skip-real", action="store_true", help="only 1 (tiny models)")
     ap.add_argument("--json", help="write the findings here")
     args = ap.parse_args(argv)
@@ -413,7 +422,7 @@ def main(argv=None):
     report = {"llama_cpp_python": _ll.__version__}
     with tempfile.TemporaryDirectory() as d:
         tiny, _ = tiny_gguf.write_tiny_pair(d)
-        probe_build(report, tiny)
+        probe_build(report, tiny, args.n_gpu_layers)
     if not args.skip_real and report["1"].get("a_api_bound"):
         from resispec_gguf.llama import models
 
@@ -422,8 +431,8 @@ def main(argv=None):
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        probe_semantics(report, target, min(args.prompts, len(PROMPTS)), args.threads)
-        probe_cost(report, target, args.threads, args.repeats)
+        probe_semantics(report, target, min(args.prompts, len(PROMPTS)), args.threads, args.n_gpu_layers)
+        probe_cost(report, target, args.threads, args.repeats, args.n_gpu_layers)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

@@ -37,7 +37,9 @@ other work, wall time counts their slices too.  Nothing is asserted.
 real, but the same split.  On a CPU a real decode streams the weights through the caches, so
 the host work after it runs cold (2-5x the thin models' here); ``--cold 64`` reproduces that
 on the thin models.  A GPU decode leaves the CPU caches alone: there the thin models' warm
-numbers are the ones that count.
+numbers are the ones that count.  ``-ngl N`` offloads N layers of each model; on a GPU add
+``--sync``, since there llama_decode returns before the device is done and the wait would
+count as host work (``scripts/gpu_check.py`` runs this harness offloaded, synced).
 """
 
 from __future__ import annotations
@@ -275,29 +277,72 @@ def cold_caches(megabytes: int):
         backend.LlamaModel._decode_batch = decode
 
 
+@contextmanager
+def synced_decodes(on: bool = True):
+    """Make every llama_decode also wait for its device (``llama_synchronize``), so that the
+    device's time counts as the decode's.  On a GPU llama_decode returns once the graph is
+    queued, and the wait would land in the first row read (``rows+p``, and ``bench``'s
+    overhead).  On a CPU it changes nothing: the decode is done when it returns."""
+    import llama_cpp
+
+    from resispec_gguf.llama import backend
+
+    if not on:
+        yield
+        return
+    decode = backend.LlamaModel.__dict__["_decode_batch"]
+
+    def decode_then_wait(self, n):
+        decode(self, n)
+        llama_cpp.llama_synchronize(self._ctx)
+
+    backend.LlamaModel._decode_batch = decode_then_wait
+    try:
+        yield
+    finally:
+        backend.LlamaModel._decode_batch = decode
+
+
 def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, folder: Path | None = None,
-        prompt_len: int = 160) -> list[dict]:
+        prompt_len: int = 160, n_gpu_layers: int = 0) -> list[dict]:
     """``[{"vocab", "shape", "host", "decode", "parts", "unprofiled", ...}]``: ms per step."""
+    folder = Path(folder or tempfile.mkdtemp())
+    out = []
+    for v in vocabs:
+        tpath, dpath = write_pair(folder, v)
+        try:
+            out += run_pair(tpath, dpath, v, tokens, reps, threads, seed, shapes, prompt_len, n_gpu_layers)
+        finally:
+            for p in (tpath, dpath):
+                os.unlink(p)
+    return out
+
+
+def run_pair(target: Path, draft: Path, label, tokens: int, reps: int, threads: int | None, seed: int,
+             shapes=SHAPES, prompt_len: int = 160, n_gpu_layers: int = 0) -> list[dict]:
+    """``run``'s rows for one pair of model files (``label`` in their ``vocab`` column), both
+    models with ``n_gpu_layers`` layers offloaded, prompted with random token ids."""
     import numpy as np
 
     from resispec_gguf.config import MAX_TREE_NODES
     from resispec_gguf.engine import Engine
     from resispec_gguf.llama.backend import LlamaModel
 
-    folder = Path(folder or tempfile.mkdtemp())
-    out = []
-    for v in vocabs:
-        tpath, dpath = write_pair(folder, v)
-        opts = dict(n_ctx=2048, n_batch=512, n_threads=threads, n_seq_max=MAX_TREE_NODES + 2)
-        engine = Engine(LlamaModel(tpath, **opts), LlamaModel(dpath, **opts), cost_curves=_gpu_like_curves())
-        try:
-            prompt = np.random.default_rng(seed).integers(3, v, prompt_len).tolist()
-            out += _shapes_on(engine, v, prompt, tokens, reps, seed, shapes)
-        finally:
-            engine.close()
-        for p in (tpath, dpath):
-            os.unlink(p)
-    return out
+    opts = dict(n_ctx=2048, n_batch=512, n_threads=threads, n_seq_max=MAX_TREE_NODES + 2, n_gpu_layers=n_gpu_layers)
+    t = LlamaModel(target, **opts)
+    engine = Engine(t, LlamaModel(draft, **opts), cost_curves=_gpu_like_curves())
+    try:
+        prompt = np.random.default_rng(seed).integers(3, t.n_vocab, prompt_len).tolist()
+        return _shapes_on(engine, label, prompt, tokens, reps, seed, shapes)
+    finally:
+        engine.close()
+
+
+def growth(rows: list[dict], low, high) -> dict[str, float]:
+    """``{shape: host ms per step at vocabulary high / at low - 1}`` (unprofiled), for the
+    shapes measured at both."""
+    at = {(r["vocab"], r["shape"]): r["unprofiled"] for r in rows}
+    return {s: at[high, s] / at[low, s] - 1 for v, s in at if v == low and (high, s) in at and at[low, s] > 0}
 
 
 # a code prompt for real models (about 160 tokens, as bench's)
@@ -310,7 +355,7 @@ CODE_PROMPT = ("Write a Python function `merge_intervals(intervals)` that takes 
 
 
 def run_real(target: str, draft: str | None, tokens: int, reps: int, threads: int, seed: int,
-             shapes=SHAPES) -> list[dict]:
+             shapes=SHAPES, n_gpu_layers: int = 0) -> list[dict]:
     """``run`` on real models (a path or preset, as ``--target``/``--draft`` take them),
     prompted with ``CODE_PROMPT``."""
     from resispec_gguf.config import ModelParams
@@ -318,8 +363,8 @@ def run_real(target: str, draft: str | None, tokens: int, reps: int, threads: in
     from resispec_gguf.llama import loading
 
     named = {"target": target, "draft": draft}
-    t, d = loading.open_pair(ModelParams(**{k: v for k, v in named.items() if v is not None}, n_threads=threads),
-                             progress=False)
+    t, d = loading.open_pair(ModelParams(**{k: v for k, v in named.items() if v is not None}, n_threads=threads,
+                                         n_gpu_layers=n_gpu_layers), progress=False)
     engine = Engine(t, d, cost_curves=_gpu_like_curves())
     try:
         return _shapes_on(engine, Path(t.path).stem[:24], t.tokenize(CODE_PROMPT), tokens, reps, seed, shapes)
@@ -353,6 +398,9 @@ def main(argv=None):
     ap.add_argument("--cold", type=int, default=0, metavar="MB",
                     help="after each llama_decode, stream MB of memory through the caches (64: about what a CPU "
                          "decode of the default pair does to the host work that follows)")
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers of each model offloaded (0: CPU only)")
+    ap.add_argument("--sync", action="store_true", help="wait for the device after each llama_decode, so that its "
+                                                        "time is the decode's (with -ngl: else it lands in row reads)")
     ap.add_argument("--target", help="measure these real models instead (a path or preset, e.g. default: its "
                                      "draft comes with it) on a code prompt; --vocab is then ignored")
     ap.add_argument("--draft", help="with --target: the draft model (a path or preset)")
@@ -378,15 +426,18 @@ def main(argv=None):
         wanted = [s.strip() for s in args.shapes.split(",")]
         shapes = tuple(s for s in SHAPES if s[0] in wanted)
     vocabs = [int(x) for x in args.vocab.split(",")]
-    with cold_caches(args.cold):
+    with cold_caches(args.cold), synced_decodes(args.sync):
         if args.target:
-            rows = run_real(args.target, args.draft, args.tokens, args.reps, args.threads, args.seed, shapes)
+            rows = run_real(args.target, args.draft, args.tokens, args.reps, args.threads, args.seed, shapes,
+                            args.n_gpu_layers)
         else:
-            rows = run(vocabs, args.tokens, args.reps, args.threads, args.seed, shapes)
+            rows = run(vocabs, args.tokens, args.reps, args.threads, args.seed, shapes,
+                       n_gpu_layers=args.n_gpu_layers)
     import resispec_gguf
 
     models = f"--target {args.target}" if args.target else "thin random models"
     models += f", --cold {args.cold}" if args.cold else ""
+    models += f", -ngl {args.n_gpu_layers}" + (", --sync" if args.sync else "") if args.n_gpu_layers else ""
     print_table(rows, f"host ms per step on llama.cpp ({models}, {'wall' if args.wall else 'CPU'} time), "
                       f"T 0.8, {args.tokens} tokens, best of {args.reps}, {args.threads} thread(s); "
                       f"package {Path(resispec_gguf.__file__).parent}")

@@ -52,7 +52,8 @@ def clock(model, role: str, price, calls: list) -> None:
     tree, sync = model.decode_slots, model.sync_slot
 
     def decode_slots(tokens, *args, **kwargs):
-        calls.append((role, "tree", price(len(tokens))))
+        prefill = kwargs.get("prefill") or (args[3] if len(args) > 3 else None) or {}
+        calls.append((role, "tree", price(len(tokens) + sum(len(p) for p in prefill.values()))))
         return tree(tokens, *args, **kwargs)
 
     def sync_slot(slot, tokens):

@@ -42,8 +42,10 @@ class MarkovModel:
     single-sequence calls act on slot 0.
     """
 
-    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov", n_slots=1):
+    def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov", n_slots=1,
+                 n_batch=512):
         self.n_vocab = int(n_vocab)
+        self.n_batch = int(n_batch)
         self.order = int(order)
         self.n_ctx = int(n_ctx)
         self.n_seq_max = int(n_seq_max)
@@ -56,7 +58,8 @@ class MarkovModel:
         self._nodes: list[tuple[int, int, int, int]] = []  # (token, parent, position, slot)
         self._generation = 0
         self.calls = 0  # decode calls
-        self.prefilled = 0  # tokens evaluated by sync_slot (prefill), not restored
+        self.prefilled = 0  # prompt tokens evaluated (sync_slot, decode_slots' prefill), not restored
+        self.merged = 0  # decodes that held prompt tokens beside nodes
         self.saves = self.loads = 0  # save_slot / load_slot calls
         self.fail_loads = False  # load_slot refuses (as llama.cpp without room for the cells)
 
@@ -137,13 +140,24 @@ class MarkovModel:
     def decode(self, tokens, parents, want_logits=None):
         return self.decode_slots(tokens, parents, [0] * len(tokens), want_logits)
 
-    def decode_slots(self, tokens, parents, slots, want_logits=None):
+    def decode_slots(self, tokens, parents, slots, want_logits=None, prefill=None):
         tokens = [int(t) for t in tokens]
         parents = [int(p) for p in parents]
         slots = [int(s) for s in slots]
+        prefill = {int(s): [int(t) for t in p] for s, p in (prefill or {}).items() if len(p)}
         n = len(tokens)
-        if n == 0 or len(parents) != n or len(slots) != n:
+        if n + sum(map(len, prefill.values())) == 0 or len(parents) != n or len(slots) != n:
             raise ValueError("bad decode request")
+        if n + sum(map(len, prefill.values())) > self.n_batch:
+            raise ValueError(f"{n} nodes and {sum(map(len, prefill.values()))} prompt tokens exceed the batch")
+        for slot, chunk in prefill.items():
+            if not 0 <= slot < self.n_slots or slot in slots or any(node[3] == slot for node in self._nodes):
+                raise ValueError(f"slot {slot} cannot prefill in this decode")
+            if len(self._seqs[slot]) + len(chunk) > self.n_ctx:
+                raise ContextFullError("the context is full")
+        if n == 0:
+            self._prefill(prefill, merged=False)
+            return _Rows(self, self._generation, [])
         base = len(self._nodes)
         if base + n + self.n_slots > self.n_seq_max:
             raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {self.n_seq_max - self.n_slots}")
@@ -168,9 +182,19 @@ class MarkovModel:
         self._nodes.extend(new)
         want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
         rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
+        self._prefill(prefill, merged=True)
+        return _Rows(self, self._generation, rows)
+
+    def _prefill(self, prefill: dict, merged: bool) -> None:
+        """The rest of a ``decode_slots`` call: its ``prefill`` joins the slots, and the call
+        is counted (as a decode, its prompt tokens as ``prefilled``, and as ``merged`` when
+        it held both nodes and prompt tokens)."""
+        for slot, chunk in prefill.items():
+            self._seqs[slot] = self._seqs[slot] + chunk
+            self.prefilled += len(chunk)
+        self.merged += bool(prefill) and merged
         self._bump()
         self.calls += 1
-        return _Rows(self, self._generation, rows)
 
     def commit(self, path) -> None:
         self.commit_slots({0: path})
@@ -458,9 +482,9 @@ class Clocked:
         self.clock[0] += self.curve(len(tokens))
         return self.m.decode(tokens, parents, want_logits)
 
-    def decode_slots(self, tokens, parents, slots, want_logits=None):
-        self.clock[0] += self.curve(len(tokens))
-        return self.m.decode_slots(tokens, parents, slots, want_logits)
+    def decode_slots(self, tokens, parents, slots, want_logits=None, prefill=None):
+        self.clock[0] += self.curve(len(tokens) + sum(len(p) for p in (prefill or {}).values()))
+        return self.m.decode_slots(tokens, parents, slots, want_logits, prefill)
 
 
 def noisy_markov_pair(n_vocab, *, eog, n_ctx=256, seed=3, noise=0.3):

@@ -444,6 +444,11 @@ class LlamaModel:
         return 2 * layers * int(_ll.llama_model_n_head_kv(self._model)) * head_dim * 2 * cells
 
     def _decode_batch(self, n: int) -> None:
+        """One ``llama_decode`` of the batch's first ``n`` tokens, waited for: on a GPU
+        llama.cpp returns once the work is queued and waits at the first logits read, which
+        would put the device's time into the host work after every decode (``bench``'s
+        overhead per step, and the cost curves ``auto`` measures); every caller reads the
+        rows next anyway."""
         self._batch.n_tokens = n
         self._generation += 1
         rc = _ll.llama_decode(self._ctx, self._batch)
@@ -451,6 +456,7 @@ class LlamaModel:
             raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
+        _ll.llama_synchronize(self._ctx)
 
     def _logits(self, n_out: int) -> np.ndarray:
         ptr = _ll.llama_get_logits(self._ctx)
@@ -551,23 +557,34 @@ class LlamaModel:
         """
         return self.decode_slots(tokens, parents, None, want_logits)
 
-    def decode_slots(self, tokens, parents, slots, want_logits=None) -> "LogitsRows":
-        """``decode`` of nodes of several slots (``slots[j]``: node j's; None: all slot 0)."""
+    def decode_slots(self, tokens, parents, slots, want_logits=None, prefill=None) -> "LogitsRows":
+        """``decode`` of nodes of several slots (``slots[j]``: node j's; None: all slot 0).
+        ``prefill``: ``{slot: tokens}`` appended to those slots' committed sequences in the
+        same ``llama_decode`` (no rows; a slot with nodes of this step may not prefill)."""
+        prefill = {int(s): list(p) for s, p in (prefill or {}).items() if len(p)}
         n = len(tokens)
+        m = n + sum(len(p) for p in prefill.values())
         base = len(self._nodes)
-        pasts = [len(seq) for seq in self._seqs]
-        depth_end = self._nodes.add(tokens, parents, pasts, n_batch=self.n_batch, n_seq_max=self.n_seq_max,
-                                    slots=slots)
-        if depth_end > self.n_ctx or self._overfull():
+        if n:
+            pasts = [len(seq) for seq in self._seqs]
+            depth_end = self._nodes.add(tokens, parents, pasts, n_batch=self.n_batch - (m - n),
+                                        n_seq_max=self.n_seq_max, slots=slots)
+            if depth_end > self.n_ctx or self._overfull():
+                self._forget_nodes(base)
+                raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
+        try:
+            self._check_prefill(prefill, m)
+        except Exception:
             self._forget_nodes(base)
-            raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
-        ids, counts, copies = self._nodes.cells(base)
-        for src, dst, end in copies:
-            _ll.llama_memory_seq_cp(self._mem, src, dst, -1, end)
-        self._tok[:n] = tokens
-        self._pos[:n] = self._nodes.pos[base:]
-        self._nseq[:n] = counts
-        self._seq[:n, : ids.shape[1]] = ids
+            raise
+        if n:
+            ids, counts, copies = self._nodes.cells(base)
+            for src, dst, end in copies:
+                _ll.llama_memory_seq_cp(self._mem, src, dst, -1, end)
+            self._tok[:n] = tokens
+            self._pos[:n] = self._nodes.pos[base:]
+            self._nseq[:n] = counts
+            self._seq[:n, : ids.shape[1]] = ids
         if want_logits is None:
             self._out[:n] = 1
             rows = range(n)
@@ -575,12 +592,39 @@ class LlamaModel:
             out = np.asarray(want_logits, bool)
             self._out[:n] = out
             rows = np.flatnonzero(out)
+        at = n
+        for slot, chunk in prefill.items():  # after the nodes: their rows stay first in the buffer
+            k, past = len(chunk), len(self._seqs[slot])
+            self._tok[at:at + k] = chunk
+            self._pos[at:at + k] = np.arange(past, past + k)
+            self._nseq[at:at + k] = 1
+            self._seq[at:at + k, 0] = slot
+            self._out[at:at + k] = 0
+            at += k
         try:
-            self._decode_batch(n)
+            self._decode_batch(m)
         except Exception:
             self._forget_nodes(base)
+            for slot in prefill:
+                _ll.llama_memory_seq_rm(self._mem, slot, len(self._seqs[slot]), -1)
             raise
+        for slot, chunk in prefill.items():
+            self._seqs[slot].extend(int(t) for t in chunk)
         return LogitsRows(self, self._generation, rows)
+
+    def _check_prefill(self, prefill: dict, m: int) -> None:
+        """``decode_slots``'s ``prefill`` fits: one batch of ``m`` tokens in all, each slot's
+        context, and no slot that has nodes of this step."""
+        if m == 0:
+            raise ValueError("nothing to decode")
+        if m > self.n_batch:
+            raise ValueError(f"{m} tokens exceed the batch size {self.n_batch}")
+        busy = set(self._nodes.slot)
+        for slot, chunk in prefill.items():
+            if not 0 <= slot < self.n_slots or slot in busy:
+                raise ValueError(f"slot {slot} cannot prefill in this decode")
+            if len(self._seqs[slot]) + len(chunk) > self.n_ctx:
+                raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
 
     def _overfull(self) -> bool:
         """Whether a slot's committed plus uncommitted tokens exceed its context."""

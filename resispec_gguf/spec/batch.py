@@ -4,12 +4,15 @@ A ``Batch`` holds up to ``n_slots`` requests, each a ``Generation`` in a slot of
 ``protocol.SlotBackend`` (its committed tokens live in the slot's own sequence).  One call
 of ``step`` does two things:
 
-1. **Prefill** — one chunk (``chunk`` tokens at most, per model) of one waiting prompt goes
-   into its slot, so a long prompt delays the running requests by one chunk per step, never
-   by its whole length (nor does a draft slot that holds less of the prompt than the
-   target's).  A waiting prompt that its slots already hold whole (its slot's own prefix, or
-   a state restored from the RAM prompt cache at admission, ``promptcache``) needs no decode
-   and starts in the same step, beside that chunk.
+1. **Prefill** — the waiting prompts get ``chunk`` tokens per model in all, in the order
+   they were admitted, and those tokens ride in the same decode as the running requests'
+   step (the target's, and the draft's first level): a long prompt delays the running
+   requests by one chunk per step, never by its whole length (nor does a draft slot that
+   holds less of the prompt than the target's), and several short prompts that arrive
+   together are prefilled by one decode.  With nothing running, the chunk is a decode of
+   its own and the prompts it completes start in the same step.  A waiting prompt that its
+   slots already hold whole (its slot's own prefix, or a state restored from the RAM prompt
+   cache at admission, ``promptcache``) needs no decode and starts at once.
 2. **One step of every running request** — each generation plans its step (``plan``); the
    draft calls they yield are made level by level, *one* draft decode per level holding
    every request's frontier; then *one* target decode holds every request's rows; each
@@ -58,7 +61,7 @@ from .generation import Commit, Decode, DraftSync, Generation, Room
 from .promptcache import PromptCache, common_prefix
 from .protocol import SlotBackend
 
-__all__ = ["Batch", "Request", "background_of", "share_rows"]
+__all__ = ["Batch", "Request", "background_of", "reuse_slot", "share_rows"]
 
 # prompt tokens prefilled per step
 DEFAULT_CHUNK = 256
@@ -75,6 +78,7 @@ class Request:
     filled: int = 0  # prompt tokens (of prompt[:-1]) in the target's slot so far
     d_filled: int = 0  # ... in the draft's (it may hold less of the prompt than the target)
     reused: int = 0
+    order: int = 0  # admission count: the waiting prompts are prefilled in this order
     prefill_s: float = 0.0
     started: bool = False
     done: bool = False
@@ -227,35 +231,15 @@ class Batch:
         slot = self.free_slot(gen.prompt) if slot is None else slot
         if slot is None or self.slots[slot] is not None:
             raise RuntimeError("no free slot")
-        req = Request(gen, slot)
-        req.reused = req.filled = self._reuse(self.target, "target", slot, gen.prompt[:-1])
+        req = Request(gen, slot, order=self._admissions)
+        req.reused = req.filled = reuse_slot(self.ram, self.target, "target", slot, gen.prompt[:-1])
+        self.target.sync_slot(slot, gen.prompt[: req.filled + 1])  # nothing after the reused prefix
         if gen.uses_draft:
-            req.d_filled = self._reuse(self.draft, "draft", slot, gen.prompt[:-1])
+            req.d_filled = reuse_slot(self.ram, self.draft, "draft", slot, gen.prompt[:-1])
+            self.draft.sync_slot(slot, gen.prompt[: req.d_filled + 1])
         self.slots[slot] = req
         self._admitted[slot], self._admissions = self._admissions, self._admissions + 1
         return req
-
-    def _reuse(self, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
-        """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
-        common prefix, or a longer one restored from the RAM prompt cache (``ram``), by at least
-        ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
-        ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
-        the last reply, saves nothing: copying a long history costs more than their
-        prefill)."""
-        held = model.slot_tokens(slot)
-        own = common_prefix(held, want)
-        if self.ram is None or not hasattr(model, "save_slot"):
-            return own
-        if len(held) - own >= self.ram.min_gain and self.ram.wants(role, held):
-            state = model.save_slot(slot)
-            self.ram.put(role, held, state, state.nbytes)
-        entry, common = self.ram.best(role, want)
-        if entry is None or common < own + self.ram.min_gain:
-            return own
-        if not model.load_slot(slot, entry.state, entry.tokens, common):
-            return 0
-        self.ram.took(entry, common - own)
-        return common
 
     def cancel(self, req: Request) -> None:
         """End ``req`` now (its finish reason stays None: "interrupted") and free its slot.
@@ -266,33 +250,25 @@ class Batch:
     # ------------------------------------------------------------------ steps
 
     def step(self) -> list[Request]:
-        """One prefill chunk and one step of every running request; returns the requests
-        that got text or ended (their slots are free again once ``done``)."""
-        changed: list[Request] = []
-        chunked = False  # one waiting prompt gets a chunk; those already held whole start too
-        for r in [r for r in self.requests if not r.started]:
-            held = self._held(r)
-            if held or not chunked:
-                chunked |= not held
-                self._prefill(r)
-                if r.done:
-                    changed.append(r)
+        """Prefill and one step of every running request (module docstring); returns the
+        requests that got text or ended (their slots are free again once ``done``)."""
+        for r in self.requests:
+            if not r.started and self._held(r):
+                self._start(r)
+        waiting = sorted((r for r in self.requests if not r.started), key=lambda r: r.order)
+        if waiting and not any(r.started for r in self.requests):
+            t0 = time.perf_counter()
+            self._prefill_alone(self.target, waiting, "filled")
+            if self.draft is not None:
+                self._prefill_alone(self.draft, waiting, "d_filled")
+            self._prefilled(waiting, time.perf_counter() - t0)
+            waiting = []
         running = [r for r in self.requests if r.started]
-        if running:
-            changed += self._step(running)
-        return changed
+        return self._step(running, waiting) if running else []
 
-    def _prefill(self, r: Request) -> None:
-        """One chunk more of ``r``'s prompt into each model's slot that still lacks some."""
-        gen = r.gen
-        t0 = time.perf_counter()
-        r.filled = self._fill(self.target, r.slot, gen.prompt, r.filled)
-        if gen.uses_draft:
-            r.d_filled = self._fill(self.draft, r.slot, gen.prompt, r.d_filled)
-        r.prefill_s += time.perf_counter() - t0
-        if self._held(r):
-            gen.started(r.reused, r.prefill_s)
-            r.started, r.t_start = True, time.perf_counter()
+    def _start(self, r: Request) -> None:
+        r.gen.started(r.reused, r.prefill_s)
+        r.started, r.t_start = True, time.perf_counter()
 
     def _held(self, r: Request) -> bool:
         """Whether ``r``'s slots hold all of its prompt before its root (its prefill decodes
@@ -300,13 +276,37 @@ class Batch:
         last = len(r.gen.prompt) - 1
         return r.filled == last and (r.d_filled == last or not r.gen.uses_draft)
 
-    def _fill(self, model: SlotBackend, slot: int, prompt: Sequence[int], filled: int) -> int:
-        """``model``'s slot holds ``prompt[:filled]`` (and maybe more after it): one chunk
-        more, and nothing after it (``sync_slot`` leaves the last of the tokens it is given
-        out); returns the new fill."""
-        end = min(len(prompt) - 1, filled + self.chunk)
-        model.sync_slot(slot, prompt[: end + 1])
-        return end
+    def _chunks(self, model: SlotBackend, waiting: list[Request], fill: str, room: int) -> dict[int, list[int]]:
+        """The prompt tokens ``model`` takes this step, ``{slot: tokens}``: ``chunk`` at most in
+        all (and ``room``), from the waiting requests in order; each request's ``fill``
+        attribute (``filled`` or ``d_filled``) counts what its slot holds."""
+        out, budget = {}, min(self.chunk, room)
+        for r in waiting:
+            if budget <= 0:
+                break
+            if fill == "d_filled" and not r.gen.uses_draft:
+                continue
+            have, last = getattr(r, fill), len(r.gen.prompt) - 1
+            take = min(last - have, budget)
+            if take > 0:
+                out[r.slot] = list(r.gen.prompt[have: have + take])
+                budget -= take
+        return out
+
+    def _prefill_alone(self, model: SlotBackend, waiting: list[Request], fill: str) -> None:
+        """A decode of ``model`` holding nothing but the waiting prompts' chunks."""
+        chunks = self._chunks(model, waiting, fill, model.n_batch)
+        if chunks:
+            model.decode_slots([], [], [], prefill=chunks)
+            _took(waiting, chunks, fill)
+
+    def _prefilled(self, waiting: list[Request], seconds: float) -> None:
+        """After a decode that carried the waiting prompts' chunks: their time, and those now
+        held whole start."""
+        for r in waiting:
+            r.prefill_s += seconds
+            if self._held(r):
+                self._start(r)
 
     def _rooms(self, reqs: list[Request]) -> dict[Request, Room]:
         t, d = self.target, self.draft
@@ -348,7 +348,8 @@ class Batch:
                             self.row_s, base_tokens=len(reqs))
         return max((n for n, d in zip(counts, drafts) if d), default=0)
 
-    def _step(self, reqs: list[Request]) -> list[Request]:
+    def _step(self, reqs: list[Request], waiting: list[Request]) -> list[Request]:
+        """One step of the running ``reqs``, carrying the ``waiting`` prompts' chunks."""
         t_step = time.perf_counter()
         rooms = self._rooms(reqs)
         plans = {r: r.gen.plan(rooms[r]) for r in reqs}
@@ -357,13 +358,14 @@ class Batch:
         failed: set[Request] = set()
         for r in reqs:
             self._advance(r, plans[r], None, calls, finals, failed, first=True)
-        dmap, drafted, levels = self._draft_levels(plans, calls, finals, failed)
-        tmap, commits = self._target_decode(finals, failed)
+        dmap, drafted, levels = self._draft_levels(plans, calls, finals, failed, waiting)
+        tmap, commits = self._target_decode(finals, failed, waiting)
         self.target.commit_slots({r.slot: [tmap[r] + i for i in c.target] for r, c in commits.items()})
         if self.draft is not None:
             self.draft.commit_slots({r.slot: [dmap[r][i] for i in c.draft] for r, c in commits.items()
                                      if c.draft is not None})
         seconds = time.perf_counter() - t_step
+        self._prefilled(waiting, seconds)
         for r in commits:
             r.gen.step_done(seconds)
             n_out = len(r.gen.out)
@@ -380,15 +382,17 @@ class Batch:
                 self._close(r)
         return [r for r in reqs if r.pieces or r.done]
 
-    def _draft_levels(self, plans, calls, finals, failed):
+    def _draft_levels(self, plans, calls, finals, failed, waiting):
         """The draft decodes of a step: one per level, holding every request's call of that
-        level, until every plan has reached its target decode (into ``finals``).  Returns
-        ``(dmap, drafted, levels)``: per request, its draft nodes' indices among the step's,
-        and its draft rows and calls this step."""
+        level, until every plan has reached its target decode (into ``finals``); the first
+        also holds the ``waiting`` prompts' chunks (a decode of their own when the step makes
+        no draft call).  Returns ``(dmap, drafted, levels)``: per request, its draft nodes'
+        indices among the step's, and its draft rows and calls this step."""
         dmap: dict[Request, list[int]] = {r: [] for r in plans}  # draft node -> index in the step
         n_draft = 0
         drafted: dict[Request, int] = {}
         levels: dict[Request, int] = {}
+        pending = waiting if self.draft is not None else []
         while calls:
             order = list(calls)
             tokens, parents, slots, want, spans = [], [], [], [], []
@@ -403,9 +407,12 @@ class Batch:
                     m.append(n_draft + len(tokens) - 1)
                 want += w.tolist()
                 spans.append((start, int(w.sum())))
+            chunks = self._chunks(self.draft, pending, "d_filled", self.draft.n_batch - len(tokens))
             t = time.perf_counter()
-            rows = self.draft.decode_slots(tokens, parents, slots, want)
+            rows = self.draft.decode_slots(tokens, parents, slots, want, prefill=chunks)
             dt = time.perf_counter() - t
+            _took(pending, chunks, "d_filled")
+            pending = []
             n_draft += len(tokens)
             for r in order:
                 drafted[r] = drafted.get(r, 0) + len(calls[r].tokens)
@@ -415,10 +422,13 @@ class Batch:
                 r.gen.stats.draft_time += dt
                 r.gen.stats.draft_calls += 1
                 self._advance(r, plans[r], _Part(rows, start, n), calls, finals, failed)
+        if pending:
+            self._prefill_alone(self.draft, pending, "d_filled")
         return dmap, drafted, levels
 
-    def _target_decode(self, finals, failed):
-        """One target decode of every request's rows, each request absorbing its own.  Returns
+    def _target_decode(self, finals, failed, waiting):
+        """One target decode of every request's rows and the ``waiting`` prompts' chunks, each
+        request absorbing its own rows.  Returns
         ``(tmap, commits)``: where each request's rows start, and the commits of those whose
         verification did not fail (a failed one ends alone, into ``failed``)."""
         tmap: dict[Request, int] = {}
@@ -432,10 +442,12 @@ class Batch:
                 parents.append(-1 if par < 0 else tmap[r] + par)
                 slots.append(r.slot)
         commits: dict[Request, Commit] = {}
-        if tokens:
+        chunks = self._chunks(self.target, waiting, "filled", self.target.n_batch - len(tokens))
+        if tokens or chunks:
             t = time.perf_counter()
-            rows = self.target.decode_slots(tokens, parents, slots)
+            rows = self.target.decode_slots(tokens, parents, slots, prefill=chunks)
             dt = time.perf_counter() - t
+            _took(waiting, chunks, "filled")
             for r, start in tmap.items():
                 r.gen.stats.target_time += dt
                 try:
@@ -471,6 +483,37 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
+
+
+def reuse_slot(ram: PromptCache | None, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
+    """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
+    common prefix, or a longer one restored from the RAM prompt cache ``ram``, by at least
+    ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
+    ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
+    the last reply, saves nothing: copying a long history costs more than their
+    prefill).  ``role``: the model's name in ``ram`` ("target" or "draft")."""
+    held = model.slot_tokens(slot)
+    own = common_prefix(held, want)
+    if ram is None or not hasattr(model, "save_slot"):
+        return own
+    if len(held) - own >= ram.min_gain and ram.wants(role, held):
+        state = model.save_slot(slot)
+        ram.put(role, held, state, state.nbytes)
+    entry, common = ram.best(role, want)
+    if entry is None or common < own + ram.min_gain:
+        return own
+    if not model.load_slot(slot, entry.state, entry.tokens, common):
+        return 0
+    ram.took(entry, common - own)
+    return common
+
+
+def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str) -> None:
+    """After a decode that held ``chunks`` (``Batch._chunks``): each request's ``fill`` grows
+    by its chunk."""
+    for r in waiting:
+        if r.slot in chunks:
+            setattr(r, fill, getattr(r, fill) + len(chunks[r.slot]))
 
 
 def _chain_accept(tuner) -> float:

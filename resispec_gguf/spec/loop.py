@@ -11,18 +11,27 @@ import time
 from typing import Iterator
 
 from ..errors import ConstraintError
+from .batch import reuse_slot
 from .generation import Decode, DraftSync, Generation, Room
+from .promptcache import PromptCache
 from .protocol import ModelBackend
 
 __all__ = ["run"]
 
 
-def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel=None) -> Iterator[str]:
+def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel=None,
+        ram: PromptCache | None = None) -> Iterator[str]:
     """Generate ``gen``'s reply: yield its text pieces as they become final.  ``cancel``: an
     event (``is_set()``) checked before every step; once set, the reply ends there
-    ("interrupted"), whether or not its last steps made text."""
+    ("interrupted"), whether or not its last steps made text.  ``ram``: a RAM prompt cache
+    (``promptcache``) for the models' one sequence, as ``batch`` keeps one for its slots:
+    what a new prompt evicts is saved there, and a prompt found there is restored."""
     gen.check_fits(target.n_ctx)
     t0 = time.perf_counter()
+    if ram is not None:
+        reuse_slot(ram, target, "target", 0, gen.prompt[:-1])
+        if gen.uses_draft:
+            reuse_slot(ram, draft, "draft", 0, gen.prompt[:-1])
     reused = target.sync_prefix(gen.prompt)
     if gen.uses_draft:
         draft.sync_prefix(gen.prompt)

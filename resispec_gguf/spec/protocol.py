@@ -105,6 +105,7 @@ class SlotBackend(ModelBackend, Protocol):
     """
 
     n_slots: int
+    n_batch: int  # the most tokens (nodes and prompt tokens) one ``decode_slots`` call holds
 
     def slot_past(self, slot: int) -> int:
         """Tokens in ``slot``'s committed sequence."""
@@ -121,10 +122,15 @@ class SlotBackend(ModelBackend, Protocol):
         ...
 
     def decode_slots(self, tokens: Sequence[int], parents: Sequence[int], slots: Sequence[int],
-                     want_logits=None) -> Sequence[np.ndarray]:
+                     want_logits=None, prefill: dict[int, Sequence[int]] | None = None) -> Sequence[np.ndarray]:
         """``decode`` of nodes of several slots in one call: node ``j`` belongs to slot
         ``slots[j]``; parent ``-1`` is that slot's committed sequence, any other parent is an
-        earlier node of the same slot (indices count all slots' nodes of the step)."""
+        earlier node of the same slot (indices count all slots' nodes of the step).
+
+        ``prefill``: ``{slot: tokens}``, prompt tokens appended to those slots' committed
+        sequences by the same call (they give no rows; ``tokens`` may then be empty).  A slot
+        with nodes of this step may not prefill.  One call for both is what lets a prompt's
+        prefill ride along with the other requests' step."""
         ...
 
     def commit_slots(self, paths: dict[int, Sequence[int]]) -> None:

@@ -208,8 +208,7 @@ def _cmd_serve(args) -> int:
             auth = "auth on" if params.api_key else "auth off, no --api-key"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
             slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
-            if engine.n_slots > 1:
-                slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
+            slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
             print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
                   f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
             server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)

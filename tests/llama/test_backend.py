@@ -325,6 +325,41 @@ def test_a_slot_refuses_nodes_of_another_slot_and_its_own_overflow(slotted):
     m.drop_uncommitted()
 
 
+def test_a_prompt_prefilled_beside_other_slots_nodes_continues_as_if_prefilled_alone(slotted, models):
+    """``decode_slots``' ``prefill``: prompt tokens appended to a slot in the same decode as
+    other slots' nodes (and as a decode of their own), whose rows are as without them."""
+    m, (_, ref) = slotted, models
+    m.reset()
+    a, b = m.tokenize("Running request"), m.tokenize("A prompt that arrives while it runs, in two chunks")
+    m.sync_slot(0, a + [0])
+    rows = m.decode_slots([11, 12], [-1, 0], [0, 0], prefill={1: b[:10], 2: []})
+    assert len(rows) == 2 and near_logits(rows[1], ref.logits_of_sequence(a + [11, 12])[-1])
+    assert m.slot_tokens(1) == b[:10]
+    m.commit_slots({0: [0, 1]})
+    m.decode_slots([], [], [], prefill={1: b[10:]})
+    assert m.slot_tokens(1) == b and m.slot_tokens(0) == a + [11, 12]
+    rows = m.decode_slots([13, 14], [-1, -1], [0, 1])
+    assert near_logits(rows[0], ref.logits_of_sequence(a + [11, 12, 13])[-1])
+    assert near_logits(rows[1], ref.logits_of_sequence(b + [14])[-1])
+    m.drop_uncommitted()
+
+
+def test_a_prefill_that_cannot_go_in_leaves_every_slot_as_it_was(slotted):
+    m = slotted
+    m.reset()
+    m.sync_slot(0, [5, 6, 0])
+    with pytest.raises(ValueError, match="cannot prefill"):  # a slot with nodes of this step
+        m.decode_slots([7], [-1], [0], prefill={0: [8, 9]})
+    with pytest.raises(ValueError, match="batch"):
+        m.decode_slots([7], [-1], [0], prefill={1: [8] * m.n_batch})
+    with pytest.raises(ContextFullError):
+        m.decode_slots([], [], [], prefill={1: [8] * (m.n_ctx + 1)})
+    assert m.slot_tokens(0) == [5, 6] and m.slot_tokens(1) == [] and len(m._nodes) == 0
+    rows = m.decode_slots([7], [-1], [0], prefill={1: [8, 9]})
+    assert len(rows) == 1 and m.slot_tokens(1) == [8, 9]
+    m.drop_uncommitted()
+
+
 def test_a_slot_saved_to_ram_restores_into_another_slot_as_if_prefilled(slotted, models):
     """``save_slot``/``load_slot`` (the RAM prompt cache): a state saved from one slot and
     restored, trimmed, into another gives the logits of the same tokens prefilled."""
@@ -352,9 +387,11 @@ def test_a_slot_saved_to_ram_restores_into_another_slot_as_if_prefilled(slotted,
     m.drop_uncommitted()
 
 
-def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair):
-    """Through the engine: prompts that evict each other from two slots, then come back, reply
-    token for token as without the cache, and the restored tokens count as reused."""
+@pytest.mark.parametrize("n_slots", [2, 1])
+def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair, n_slots):
+    """Through the engine: prompts that evict each other from two slots (or one: ``loop``'s
+    sequence), then come back, reply token for token as without the cache, and the restored
+    tokens count as reused."""
     from resispec_gguf.config import DraftParams, SamplingParams
     from resispec_gguf.engine import Engine
 
@@ -364,7 +401,7 @@ def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair):
     replies = {}
     for mib in (0, 64):
         with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, n_threads=1, flash_attn=False,
-                         n_slots=2, cache_ram_mib=mib, progress=False) as engine:
+                         n_slots=n_slots, cache_ram_mib=mib, progress=False) as engine:
             out = []
             for p in prompts + prompts:
                 res = engine.generate(p, SamplingParams(temperature=0.0, max_tokens=8), DraftParams(method="chain"))

@@ -287,24 +287,52 @@ def test_a_new_request_goes_to_the_free_slot_sharing_its_longest_prefix():
 
 
 def test_a_long_prompt_is_prefilled_a_chunk_per_step_beside_the_running_requests():
+    """Each chunk rides in the running request's target decode (one decode a step), and the
+    prompt's first step is the one after its last chunk."""
     engine, target = _engine("gpu", n_slots=2)
     alone = Engine(*slotted_pair(1))
     seed = next(s for s in range(200)  # a reply that runs past the prefill below
                 if len(alone.generate(PROMPT, T1.replace(seed=s, max_tokens=40), _dp("none")).tokens) >= 10)
     batch = engine.batch(chunk=4)
     short = batch.admit(engine.generation(PROMPT, T1.replace(seed=seed, max_tokens=40), _dp("none")))
-    batch.step()  # prefilled (3 tokens), then its first step in the same call
-    assert short.gen.stats.steps == 1
+    batch.step()  # prefilled (3 tokens) by a decode of its own, then its first step in the same call
+    assert short.gen.stats.steps == 1 and target.merged == 0
     long_prompt = [int(x) for x in np.random.default_rng(0).integers(0, EOG, 21)]
     late = batch.admit(engine.generation(long_prompt, T1.replace(seed=2, max_tokens=4), _dp("resispec")))
-    filled = []
+    filled, calls = [], []
     for i in range(5):  # 20 tokens before the root, 4 a step
+        before = target.calls
         batch.step()
+        calls.append(target.calls - before)
         filled.append(target.slot_past(late.slot))
         assert short.gen.stats.steps == i + 2  # the running request moved every step
-    # its last chunk went in at the fifth step, and its first step came right after it
-    assert filled[:4] == [4, 8, 12, 16] and filled[4] > 20
-    assert late.started and late.gen.stats.steps == 1 and late.gen.stats.prompt_tokens == 21
+    assert filled == [4, 8, 12, 16, 20] and calls == [1] * 5 and target.merged == 5
+    assert late.started and late.gen.stats.steps == 0
+    batch.step()
+    assert late.gen.stats.steps == 1 and late.gen.stats.prompt_tokens == 21
+
+
+def test_prompts_arriving_together_share_the_chunk_of_one_decode():
+    """Three prompts admitted at once, with nothing running: one decode per model holds the
+    first chunk, taken in admission order (the first prompt whole, then as much of the next
+    as fits), and every prompt it completes starts in that step."""
+    engine, target = _engine("gpu", n_slots=3)
+    batch = engine.batch(chunk=16)
+    rng = np.random.default_rng(5)
+    prompts = [[int(x) for x in rng.integers(0, EOG, n)] for n in (6, 9, 12)]  # 5, 8, 11 before their roots
+    reqs = [batch.admit(engine.generation(p, T1.replace(seed=k, max_tokens=30), _dp("resispec")))
+            for k, p in enumerate(prompts)]
+    t0 = target.calls
+    batch.step()
+    assert [r.filled for r in reqs] == [5, 8, 3] and [r.d_filled for r in reqs] == [5, 8, 3]
+    assert [r.started for r in reqs] == [True, True, False]
+    assert reqs[0].gen.stats.steps == reqs[1].gen.stats.steps == 1
+    t1 = target.calls
+    assert t1 - t0 == 2  # the prefill, then the two started requests' step
+    batch.step()  # the rest of the third rides in their second step
+    assert target.calls - t1 == 1 and reqs[2].filled == 11 and reqs[2].started
+    _run(batch)
+    assert all(r.done for r in reqs)
 
 
 def test_a_draft_slot_holding_less_of_the_prompt_is_prefilled_a_chunk_per_step_too():
@@ -334,7 +362,9 @@ def test_a_draft_slot_holding_less_of_the_prompt_is_prefilled_a_chunk_per_step_t
         assert req.filled == len(again) - 1 and req.d_filled == 0
         steps = 0
         while not req.started:
+            before = draft.prefilled
             batch.step()
+            fed.append(draft.prefilled - before)
             steps += 1
     finally:
         del draft.sync_slot

@@ -51,3 +51,28 @@ def test_a_cancel_event_ends_the_reply_before_the_next_step():
         list(loop.run(gen, target, draft, cancel=_AfterSteps(gen, 3)))
         assert gen.stats.steps == 3 or gen.finish_reason == "eos" and gen.stats.steps < 3
         assert gen.finish_reason in (None, "eos")  # None: "interrupted"
+
+
+@pytest.mark.parametrize("method", ["none", "chain"])
+def test_a_ram_cache_restores_a_prompt_its_one_sequence_lost(method):
+    """With ``ram``, a prompt evicted by another is saved, restored when it comes back (for
+    each model it uses), and replied to as without the cache."""
+    from resispec_gguf.spec.promptcache import PromptCache
+
+    a, b = list(range(1, 7)) * 7, list(range(6, 0, -1)) * 7  # 42 tokens each, sharing none
+    outs = {}
+    for with_ram in (False, True):
+        target, draft = noisy_markov_pair(8, eog=7)
+        ram = PromptCache(1 << 20) if with_ram else None
+        seen = []
+        for k, prompt in enumerate([a, b, a]):
+            sp = SamplingParams(temperature=0.9, max_tokens=6, seed=k)
+            gen = Generation(prompt, sp, DraftParams(method=method), vocab=target, has_draft=True, seed=k)
+            list(loop.run(gen, target, draft, ram=ram))
+            seen.append((gen.out, gen.stats.prompt_reused, target.prefilled))
+        outs[with_ram] = seen, target, draft, ram
+    (off, _, _, _), (on, target, draft, ram) = outs[False], outs[True]
+    assert [o for o, _, _ in on] == [o for o, _, _ in off]
+    assert off[2][1] == 0 and on[2][1] == len(a) - 1  # the third prompt came back whole
+    assert on[2][2] == on[1][2]  # and prefilled nothing
+    assert target.loads == 1 and draft.loads == (method != "none") and ram.hits == 1 + (method != "none")

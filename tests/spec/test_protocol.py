@@ -18,7 +18,7 @@ def test_the_fakes_and_the_backend_save_and_restore_slot_states(engine):
     assert isinstance(engine.target, SlotStates) and isinstance(engine.draft, SlotStates)
 
     class NoStates:
-        n_vocab = n_ctx = n_seq_max = n_threads = n_slots = 4
+        n_vocab = n_ctx = n_seq_max = n_threads = n_slots = n_batch = 4
 
     for name in ("n_past", "sync_prefix", "decode", "commit", "drop_uncommitted", "reset", "is_eog", "token_piece",
                  "cost_key", "slot_past", "slot_tokens", "sync_slot", "decode_slots", "commit_slots"):
