@@ -205,7 +205,7 @@ def probe_build(report, tiny, ngl=0):
 
     # b: the default per-sequence output limit refuses the forest
     m = Chains(open_model(tiny, per_seq=1, ngl=ngl))
-    m.set(range(1, 16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
+    m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
     m.model.sync_prefix(PROMPT)
     try:
         m.model.decode(*FOREST)
@@ -222,17 +222,17 @@ def probe_build(report, tiny, ngl=0):
     for how in ("later", "at creation"):
         if how == "later":
             m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
-            oks = m.set(range(1, 16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
+            oks = m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05))
         else:
-            keep = [filter_chain(0.8, 5, 0.95, 0.05) for _ in range(1, 16)]
-            cfg = (_ll.llama_sampler_seq_config * 15)(*[_ll.llama_sampler_seq_config(s, ctypes.cast(keep[s - 1], ctypes.c_void_p)) for s in range(1, 16)])
+            keep = [filter_chain(0.8, 5, 0.95, 0.05) for _ in range(16)]
+            cfg = (_ll.llama_sampler_seq_config * 16)(*[_ll.llama_sampler_seq_config(s, ctypes.cast(keep[s], ctypes.c_void_p)) for s in range(16)])
             orig = _ll.llama_context_default_params
 
             def params(orig=orig, cfg=cfg):
                 p = orig()
                 p.n_outputs_max_per_seq = 0
                 p.samplers = ctypes.cast(cfg, ctypes.POINTER(_ll.llama_sampler_seq_config))
-                p.n_samplers = 15
+                p.n_samplers = 16
                 return p
 
             _ll.llama_context_default_params = params
@@ -265,7 +265,7 @@ def probe_build(report, tiny, ngl=0):
                   f"{out['e_logits_ith_is_sampled_row']}")
         m.close()
     m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
-    m.set(range(1, 16), lambda: filter_chain(0.8, 5, 0.95, 0.05, dist=True))
+    m.set(range(16), lambda: filter_chain(0.8, 5, 0.95, 0.05, dist=True))
     m.model.sync_prefix(PROMPT)
     m.model.decode(*FOREST)
     rows = [sampled(m.model, b) for b in range(len(FOREST[0]))]
@@ -287,7 +287,7 @@ def probe_build(report, tiny, ngl=0):
     for replan in (False, True):
         for name, calls in patterns.items():
             m = Chains(open_model(tiny, per_seq=0, ngl=ngl))
-            m.set(range(1, 16), lambda: chain(_ll.llama_sampler_init_top_k(13)))
+            m.set(range(16), lambda: chain(_ll.llama_sampler_init_top_k(13)))
             bad_last, bad, total, example = 0, 0, 0, None
             for rep in range(3):
                 prompt = [1, 20 + rep, 30, 40]
@@ -329,7 +329,7 @@ def probe_semantics(report, target, n_prompts, threads, ngl=0):
         raw = np.array(ref.decode([toks[-1]], [-1])[0])
         for name, (t, k, p, mp) in settings.items():
             r = res[name]
-            m.set(range(1, 16), lambda: filter_chain(t, k, p, mp, dist=True))
+            m.set(range(16), lambda: filter_chain(t, k, p, mp, dist=True))
             m.model.sync_prefix(toks)
             m.model.decode([toks[-1]], [-1])
             ids, vals, probs, _ = sampled(m.model, 0)
@@ -365,7 +365,7 @@ def probe_cost(report, target, threads, repeats, ngl=0):
     rows exist."""
     ref = open_model(target, threads=threads, ngl=ngl)
     m = Chains(open_model(target, per_seq=0, threads=threads, ngl=ngl))
-    m.set(range(1, 16), lambda: filter_chain(0.8, 40, 0.95, 0.05))
+    m.set(range(16), lambda: filter_chain(0.8, 40, 0.95, 0.05))
     prompt = ref.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n")
     for mm in (ref, m.model):
         mm.sync_prefix(prompt)

@@ -34,10 +34,9 @@ one run, no network, a few minutes on an H200 once llama-cpp-python is built.
    c. ``pair``: the same on the random default pair of step 2, offloaded: ``bench``'s
       ``overhead_ms_per_step``.  The draft shares no weights with the target, so its trees
       are rarely accepted (``tau`` about 1).
-   In b and c every llama_decode waits for its device (``host_bench.synced_decodes``): on a
-   GPU llama_decode returns once the graph is queued, and the engine would count the wait
-   as host work, in the first row read.  c also prints ``bench``'s figure as the engine
-   measures it today, unsynced.  Times are wall-clock.
+   Every llama_decode waits for its device (the backend synchronizes: on a GPU
+   llama_decode returns once the graph is queued, and the wait would otherwise count as
+   host work, in the first row read).  Times are wall-clock.
 5. ``sampling`` (run last, after 6): llama.cpp's backend sampling as the GPU path, on the
    target of step 2, offloaded (``backend_sampling_probe.py``): part 1, whether a forest
    decode returns the right rows (wrong-row counts without, and with, a new graph plan
@@ -355,23 +354,19 @@ def _host_shapes():
 
 def host_work(vocabs, ngl: int, threads: int, tokens: int, reps: int, folder: Path) -> list[dict]:
     """4b: ``host_bench``'s rows (ms per step) on thin random models at each vocabulary,
-    offloaded, every decode synced with its device."""
+    offloaded."""
     import host_bench
 
-    with host_bench.synced_decodes():
-        return host_bench.run(vocabs, tokens, reps, threads, 0, _host_shapes(), folder, n_gpu_layers=ngl)
+    return host_bench.run(vocabs, tokens, reps, threads, 0, _host_shapes(), folder, n_gpu_layers=ngl)
 
 
-def pair_work(paths: dict, ngl: int, threads: int | None, tokens: int, reps: int) -> tuple[list[dict], dict]:
-    """4c: ``host_bench``'s rows on the random pair, offloaded, decodes synced; and ``bench``'s
-    overhead per shape as the engine measures it, unsynced (one generation)."""
+def pair_work(paths: dict, ngl: int, threads: int | None, tokens: int, reps: int) -> list[dict]:
+    """4c: ``host_bench``'s rows on the random pair, offloaded (``bench``'s overhead per step
+    among them)."""
     import host_bench
 
-    run = dict(tokens=tokens, threads=threads, seed=0, shapes=_host_shapes(), n_gpu_layers=ngl)
-    with host_bench.synced_decodes():
-        rows = host_bench.run_pair(paths["target"], paths["draft"], "pair", reps=reps, **run)
-    unsynced = host_bench.run_pair(paths["target"], paths["draft"], "pair", reps=1, **run)
-    return rows, {r["shape"]: r["bench_unprofiled"] for r in unsynced}
+    return host_bench.run_pair(paths["target"], paths["draft"], "pair", reps=reps, tokens=tokens, threads=threads,
+                               seed=0, shapes=_host_shapes(), n_gpu_layers=ngl)
 
 
 def _goal_vocab(vocabs) -> int:
@@ -387,7 +382,7 @@ def print_host(rows: list[dict], vocabs, ngl: int) -> dict:
     """4b's table, the shapes against the goals and their growth; returns the growth."""
     import host_bench
 
-    host_bench.print_table(rows, f"\nhost work per step on llama.cpp, thin random models, -ngl {ngl}, decodes synced, "
+    host_bench.print_table(rows, f"\nhost work per step on llama.cpp, thin random models, -ngl {ngl}, "
                                  f"wall ms per step")
     v = _goal_vocab(vocabs)
     at_v = {r["shape"]: r["unprofiled"] for r in rows if r["vocab"] == v}
@@ -398,15 +393,11 @@ def print_host(rows: list[dict], vocabs, ngl: int) -> dict:
     return grown
 
 
-def print_pair(rows: list[dict], unsynced: dict, ngl: int) -> None:
+def print_pair(rows: list[dict], ngl: int) -> None:
     import host_bench
 
-    host_bench.print_table(rows, f"\nhost work per step on the random default-shape pair, -ngl {ngl}, decodes synced, "
-                                 f"wall ms per step")
-    print("bench's overhead_ms_per_step, decodes synced: "
-          + _against_goals({r["shape"]: r["bench_unprofiled"] for r in rows}))
-    print("bench's overhead_ms_per_step as bench measures it (unsynced: on a GPU it holds the wait for the device): "
-          + ", ".join(f"{s} {v:.3f}" for s, v in unsynced.items()))
+    host_bench.print_table(rows, f"\nhost work per step on the random default-shape pair, -ngl {ngl}, wall ms per step")
+    print("bench's overhead_ms_per_step: " + _against_goals({r["shape"]: r["bench_unprofiled"] for r in rows}))
 
 
 # --------------------------------------------------------------------------- 5. backend sampling
@@ -618,9 +609,8 @@ def host_part(report: dict, host: dict, vocabs, args, work: Path) -> None:
 
 def pair_part(report: dict, paths: dict, args) -> None:
     """4c into ``report``, printed."""
-    rows, unsynced = pair_work(paths, args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps)
-    report["pair"], report["pair_bench_unsynced"] = rows, unsynced
-    print_pair(rows, unsynced, args.n_gpu_layers)
+    report["pair"] = pair_work(paths, args.n_gpu_layers, args.threads, args.host_tokens, args.host_reps)
+    print_pair(report["pair"], args.n_gpu_layers)
 
 
 def sampling_part(report: dict, target: Path, args) -> None:
@@ -693,10 +683,8 @@ def print_summary(report: dict, vocabs) -> None:
         print(f"  growth V {vocabs[0]} -> {vocabs[-1]}: "
               + ", ".join(f"{s} {g:+.0%}" for s, g in report["host_growth"].items()))
     if "pair" in report:
-        print("  bench overhead_ms_per_step, default-shape pair, synced: "
+        print("  bench overhead_ms_per_step, default-shape pair: "
               + ", ".join(f"{r['shape']} {r['bench_unprofiled']:.3f}" for r in report["pair"]))
-        print("  the same as bench measures it (unsynced): "
-              + ", ".join(f"{s} {v:.3f}" for s, v in report["pair_bench_unsynced"].items()))
     if report.get("failed"):
         print("  failed: " + "; ".join(f"{k}: {v}" for k, v in report["failed"].items()))
     if "backend_sampling_summary" in report:

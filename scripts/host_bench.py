@@ -37,9 +37,9 @@ other work, wall time counts their slices too.  Nothing is asserted.
 real, but the same split.  On a CPU a real decode streams the weights through the caches, so
 the host work after it runs cold (2-5x the thin models' here); ``--cold 64`` reproduces that
 on the thin models.  A GPU decode leaves the CPU caches alone: there the thin models' warm
-numbers are the ones that count.  ``-ngl N`` offloads N layers of each model; on a GPU add
-``--sync``, since there llama_decode returns before the device is done and the wait would
-count as host work (``scripts/gpu_check.py`` runs this harness offloaded, synced).
+numbers are the ones that count.  ``-ngl N`` offloads N layers of each model (every decode
+waits for its device: ``backend.LlamaModel`` synchronizes, so the device's time is the
+decode's, not the host work's; ``scripts/gpu_check.py`` runs this harness offloaded).
 """
 
 from __future__ import annotations
@@ -277,32 +277,6 @@ def cold_caches(megabytes: int):
         backend.LlamaModel._decode_batch = decode
 
 
-@contextmanager
-def synced_decodes(on: bool = True):
-    """Make every llama_decode also wait for its device (``llama_synchronize``), so that the
-    device's time counts as the decode's.  On a GPU llama_decode returns once the graph is
-    queued, and the wait would land in the first row read (``rows+p``, and ``bench``'s
-    overhead).  On a CPU it changes nothing: the decode is done when it returns."""
-    import llama_cpp
-
-    from resispec_gguf.llama import backend
-
-    if not on:
-        yield
-        return
-    decode = backend.LlamaModel.__dict__["_decode_batch"]
-
-    def decode_then_wait(self, n):
-        decode(self, n)
-        llama_cpp.llama_synchronize(self._ctx)
-
-    backend.LlamaModel._decode_batch = decode_then_wait
-    try:
-        yield
-    finally:
-        backend.LlamaModel._decode_batch = decode
-
-
 def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, folder: Path | None = None,
         prompt_len: int = 160, n_gpu_layers: int = 0) -> list[dict]:
     """``[{"vocab", "shape", "host", "decode", "parts", "unprofiled", ...}]``: ms per step."""
@@ -399,8 +373,6 @@ def main(argv=None):
                     help="after each llama_decode, stream MB of memory through the caches (64: about what a CPU "
                          "decode of the default pair does to the host work that follows)")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers of each model offloaded (0: CPU only)")
-    ap.add_argument("--sync", action="store_true", help="wait for the device after each llama_decode, so that its "
-                                                        "time is the decode's (with -ngl: else it lands in row reads)")
     ap.add_argument("--target", help="measure these real models instead (a path or preset, e.g. default: its "
                                      "draft comes with it) on a code prompt; --vocab is then ignored")
     ap.add_argument("--draft", help="with --target: the draft model (a path or preset)")
@@ -426,7 +398,7 @@ def main(argv=None):
         wanted = [s.strip() for s in args.shapes.split(",")]
         shapes = tuple(s for s in SHAPES if s[0] in wanted)
     vocabs = [int(x) for x in args.vocab.split(",")]
-    with cold_caches(args.cold), synced_decodes(args.sync):
+    with cold_caches(args.cold):
         if args.target:
             rows = run_real(args.target, args.draft, args.tokens, args.reps, args.threads, args.seed, shapes,
                             args.n_gpu_layers)
@@ -437,7 +409,7 @@ def main(argv=None):
 
     models = f"--target {args.target}" if args.target else "thin random models"
     models += f", --cold {args.cold}" if args.cold else ""
-    models += f", -ngl {args.n_gpu_layers}" + (", --sync" if args.sync else "") if args.n_gpu_layers else ""
+    models += f", -ngl {args.n_gpu_layers}" if args.n_gpu_layers else ""
     print_table(rows, f"host ms per step on llama.cpp ({models}, {'wall' if args.wall else 'CPU'} time), "
                       f"T 0.8, {args.tokens} tokens, best of {args.reps}, {args.threads} thread(s); "
                       f"package {Path(resispec_gguf.__file__).parent}")

@@ -299,12 +299,16 @@ def _probs_row(logits, temperature, top_k, top_p, min_p, cap):
 # --------------------------------------------------------------------------- wrappers
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _row(logits) -> np.ndarray:
     """The row as a contiguous, read-only, non-empty 1-D float32 array (see ``_check_logits``);
     the backend's rows already are, and pass through at the cost of a few attribute reads."""
-    if (type(logits) is np.ndarray and logits.dtype == np.float32 and logits.ndim == 1 and logits.shape[0] > 0
-            and not logits.flags.writeable and logits.flags.c_contiguous):
-        return logits
+    if type(logits) is np.ndarray and logits.dtype is _F32 and logits.ndim == 1 and logits.shape[0] > 0:
+        flags = logits.flags  # a new object at each access
+        if not flags.writeable and flags.c_contiguous:
+            return logits
     logits = np.asarray(logits, dtype=np.float32)  # not ascontiguousarray: it makes 0-D 1-D
     if logits.ndim != 1 or logits.shape[0] == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {logits.shape}")

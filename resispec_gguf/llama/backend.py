@@ -121,7 +121,10 @@ class LogitsRows:
         return len(self._index)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self._model._row(self._generation, i, len(self._index))
+        m = self._model
+        if self._generation == m._rows_of == m._generation:  # this decode's view is made already
+            return m._rows[i]
+        return m._row(self._generation, i, len(self._index))
 
 
 def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
@@ -197,6 +200,8 @@ class LlamaModel:
         self._views, self._views_at = {}, None  # n_out -> [n_out, V] view of the buffer at address _views_at
         self._specials = None
         self._max_piece = None
+        self._pieces: dict[int, bytes] = {}  # 2 * token + special -> token_piece's bytes (fixed per model)
+        self._eog: dict[int, bool] = {}  # token -> is_eog
 
     def _load_model(self, n_gpu_layers: int):
         """The model, its offloaded layers on the local devices or, with ``rpc``, on the workers'."""
@@ -308,7 +313,10 @@ class LlamaModel:
         return bool(_ll.llama_vocab_get_add_bos(self._vocab))
 
     def is_eog(self, token: int) -> bool:
-        return bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[int(token)] = bool(_ll.llama_vocab_is_eog(self._vocab, int(token)))
+        return eog
 
     @property
     def add_eos(self) -> bool:
@@ -361,7 +369,14 @@ class LlamaModel:
     def token_piece(self, token: int, special: bool = False) -> bytes:
         """Bytes this token contributes to the text (possibly part of a UTF-8 character); a
         special token adds its text when ``special`` or when it is one of ``shown_specials``."""
-        special = special or int(token) in self.shown_specials
+        key = 2 * int(token) + bool(special or int(token) in self.shown_specials)
+        got = self._pieces.get(key)
+        if got is None:
+            got = self._pieces[key] = self._piece(key >> 1, bool(key & 1))
+        return got
+
+    def _piece(self, token: int, special: bool) -> bytes:
+        """``llama_token_to_piece``'s bytes, through a per-thread buffer."""
         piece = getattr(self._local, "piece", None)
         if piece is None:
             piece = self._local.piece = ctypes.create_string_buffer(256)
@@ -622,6 +637,8 @@ class LlamaModel:
 
     def _forget_nodes(self, keep: int) -> None:
         for sid, start in self._nodes.forget(keep):
+            if sid < self.n_slots:  # a slot's root chain: its committed cells stay
+                start = max(start, len(self._seqs[sid]))
             _ll.llama_memory_seq_rm(self._mem, sid, start, -1)
 
     def commit(self, path) -> None:
@@ -632,12 +649,18 @@ class LlamaModel:
     def commit_slots(self, paths) -> None:
         """``commit`` for several slots: ``paths[slot]`` joins that slot's sequence."""
         paths = {int(slot): self._nodes.chain(path, int(slot)) for slot, path in paths.items()}
+        ids = self._nodes.seq
         for slot, path in paths.items():
             if path:
                 seq = self._seqs[slot]
-                _ll.llama_memory_seq_cp(self._mem, self._nodes.seq[path[-1]], slot, len(seq), len(seq) + len(path))
+                on = 0  # the path's nodes on the slot's root chain (they carry its id already)
+                while on < len(path) and ids[path[on]] == slot:
+                    on += 1
+                if on < len(path):  # the rest of the root chain leaves the slot, the rest of the path joins
+                    _ll.llama_memory_seq_rm(self._mem, slot, len(seq) + on, -1)
+                    _ll.llama_memory_seq_cp(self._mem, ids[path[-1]], slot, len(seq) + on, len(seq) + len(path))
                 seq.extend(self._nodes.tok[i] for i in path)
-        self.drop_uncommitted()
+        self.drop_uncommitted()  # and the root chain past a path that ends on it leaves the slot here
 
     def drop_uncommitted(self) -> None:
         # Every id in the cache but the slots' is one of this step's nodes', so removing those

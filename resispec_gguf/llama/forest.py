@@ -7,15 +7,19 @@ out the layout below; ``backend`` makes the llama.cpp calls it implies.
 
 KV layout.  Sequences ``0 .. n_slots - 1`` hold the committed tokens, one per slot (one
 request each; a single request uses slot 0).  An uncommitted node's first child takes over
-its parent's sequence id (so a chain of nodes is one sequence); every other node, and every
-node hanging off a committed sequence, opens a new id ``s`` above the slots'.  A node's cell
-carries its id plus the ids that its descendants decoded in the same batch open, and before
-the decode each new id gets a copy of the node's *anchor* (its nearest ancestor already in
-the cache, or its slot's committed sequence) up to the anchor's position.  llama.cpp masks
-attention by a token's first sequence id and by position, and the nodes sharing an id form
-one root-to-leaf chain, so each node sees exactly the committed prefix and its own
-ancestors.  Sharing ids saves copies: each copy adds the id to every committed cell (its
-cost grows with the context), and a chain needs one instead of one per node.  This needs
+its parent's sequence id (so a chain of nodes is one sequence), and so does a slot's first
+node hanging off its committed sequence: it takes the slot's own id, which carries the
+committed prefix already (the step's *root chain*; ``commit`` takes the slot id off the
+chain's cells that the committed path leaves).  Every other node opens a new id ``s`` above
+the slots'.  A node's cell carries its id plus the ids that its descendants decoded in the
+same batch open, and before the decode each new id gets a copy of the node's *anchor* (its
+nearest ancestor already in the cache, or its slot's committed sequence) up to the anchor's
+position (up to the committed length for the committed sequence: the root chain is not
+part of it).  llama.cpp masks attention by a token's first sequence id and by position, and
+the nodes sharing an id form one root-to-leaf chain, so each node sees exactly the committed
+prefix and its own ancestors.  Sharing ids saves copies: each copy adds the id to every
+committed cell and dropping it takes it off every one (a cost that grows with the context),
+and a chain needs one instead of one per node, the root chain none.  This needs
 ``kv_unified=True`` (tokens carrying several sequence ids fail to decode otherwise).
 
 Python and NumPy: imports nothing from the package, never llama_cpp.
@@ -43,6 +47,7 @@ class Forest:
         self.slot: list[int] = []
         self._opens: list[bool] = []  # node i opened its id (else took over its parent's)
         self._handed: list[bool] = []  # node i's id went to a child already
+        self._rooted = [False] * self.n_slots  # a node holds the slot's id (its root chain's first)
         self._next_id = self.n_slots
 
     def __len__(self) -> int:
@@ -65,27 +70,35 @@ class Forest:
         if base + n + self.n_slots > n_seq_max:
             raise ValueError(f"{base + n} uncommitted nodes exceed n_seq_max - {self.n_slots} = {n_seq_max - self.n_slots}")
         depth_end = 0
+        n_slots, single = self.n_slots, isinstance(n_past, int)
+        seq, parent, pos_of, tok, slot_of, opens_of, handed = (self.seq, self.parent, self.pos, self.tok, self.slot,
+                                                               self._opens, self._handed)
         for j in range(n):
             par = int(parents[j])
             slot = 0 if slots is None else int(slots[j])
             if not (-1 <= par < base + j):
                 raise ValueError(f"node {base + j} has parent {par}, which is not an earlier node")
-            if not 0 <= slot < self.n_slots or (par >= 0 and self.slot[par] != slot):
+            if not 0 <= slot < n_slots or (par >= 0 and slot_of[par] != slot):
                 raise ValueError(f"node {base + j} of slot {slot} has a parent outside that slot")
-            pos = (n_past if isinstance(n_past, int) else n_past[slot]) if par < 0 else self.pos[par] + 1
-            opens = par < 0 or self._handed[par]
+            if par < 0:
+                pos, opens = (n_past if single else n_past[slot]), self._rooted[slot]
+            else:
+                pos, opens = pos_of[par] + 1, handed[par]
             if opens:
                 sid, self._next_id = self._next_id, self._next_id + 1
+            elif par < 0:  # the slot's root chain starts: its id is the slot's
+                sid, self._rooted[slot] = slot, True
             else:
-                sid, self._handed[par] = self.seq[par], True
-            self.parent.append(par)
-            self.pos.append(pos)
-            self.seq.append(sid)
-            self.tok.append(int(tokens[j]))
-            self.slot.append(slot)
-            self._opens.append(opens)
-            self._handed.append(False)
-            depth_end = max(depth_end, pos + 1)
+                sid, handed[par] = seq[par], True
+            parent.append(par)
+            pos_of.append(pos)
+            seq.append(sid)
+            tok.append(int(tokens[j]))
+            slot_of.append(slot)
+            opens_of.append(opens)
+            handed.append(False)
+            if pos >= depth_end:
+                depth_end = pos + 1
         return depth_end
 
     def cells(self, base: int) -> tuple[np.ndarray, list[int], list[tuple[int, int, int]]]:
@@ -94,37 +107,54 @@ class Forest:
         its descendants in the batch open; int32, zero-padded).  ``copies``: per id a node of
         the batch opens, ``(src, dst, end)``: copy sequence ``src`` (the node's anchor's: the
         nearest ancestor decoded before ``base``, or its slot's committed sequence) to ``dst``
-        at positions below ``end`` (-1: all; the anchor's own position + 1 otherwise, which
-        leaves out the anchor's descendants that share its id)."""
-        n = len(self.seq) - base
-        seqs = [[self.seq[base + j]] for j in range(n)]
+        at positions below ``end`` (the anchor's own position + 1, which leaves out the
+        anchor's descendants that share its id; the committed length for the committed
+        sequence, which leaves out its root chain)."""
+        seq, parent, pos, opens = self.seq, self.parent, self.pos, self._opens
+        own = seq[base:]
+        seqs = [[sid] for sid in own]
         copies = []
-        for j in range(n):
-            if not self._opens[base + j]:  # the parent's id: its ancestors in the batch carry it already
+        for i in range(base, len(seq)):
+            if not opens[i]:  # the parent's id: its ancestors in the batch carry it already
                 continue
-            sid = self.seq[base + j]
-            a = self.parent[base + j]
+            sid = seq[i]
+            top, a = i, parent[i]
             while a >= base:
                 seqs[a - base].append(sid)
-                a = self.parent[a]
-            copies.append((self.slot[base + j], sid, -1) if a < 0 else (self.seq[a], sid, self.pos[a] + 1))
+                top, a = a, parent[a]
+            # a < 0: ``top`` hangs off the committed sequence, at the committed length
+            copies.append((self.slot[i], sid, pos[top]) if a < 0 else (seq[a], sid, pos[a] + 1))
         counts = [len(s) for s in seqs]
         width = max(counts)
+        if width == 1:  # every node carries its own id alone
+            return np.array(own, np.int32).reshape(-1, 1), counts, copies
         ids = np.array([s + [0] * (width - len(s)) for s in seqs], np.int32)  # one conversion, not one per row
         return ids, counts, copies
 
     def forget(self, keep: int) -> list[tuple[int, int]]:
         """Drop the nodes from ``keep`` on; returns what leaves the cache with them: ``(id,
         from)`` per sequence id, ``from`` -1 for an id one of them opened (all of it), else
-        the first dropped position of an id a kept node opened."""
+        the first dropped position of an id a kept node opened or of a slot's id (its root
+        chain's)."""
         gone, seen = [], set()
+        if keep == 0:  # the whole step (every drop): one entry per id, then nothing is left
+            opens, pos = self._opens, self.pos
+            for i, sid in enumerate(self.seq):
+                if sid not in seen:
+                    seen.add(sid)
+                    gone.append((sid, -1 if opens[i] else pos[i]))
+            self.clear()
+            return gone
         for i in range(keep, len(self.seq)):
             sid = self.seq[i]
             if sid not in seen:
                 seen.add(sid)
                 gone.append((sid, -1 if self._opens[i] else self.pos[i]))
-            if not self._opens[i] and self.parent[i] < keep:
-                self._handed[self.parent[i]] = False
+            if not self._opens[i]:
+                if self.parent[i] < 0:  # the root chain's first node
+                    self._rooted[self.slot[i]] = False
+                elif self.parent[i] < keep:
+                    self._handed[self.parent[i]] = False
         for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             del lst[keep:]
         self._next_id = 1 + max((s for s, o in zip(self.seq, self._opens) if o), default=self.n_slots - 1)
@@ -144,4 +174,5 @@ class Forest:
     def clear(self) -> None:
         for lst in (self.seq, self.parent, self.pos, self.tok, self.slot, self._opens, self._handed):
             lst.clear()
+        self._rooted = [False] * self.n_slots
         self._next_id = self.n_slots

@@ -42,6 +42,7 @@ from .lookup import NgramIndex
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
 from .textstream import TextAssembler
+from .uniforms import Uniforms
 from .tree import DraftTree, Draw, GrowthLimits, grow, growing
 
 __all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
@@ -132,6 +133,7 @@ class Generation:
         self.plan_ = None  # auto's StepPlan for the current step
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.uniforms = Uniforms(self.rng)  # every uniform the request draws, in the generator's order
         self.stats = Stats(method=dp.method)
         self.prompt = list(prompt_tokens)
         self.out: list[int] = []
@@ -303,8 +305,8 @@ class Generation:
         if p is None:
             return top
         if isinstance(p, tuple):
-            return sampling.sample_sparse(p[0], p[1], self.rng.random())
-        return sampling.sample_dense(p, self.rng.random())
+            return sampling.sample_sparse(p[0], p[1], self.uniforms.one())
+        return sampling.sample_dense(p, self.uniforms.one())
 
     def _note(self, logits, token: int) -> None:
         """Record ``token``'s logprobs at the target row ``logits`` it was drawn against, as
@@ -509,15 +511,16 @@ class Generation:
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
-        rng, k = self.rng, self.dp.k
-        sure = self._certain_draw(tree, node) if self.constraint is not None else None
-        if sure is not None:
-            return sure
+        uniforms, k = self.uniforms, self.dp.k
+        if self.constraint is not None:
+            sure = self._certain_draw(tree, node)
+            if sure is not None:
+                return sure
         if len(logits) > self.vocab.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
             logits = logits[: self.vocab.n_vocab]
         if self.constraint is not None:  # q drawn from the masked row
             logits = self._masked(logits, self._node_mask(tree, node))
-        x0, n = self._propose(tree, node)
+        x0, n = self._propose(tree, node) if self.lookup is not None or self.forced is not None else (-1, 0)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
             qx = dict(zip(ids.tolist(), probs.tolist()))
@@ -527,14 +530,14 @@ class Generation:
         ids, probs = self._q(logits)
         x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
         if self.dp.method == "rrs":
-            draws = sampling.sample_without_replacement(ids, probs, rng.random(k))
+            draws = sampling.sample_without_replacement(ids, probs, uniforms.take(k))
             qx = {}
             ids_l = ids.tolist()
             for x in draws.tolist():
                 if x not in qx:
                     qx[x] = float(probs[ids_l.index(x)])
         else:
-            draws, qd = sampling.sample_iid_q(ids, probs, rng.random(k))
+            draws, qd = sampling.sample_iid_q(ids, probs, uniforms.take(k))
             qx = dict(zip(draws.tolist(), qd.tolist()))  # first-draw order; a repeat has the same q
         w, guess = self.scores.weights(qx, x0, n, k)
         return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
@@ -543,11 +546,14 @@ class Generation:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
         (root first); the last emitted token is never a node on that path."""
         st = self.stats
+        constrained = self.constraint is not None
+        mask, sure = None, -1
         node, emitted, path = 0, [], [0]
         while True:
-            mask = self._node_mask(tree, node)
+            if constrained:
+                mask = self._node_mask(tree, node)
+                sure = self._only(mask)
             draws, x0 = tree.draws[node], tree.lookup[node]
-            sure = self._only(mask)
             if sure >= 0:  # p is a point mass: the token is certain, no uniform is drawn
                 emitted.append(sure)
                 self._note(rows[node], sure)
@@ -560,18 +566,18 @@ class Generation:
                 node = child
                 path.append(node)
                 continue
-            logits = self._masked(rows[node], mask)
-            p, top, p_of = self._target_dist(logits)
+            row = rows[node]
+            p, top, p_of = self._target_dist(self._masked(row, mask) if constrained else row)
             if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))
-                self._note(rows[node], emitted[-1])
+                self._note(row, emitted[-1])
                 self.copy_run = 0
                 return emitted, path
             if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))
                 is_lookup = x0 >= 0 and idx == 0
             else:
-                u = self.rng.random(len(draws) + (2 if x0 >= 0 else 1))
+                u = self.uniforms.take(len(draws) + (2 if x0 >= 0 else 1))
                 tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, x0)
                 is_lookup = x0 >= 0 and idx == 0
             st.count_node(tree.depth[node] + 1, idx >= 0)
@@ -579,7 +585,7 @@ class Generation:
                 self.auto.observe_node(tree, node, tok, idx >= 0, is_lookup, p, p_of, self.dp.method, self.sp.greedy)
             self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
             emitted.append(tok)
-            self._note(rows[node], tok)
+            self._note(row, tok)
             child = tree.children[node].get(tok) if idx >= 0 else None
             if child is None:
                 return emitted, path

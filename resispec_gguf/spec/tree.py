@@ -108,7 +108,11 @@ class DraftTree:
     def add_children(self, node: int, weight: dict) -> list[int]:
         """One child per distinct candidate of an expanded node (``candidates``), scored
         ``score(node) * weight[token]``; returns the new node indices."""
-        cand = self.candidates(node)
+        cand = self.draws[node].tolist()
+        if self.lookup[node] >= 0:
+            cand.insert(0, self.lookup[node])
+        if len(cand) > 1:
+            cand = list(dict.fromkeys(cand))  # ``candidates``
         n, first = len(cand), len(self.tokens)
         s = self.score[node]
         # what _add does per child, a list at a time
@@ -116,13 +120,15 @@ class DraftTree:
         self.parent += [node] * n
         self.depth += [self.depth[node] + 1] * n
         self.score += [s * weight[t] for t in cand]
-        self.children += [{} for _ in range(n)]
-        self.draws += [None] * n
-        self.q += [None] * n
+        self.children += [{} for _ in cand]
+        none = [None] * n
+        self.draws += none
+        self.q += none
         self.lookup += [-1] * n
-        self.info += [None] * n
-        self.children[node].update(zip(cand, range(first, first + n)))
-        return list(range(first, first + n))
+        self.info += none
+        new = list(range(first, first + n))
+        self.children[node].update(zip(cand, new))
+        return new
 
     def expanded(self, node: int) -> bool:
         return self.draws[node] is not None
@@ -132,23 +138,20 @@ class DraftTree:
         best-scored leaves (ties: shallower, then earlier), as a new tree; returns it and
         the old -> new index map.  Expanded nodes are never dropped (see the module
         docstring), so ``n`` must be at least their number."""
-        inner = [i for i in range(1, len(self)) if self.expanded(i)]
+        draws, score, depth = self.draws, self.score, self.depth
+        inner = [i for i in range(1, len(self)) if draws[i] is not None]
         if len(inner) > n:
             raise ValueError(f"{len(inner)} expanded nodes do not fit a budget of {n}")
-        leaves = sorted(
-            (i for i in range(1, len(self)) if not self.expanded(i)),
-            key=lambda i: (-self.score[i], self.depth[i], i),
-        )
+        leaves = sorted((i for i in range(1, len(self)) if draws[i] is None), key=lambda i: (-score[i], depth[i], i))
         keep = sorted([0] + inner + leaves[: n - len(inner)])
-        out = DraftTree()
-        old_to_new: dict[int, int] = {}
-        for i in keep:  # parents come before children: every kept node's parent is expanded
-            j = out._add(self.tokens[i], old_to_new.get(self.parent[i], -1), self.score[i])
-            out.draws[j] = self.draws[i]
-            out.q[j] = self.q[i]
-            out.lookup[j] = self.lookup[i]
-            out.info[j] = self.info[i]
-            old_to_new[i] = j
+        old_to_new = {i: j for j, i in enumerate(keep)}
+        # parents come before children (every kept node's parent is expanded, so kept)
+        parent = [-1] + [old_to_new[self.parent[i]] for i in keep[1:]]
+        out = DraftTree([self.tokens[i] for i in keep], parent, [self.depth[i] for i in keep],
+                        [self.score[i] for i in keep], [{} for _ in keep], [self.draws[i] for i in keep],
+                        [self.q[i] for i in keep], [self.lookup[i] for i in keep], [self.info[i] for i in keep])
+        for j in range(1, len(keep)):
+            out.children[parent[j]][out.tokens[j]] = j
         return out, old_to_new
 
 

@@ -56,6 +56,28 @@ def test_tree_decode_equals_sequential_decode(models):
     m.drop_uncommitted()
 
 
+def test_the_root_chain_leaves_the_committed_sequence_where_the_path_does_not_follow_it(models):
+    """A step's first node off the committed sequence takes its id (``forest``'s root chain):
+    a path leaving that chain, a path ending on it, and a dropped step all leave the committed
+    sequence exactly as a sequential decode of what was committed."""
+    m, ref = models
+    prompt = m.tokenize("Roots")
+    m.sync_prefix(prompt + [0])
+    m.decode([50, 60, 70, 80, 90], [-1, 0, 0, 2, 1])  # r -> a -> e (the root chain), r -> b -> c
+    m.commit([0, 2, 3])  # r, b, c: the path leaves the chain after r
+    assert m.cached == prompt + [50, 70, 80]
+    rows = m.decode([42, 43, 44], [-1, 0, 0])
+    for row, path in zip([rows[0], rows[1], rows[2]], [[42], [42, 43], [42, 44]]):
+        assert same_logits(row, ref.logits_of_sequence(prompt + [50, 70, 80] + path)[-1])
+    m.drop_uncommitted()  # nothing committed: the next step starts from the same sequence
+    rows = m.decode([45, 46], [-1, 0])
+    assert same_logits(rows[1], ref.logits_of_sequence(prompt + [50, 70, 80, 45, 46])[-1])
+    m.commit([0])  # a path ending on the chain: its rest (46) leaves
+    rows = m.decode([47], [-1])
+    assert same_logits(rows[0], ref.logits_of_sequence(prompt + [50, 70, 80, 45, 47])[-1])
+    m.drop_uncommitted()
+
+
 def test_level_by_level_decode_and_commit(models):
     """Nodes decoded in separate calls (the draft's levels) see their ancestors only; each
     call's rows are its own, also where the buffer's view of that row count is reused."""
@@ -88,6 +110,12 @@ def test_prefix_reuse_and_stale_rows(models):
     assert reused == common
     assert m.cached == b[:-1]
     rows = m.decode([b[-1]], [-1])
+    m.decode([5], [-1])
+    with pytest.raises(RuntimeError, match="next decode"):
+        rows[0]
+    m.drop_uncommitted()
+    rows = m.decode([b[-1]], [-1])
+    assert rows[0].shape == (m.n_vocab,)  # read once: the decode's view is made
     m.decode([5], [-1])
     with pytest.raises(RuntimeError, match="next decode"):
         rows[0]
@@ -231,6 +259,7 @@ def test_shown_specials_add_their_text_to_the_reply(models):
         assert model.token_piece(im_start) == b"<|im_start|>" and model.token_piece(tiny_gguf.IM_END_ID) == b""
     finally:
         model.shown_specials = frozenset()
+    assert model.token_piece(im_start) == b""  # pieces are cached per (token, shown or not)
 
 
 # --------------------------------------------------------------------------- slots

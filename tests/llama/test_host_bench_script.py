@@ -70,29 +70,6 @@ def test_cold_caches_wraps_the_decode_for_the_block_only():
         assert backend.LlamaModel._decode_batch is before
 
 
-def test_synced_decodes_waits_for_the_device_in_the_block_only(tiny_pair, monkeypatch):
-    import llama_cpp
-
-    from resispec_gguf.llama import backend
-
-    synced = []
-    real = llama_cpp.llama_synchronize
-    monkeypatch.setattr(llama_cpp, "llama_synchronize", lambda ctx: synced.append(ctx) or real(ctx))
-    before = backend.LlamaModel.__dict__["_decode_batch"]
-    model = backend.LlamaModel(tiny_pair[0], n_ctx=256, n_threads=1)
-    try:
-        with host_bench.synced_decodes():
-            model.sync_prefix([1, 5, 6])
-            model.decode([7, 8], [-1, 0])
-        assert synced and all(ctx is model._ctx for ctx in synced)
-        n = len(synced)
-        model.decode([9], [-1])
-        assert len(synced) == n
-    finally:
-        model.close()
-    assert backend.LlamaModel.__dict__["_decode_batch"] is before
-
-
 def test_growth_compares_each_shape_between_two_vocabularies():
     rows = [{"vocab": v, "shape": s, "unprofiled": ms} for v, s, ms in
             [(10, "plain", 1.0), (10, "auto", 2.0), (20, "plain", 1.5), (20, "auto", 2.0), (30, "plain", 9.0)]]
