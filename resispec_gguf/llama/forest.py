@@ -137,20 +137,16 @@ class Forest:
         the first dropped position of an id a kept node opened or of a slot's id (its root
         chain's)."""
         gone, seen = [], set()
-        if keep == 0:  # the whole step (every drop): one entry per id, then nothing is left
-            opens, pos = self._opens, self.pos
-            for i, sid in enumerate(self.seq):
-                if sid not in seen:
-                    seen.add(sid)
-                    gone.append((sid, -1 if opens[i] else pos[i]))
+        seq, opens, pos = self.seq, self._opens, self.pos
+        for i in range(keep, len(seq)):
+            if seq[i] not in seen:
+                seen.add(seq[i])
+                gone.append((seq[i], -1 if opens[i] else pos[i]))
+        if keep == 0:  # the whole step (every drop): nothing is left
             self.clear()
             return gone
-        for i in range(keep, len(self.seq)):
-            sid = self.seq[i]
-            if sid not in seen:
-                seen.add(sid)
-                gone.append((sid, -1 if self._opens[i] else self.pos[i]))
-            if not self._opens[i]:
+        for i in range(keep, len(seq)):  # the ids the dropped nodes took over go back
+            if not opens[i]:
                 if self.parent[i] < 0:  # the root chain's first node
                     self._rooted[self.slot[i]] = False
                 elif self.parent[i] < keep:
