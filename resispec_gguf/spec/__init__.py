@@ -3,10 +3,11 @@
 A ``generation`` (one request) plans the rows it wants decoded in a step and absorbs the rows
 it gets back: it grows the draft ``tree`` (with ``lookup`` candidates and, under a constraint,
 the ``forced`` ones), verifies it with the kernels (on ``uniforms`` from the request's seeded
-generator), commits and emits tokens (``textstream`` turns them into text).  The ``loop`` owns the model calls of one request; ``batch`` steps
-several requests together in the slots of a ``protocol.SlotBackend`` (one target decode for
-all, one draft decode per level), and ``runner`` drives a batch on a thread of its own for
-callers on other threads.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
+generator), commits and emits tokens (``textstream`` turns them into text).  The ``loop``
+owns the model calls of one request; ``batch`` steps several requests together in the slots
+of a ``protocol.SlotBackend`` (one target decode for all, one draft decode per level), and
+``runner`` drives a batch on a thread of its own for callers on other threads.
+``promptcache`` keeps evicted prompts' states in RAM for either.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
 plan (``stepplan``: its growth rule).
 ``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
 constraint (``Constraint``).

@@ -58,10 +58,10 @@ from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
 from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
-from .promptcache import PromptCache, common_prefix
+from .promptcache import PromptCache, common_prefix, reuse_slot
 from .protocol import SlotBackend
 
-__all__ = ["Batch", "Request", "background_of", "reuse_slot", "share_rows"]
+__all__ = ["Batch", "Request", "background_of", "share_rows"]
 
 # prompt tokens prefilled per step
 DEFAULT_CHUNK = 256
@@ -483,29 +483,6 @@ class Batch:
             gen.closed(time.perf_counter() - r.t_start)
         r.done = True
         self.slots[r.slot] = None
-
-
-def reuse_slot(ram: PromptCache | None, model: SlotBackend, role: str, slot: int, want: Sequence[int]) -> int:
-    """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
-    common prefix, or a longer one restored from the RAM prompt cache ``ram``, by at least
-    ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
-    ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
-    the last reply, saves nothing: copying a long history costs more than their
-    prefill).  ``role``: the model's name in ``ram`` ("target" or "draft")."""
-    held = model.slot_tokens(slot)
-    own = common_prefix(held, want)
-    if ram is None or not hasattr(model, "save_slot"):
-        return own
-    if len(held) - own >= ram.min_gain and ram.wants(role, held):
-        state = model.save_slot(slot)
-        ram.put(role, held, state, state.nbytes)
-    entry, common = ram.best(role, want)
-    if entry is None or common < own + ram.min_gain:
-        return own
-    if not model.load_slot(slot, entry.state, entry.tokens, common):
-        return 0
-    ram.took(entry, common - own)
-    return common
 
 
 def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str) -> None:

@@ -11,9 +11,8 @@ import time
 from typing import Iterator
 
 from ..errors import ConstraintError
-from .batch import reuse_slot
 from .generation import Decode, DraftSync, Generation, Room
-from .promptcache import PromptCache
+from .promptcache import PromptCache, reuse_slot
 from .protocol import ModelBackend
 
 __all__ = ["run"]

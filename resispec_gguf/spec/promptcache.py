@@ -16,7 +16,9 @@ too); a new entry replaces those of its role that it starts with.
 
 Exactness: a restored state is the very keys and values the same tokens had when saved, so
 what follows is evaluated as after a prefill (to float round-off where the cells sit
-elsewhere in the cache).  No model calls here: the caller saves and restores.
+elsewhere in the cache).  ``reuse_slot`` is the one place that saves and restores (for
+``batch``'s slots and ``loop``'s one sequence alike), through the model's ``save_slot`` /
+``load_slot``; the cache itself holds states and never calls a model.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_GAIN", "MIN_TOKENS", "PromptCache", "common_prefix"]
+__all__ = ["MIN_GAIN", "MIN_TOKENS", "PromptCache", "common_prefix", "reuse_slot"]
 
 # shorter prompts are not worth a save: their prefill is about as cheap as the copy
 MIN_TOKENS = 32
@@ -126,3 +128,27 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
     return int(diff[0]) if diff.size else n
+
+
+def reuse_slot(ram: PromptCache | None, model, role: str, slot: int, want: Sequence[int]) -> int:
+    """The tokens of ``want`` that ``model``'s ``slot`` will hold before its prefill: its own
+    common prefix, or a longer one restored from the RAM prompt cache ``ram``, by at least
+    ``ram.min_gain``.  What the slot held is saved there first when ``want`` evicts at least
+    ``ram.min_gain`` of it (a chat's next turn, which drops only the token or two after
+    the last reply, saves nothing: copying a long history costs more than their
+    prefill).  ``role``: the model's name in ``ram`` ("target" or "draft").  ``model``: a
+    ``protocol.SlotBackend``; the cache is used only where it is a ``SlotStates``."""
+    held = model.slot_tokens(slot)
+    own = common_prefix(held, want)
+    if ram is None or not hasattr(model, "save_slot"):
+        return own
+    if len(held) - own >= ram.min_gain and ram.wants(role, held):
+        state = model.save_slot(slot)
+        ram.put(role, held, state, state.nbytes)
+    entry, common = ram.best(role, want)
+    if entry is None or common < own + ram.min_gain:
+        return own
+    if not model.load_slot(slot, entry.state, entry.tokens, common):
+        return 0
+    ram.took(entry, common - own)
+    return common
