@@ -44,10 +44,15 @@ def test_a_forced_call_names_an_offered_function_with_valid_arguments(engine):
     assert named and all(calls and [c.name for c in calls] == ["add"] for calls in named)
 
 
-@pytest.mark.parametrize("opening", ["<tool_call>\n", "```json\n", ""], ids=["marker", "fenced", "bare"])
+# the openings models use, and the closing each needs; "{" a call in doubled braces, as
+# Qwen2.5's template shows the call syntax ({{"name": ..., "arguments": ...}})
+OPENINGS = {"<tool_call>\n": "\n</tool_call>", "```json\n": "\n```", "": "", "{": "}", "```json\n{": "}\n```"}
+
+
+@pytest.mark.parametrize("opening", list(OPENINGS), ids=["marker", "fenced", "bare", "doubled", "fenced-doubled"])
 def test_a_lazy_call_is_free_text_until_its_opening_then_constrained(engine, opening):
     plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="auto")
-    close = {"<tool_call>\n": "\n</tool_call>", "```json\n": "\n```", "": ""}[opening]
+    close = OPENINGS[opening]
     assert follows(plan.constraint, tokens(engine, "Any text {at all}.\n" + opening + CALL + close))
     assert not follows(plan.constraint, tokens(engine, "Let me add.\n" + opening + BAD))
     assert plan.tool_calls("Let me add.\n" + opening + CALL + close)[1][0].name == "add"
@@ -82,7 +87,7 @@ def test_parsing_reads_back_what_the_format_writes():
 def test_streamed_deltas_read_as_the_unstreamed_reply(engine, size):
     plan = plan_chat(engine, MSGS, tools=[*TOOLS, ADD][:2], tool_choice="auto", parallel_tool_calls=True)
     for text in ["I'll check.\n" + engine.tool_format().write_calls(CALLS), f"Sure:\n```json\n{CALL}\n```",
-                 "No call here, {\"name\": \"x\"} is text."]:
+                 "No call here, {\"name\": \"x\"} is text.", f"Sure:\n{{{CALL}}}", f"Cut:\n{{{CALL}"]:
         content, calls = streamed(plan, text, size)
         whole = plan.tool_calls(text)
         assert (content.strip(), calls and as_pairs(calls)) == ((whole[0], as_pairs(whole[1])) if whole

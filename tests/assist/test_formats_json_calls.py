@@ -48,3 +48,16 @@ def test_each_opening_ends_at_an_offered_name_escaped_as_a_regex():
     assert alternatives == ["t_0"]
     head = next(r for r in rules if r.startswith("t_head_0[lazy]:"))
     assert head.endswith('"add\\.v2"/') and any(r.startswith("t_args_0: %json") for r in rules)
+
+
+def test_a_call_in_doubled_braces_is_read_only_where_asked_and_only_whole():
+    doubled = "Sure.\n{" + CALL + "}"
+    assert json_calls(doubled, ["add.v2"], keys=("parameters",)) is None
+    assert _read(json_calls(doubled, ["add.v2"], keys=("parameters",), doubled=True)) == (6, [("add.v2", {"a": 1})])
+    for text in (doubled[:-1], "{" + CALL + "} and more", "{{" + CALL + "}}", '{{"name": "sub", "parameters": {}}}'):
+        assert json_calls(text, ["add.v2"], keys=("parameters",), doubled=True) is None
+    for cut in range(len("Sure.\n{"), len(doubled)):  # held back while it may become the call
+        assert json_pending(doubled[:cut], ["add.v2"], keys=("parameters",), doubled=True) == 6
+    assert json_pending(doubled[:8], ["add.v2"], keys=("parameters",)) == 8
+    other = 'Hi.\n{{"name": "sub'
+    assert json_pending(other, ["add.v2"], keys=("parameters",), doubled=True) == len(other)

@@ -5,7 +5,9 @@ mentions ``<tool_call>``; the template renders the tool list, earlier calls and 
 The openings these models actually use under ``tool_choice`` "auto" all start a constrained
 call: the ``<tool_call>`` marker, and — as Qwen2.5-Coder writes its calls — a fenced ```json
 block or a bare object at the start of a line whose first key is ``"name"`` and whose name is
-an offered function (``json_calls``).  JSON naming no offered function stays text.
+an offered function (``json_calls``), the object maybe in doubled braces (``{{"name": ...}}``:
+Qwen2.5's own template shows the call syntax so, its braces doubled inside a Jinja string, and
+its models copy it).  JSON naming no offered function stays text.
 
 May import its ``formats`` neighbours and ``tools``; nothing above.
 """
@@ -23,6 +25,9 @@ __all__ = ["HermesFormat"]
 
 _LINE_START = r"((.|\n)*\n)?"  # free text ending where a line starts (or nothing: the reply's start)
 _FENCE = r"```(json)?[ \t]*\n[ \t\n]{0,32}"
+# the call object in doubled braces, {{"name": ..., "arguments": {...}}}, as Qwen2.5's template
+# shows the call syntax (``json_calls._doubled``): the extra opening brace, and the closing one
+_DOUBLED, _UNDOUBLED = r"\{", r" /\s{0,8}\}/"
 
 
 class HermesFormat(ToolFormat):
@@ -49,18 +54,25 @@ class HermesFormat(ToolFormat):
 
     def lazy_openings(self, req: ToolRequest) -> tuple[list[str], list[str]]:
         """A fenced ```json block or a bare object naming an offered function, at the start of
-        a line: the call from there on (more such calls after it with ``parallel``)."""
+        a line, the object maybe in doubled braces (as Qwen2.5's template shows a call): the
+        call from there on (more such calls after it with ``parallel``)."""
         if not self.bare_calls:
             return [], []
-        rules = args_rules(req, "args")  # each function's arguments, once for both openings
-        fenced, more = lazy_json_rules(req, "fenced", "arguments", _LINE_START + _FENCE, ' /\\s{0,8}```/', "args")
-        bare, more2 = lazy_json_rules(req, "bare", "arguments", _LINE_START, "", "args")
-        rules += more + more2
+        rules = args_rules(req, "args")  # each function's arguments, once for every opening
+        fence_close = ' /\\s{0,8}```/'
+        openings = [("fenced", _LINE_START + _FENCE, fence_close), ("bare", _LINE_START, ""),
+                    ("fenced2", _LINE_START + _FENCE + _DOUBLED, _UNDOUBLED + fence_close),
+                    ("bare2", _LINE_START + _DOUBLED, _UNDOUBLED)]
+        alternatives = []
+        for tag, prefix, suffix in openings:
+            found, more = lazy_json_rules(req, tag, "arguments", prefix, suffix, "args")
+            alternatives += found
+            rules += more
         if not req.parallel:
-            return fenced + bare, rules
+            return alternatives, rules
         rules += ['json_next: /\\s{1,8}/ (fenced_call | call_body)',  # call_body: any call's object (body_rules)
                   'fenced_call: /```(json)?[ \\t]*\\n\\s{0,8}/ call_body /\\s{0,8}```/']
-        return [f"{a} json_next*" for a in fenced + bare], rules
+        return [f"{a} json_next*" for a in alternatives], rules
 
     _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
@@ -106,10 +118,10 @@ class HermesFormat(ToolFormat):
         return content.strip(), calls
 
     def unmarked_calls(self, text: str, allowed):
-        return json_calls(text, allowed) if self.bare_calls else None
+        return json_calls(text, allowed, doubled=True) if self.bare_calls else None
 
     def unmarked_pending(self, text: str, allowed, start: int) -> int:
-        return json_pending(text, allowed, start) if self.bare_calls else len(text)
+        return json_pending(text, allowed, start, doubled=True) if self.bare_calls else len(text)
 
     def write_calls(self, calls: list[dict]) -> str:
         return "\n".join(f"{self.open}\n" + json.dumps({"name": c["function"]["name"],

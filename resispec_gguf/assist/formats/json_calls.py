@@ -72,8 +72,24 @@ def _as_call(obj, allowed, keys) -> ToolCall | None:
     return new_call(obj["name"], args) if isinstance(args, dict) else None
 
 
-def _json_object(text: str, i: int, allowed, partial: bool, keys):
-    """``(end, state, call)`` for the object at ``text[i]``."""
+def _doubled(text: str, i: int, allowed, partial: bool, keys):
+    """``_json_object`` for a call wrapped in doubled braces, ``{{"name": ..., "arguments":
+    {...}}}``: the call syntax as Qwen2.5's chat template shows it (its ``{{`` and ``}}`` are
+    text inside a Jinja string, so the prompt has them doubled), which its models copy."""
+    end, state, call = _json_object(text, i + 1, allowed, partial, keys)
+    if state != "call":
+        return i, state, None
+    end = _skip_ws(text, end)
+    if end < len(text) and text[end] == "}":
+        return end + 1, "call", call
+    return i, "maybe" if partial and end == len(text) else "no", None
+
+
+def _json_object(text: str, i: int, allowed, partial: bool, keys, doubled: bool = False):
+    """``(end, state, call)`` for the object at ``text[i]`` (with ``doubled``, also a call in
+    doubled braces: ``_doubled``)."""
+    if doubled and text.startswith("{{", i):
+        return _doubled(text, i, allowed, partial, keys)
     head = _head(text, i, allowed)
     if head == "no":
         return i, "no", None
@@ -94,10 +110,11 @@ def _fence_open(text: str, i: int, partial: bool):
     return end + 1, "call" if lang in ("", "json") else "no"
 
 
-def _json_run(text: str, i: int, allowed, partial: bool, keys, separators: str = ""):
+def _json_run(text: str, i: int, allowed, partial: bool, keys, separators: str = "", doubled: bool = False):
     """``(state, calls)`` for ``text[i:]``: "call" when it is JSON calls (fenced or bare,
-    ``separators`` characters also allowed between them) and whitespace only, "maybe"
-    (``partial``) when it may still become so, else "no"."""
+    ``separators`` characters also allowed between them; with ``doubled``, each maybe in
+    doubled braces) and whitespace only, "maybe" (``partial``) when it may still become so,
+    else "no"."""
     calls = []
     while True:
         i = _skip_ws(text, i)
@@ -114,7 +131,7 @@ def _json_run(text: str, i: int, allowed, partial: bool, keys, separators: str =
             if state != "call":
                 return state, calls
             i = _skip_ws(text, i)
-        i, state, call = _json_object(text, i, allowed, partial, keys)
+        i, state, call = _json_object(text, i, allowed, partial, keys, doubled)
         if state != "call":
             return state, calls
         calls.append(call)
@@ -144,27 +161,28 @@ def _json_starts(text: str, start: int = 0, anywhere: bool = True):
         i = nl + 1
 
 
-def json_calls(text: str, allowed, keys=("arguments",), anywhere: bool = True,
-               separators: str = "") -> tuple[int, list[ToolCall]] | None:
+def json_calls(text: str, allowed, keys=("arguments",), anywhere: bool = True, separators: str = "",
+               doubled: bool = False) -> tuple[int, list[ToolCall]] | None:
     """``(start, calls)``: the JSON calls that end the reply, and where they begin; None when
     the reply does not end so.  Only functions in ``allowed`` (none: no call) count; ``keys``:
-    what the arguments may be called; ``anywhere`` False: only a reply that is calls alone."""
+    what the arguments may be called; ``anywhere`` False: only a reply that is calls alone;
+    ``doubled``: a call may also be wrapped in doubled braces (``_doubled``)."""
     if not allowed:
         return None
     for i in _json_starts(text, 0, anywhere):
-        state, calls = _json_run(text, i, allowed, False, keys, separators)
+        state, calls = _json_run(text, i, allowed, False, keys, separators, doubled)
         if state == "call":
             return i, calls
     return None
 
 
 def json_pending(text: str, allowed, start: int = 0, anywhere: bool = True, keys=("arguments",),
-                 separators: str = "") -> int:
+                 separators: str = "", doubled: bool = False) -> int:
     """Where streamed text may be the beginning of JSON calls (from ``start`` on); ``len(text)``
     when nowhere."""
     if allowed:
         for i in _json_starts(text, start, anywhere):
-            if _json_run(text, i, allowed, True, keys, separators)[0] != "no":
+            if _json_run(text, i, allowed, True, keys, separators, doubled)[0] != "no":
                 return i
     return len(text)
 
