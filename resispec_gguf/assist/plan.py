@@ -3,7 +3,8 @@
 prompt's tokens and a constraint), and how to read the reply's reasoning and tool calls back
 out of it (``ChatPlan``).  Tools
 under "auto" together with a JSON ``response_format`` make a reply that is calls or the final
-answer in that JSON (``CallsOrAnswer`` reads which).
+answer in that JSON (``CallsOrAnswer`` reads which); under "auto" with a text answer, right
+after tool results, a reply that only makes the answered calls again is text (``FreshCalls``).
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
 a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
@@ -17,6 +18,7 @@ May import ``errors`` and its ``assist`` neighbours; never the engine (it is han
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..errors import FieldError
@@ -26,8 +28,8 @@ from .formats import ToolFormat
 from .chat_format import check_messages
 from .grammar import GrammarError
 
-__all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "response_schema", "check_chat_options",
-           "plan_chat"]
+__all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "FreshCalls", "answered_calls",
+           "response_schema", "check_chat_options", "plan_chat"]
 
 
 class RequestError(FieldError):
@@ -84,6 +86,9 @@ class ChatPlan:
     thinking: _reasoning.ReasoningFormat | None = None
     budget: int = -1
     n_vocab: int = 0
+    # under "auto" with a text answer, right after tool results: the calls they answer, as
+    # ``(name, arguments)``; a reply that only makes them again is text (``FreshCalls``)
+    answered: tuple = ()
 
     @property
     def tools_active(self) -> bool:
@@ -108,7 +113,9 @@ class ChatPlan:
     def _reader(self):
         """What reads calls out of the reply: the format, or, when the reply may instead be
         the final JSON, ``CallsOrAnswer`` (which never reads that JSON as a call)."""
-        return self.format if self.final is None else CallsOrAnswer(self.format, self.bare_calls)
+        if self.final is not None:
+            return CallsOrAnswer(self.format, self.bare_calls)
+        return FreshCalls(self.format, self.answered) if self.answered else self.format
 
     def tool_calls(self, text: str):
         """``(content, calls)`` read from a finished reply, or None when it made no call."""
@@ -175,6 +182,49 @@ class CallsOrAnswer:
         return 0 if self._may_call(text, allowed) else len(text)
 
 
+class FreshCalls:
+    """How a reply is read right after tool results, under "auto" with a text answer: as the
+    format reads it, except that a reply whose calls all repeat the calls just answered (the
+    same function with equal arguments) is text.  Small models (the default Qwen2.5-Coder
+    1.5B among them) often answer a tool result by writing the same call again; read as a
+    call, an agent framework runs the tool again, side effects and all, and the model repeats
+    it again, until the framework's turn limit.  A call of another function, or with other
+    arguments, is a call.  The grammar is the format's: this changes only how the finished
+    reply is read.  Stands in for the format in ``ToolStream``."""
+
+    def __init__(self, fmt: ToolFormat, answered: tuple):
+        self.fmt, self.answered = fmt, answered
+
+    def _repeat(self, call) -> bool:
+        try:
+            return (call.name, json.loads(call.arguments)) in self.answered
+        except json.JSONDecodeError:
+            return False
+
+    def parse(self, text: str, allowed=None, parallel: bool = True):
+        """The format's ``parse``; None (text) when every call is a repeat."""
+        parsed = self.fmt.parse(text, allowed, parallel)
+        return None if parsed is not None and all(self._repeat(c) for c in parsed[1]) else parsed
+
+    def calls_start(self, text: str, allowed=None) -> int:
+        return self.fmt.calls_start(text, allowed)
+
+    def pending(self, text: str, allowed=None, start: int = 0) -> int:
+        return self.fmt.pending(text, allowed, start)
+
+
+def answered_calls(messages) -> tuple:
+    """``(name, arguments)`` of the calls whose results end ``messages`` (checked tool
+    messages: ``tools.check_tool_messages``), the assistant turn's that the trailing tool
+    messages answer; empty when the conversation does not end with tool results."""
+    i = len(messages)
+    while i > 0 and messages[i - 1].get("role") == "tool":
+        i -= 1
+    if i == len(messages) or i == 0 or not messages[i - 1].get("tool_calls"):
+        return ()
+    return tuple((c["function"]["name"], c["function"]["arguments"]) for c in messages[i - 1]["tool_calls"])
+
+
 def response_schema(response_format):
     """The JSON schema a ``response_format`` asks for: None (text), True (any JSON object,
     ``json_object``) or the schema of ``json_schema``; ``RequestError`` naming the field."""
@@ -231,7 +281,7 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     options = checked or check_chat_options(tools, tool_choice, parallel_tool_calls, response_format,
                                             functions, function_call, **reasoning)
     req = options.tools
-    msgs = check_messages(messages)
+    msgs = checked_msgs = check_messages(messages)
     fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
     # a call object alone answers the user, not a tool result: after one, JSON is the answer
     bare = not msgs or msgs[-1]["role"] != "tool"
@@ -245,6 +295,8 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
     else:
         prompt = engine.chat_tokens(msgs, **extra)
     plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final, bare_calls=bare)
+    if req.active and req.choice == "auto" and not bare:
+        plan.answered = answered_calls(_tools.check_tool_messages(checked_msgs))
     thinks = engine.reasoning_format()
     if thinks is not None:
         plan.phase = thinks.phase(prompt, engine.token_piece)

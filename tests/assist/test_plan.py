@@ -10,7 +10,8 @@ import pytest
 
 from resispec_gguf.assist import chat_format, formats, tools
 from resispec_gguf.assist.chat_format import MessageError, Messages, check_messages
-from resispec_gguf.assist.plan import ChatOptions, RequestError, check_chat_options, plan_chat, response_schema
+from resispec_gguf.assist.plan import (ChatOptions, RequestError, answered_calls, check_chat_options, plan_chat,
+                                      response_schema)
 from resispec_gguf.config import DraftParams, SamplingParams
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
@@ -223,3 +224,51 @@ def test_a_bare_call_object_may_stand_in_the_answers_place(engine):
         check_chat_options([ADD]).tools, ANSWER, bare=False))
     assert after.tool_calls('{"name": "add", "arguments": {"a": 2, "b": 3}}') is None
     assert after.tool_calls('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>')
+
+
+def _read(plan, text, size=None):
+    """``(content, [(name, arguments)] or None)`` of a finished reply, or streamed ``size``
+    characters at a time."""
+    if size is None:
+        parsed = plan.tool_calls(text)
+        content, calls = parsed if parsed else (text, None)
+    else:
+        stream = plan.tool_stream()
+        out = "".join(stream.push(text[i:i + size]) for i in range(0, len(text), size))
+        rest, calls = stream.finish(text)
+        content = out + rest
+    return content.strip(), calls and [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+@pytest.mark.parametrize("size", [None, 1, 5])
+def test_right_after_tool_results_a_reply_repeating_the_answered_calls_is_text(engine, size):
+    """Under "auto" with a text answer: small models answer a tool result by making the same
+    call again, which an agent framework would run again, and again."""
+    again = '<tool_call>\n{"name": "add", "arguments": {"b": 3, "a": 2}}\n</tool_call>'  # equal arguments
+    other = '<tool_call>\n{"name": "add", "arguments": {"a": 5, "b": 1}}\n</tool_call>'
+    after = plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="auto")
+    assert after.answered == (("add", {"a": 2, "b": 3}),)
+    assert _read(after, again, size) == (again, None)
+    assert _read(after, "So:\n" + other, size) == ("So:", [("add", {"a": 5, "b": 1})])
+    both = '{"name": "add", "arguments": {"a": 2, "b": 3}}\n{"name": "add", "arguments": {"a": 5, "b": 1}}'
+    parallel = plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="auto", parallel_tool_calls=True)
+    assert _read(parallel, both, size)[1] == [("add", {"a": 2, "b": 3}), ("add", {"a": 5, "b": 1})]
+    # the first turn, a forced call, and a typed answer read calls as always
+    for plan in (plan_chat(engine, MSGS, tools=[ADD], tool_choice="auto"),
+                 plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="required"),
+                 plan_chat(engine, ROUND_TRIP, tools=[ADD], response_format=TYPED)):
+        assert not plan.answered or plan.final is not None
+        assert _read(plan, again, size)[1] == [("add", {"a": 2, "b": 3})]
+
+
+def test_the_answered_calls_are_those_the_trailing_tool_results_answer():
+    first = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "sub", "arguments": {"a": 1}}}]}
+    last = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2}}},
+        {"id": "c2", "type": "function", "function": {"name": "mul", "arguments": {}}}]}
+    results = [{"role": "tool", "tool_call_id": "c1", "content": "x"}, {"role": "tool", "tool_call_id": "c2",
+                                                                        "content": "y"}]
+    assert answered_calls(MSGS + [first, results[0], last] + results) == (("add", {"a": 2}), ("mul", {}))
+    assert answered_calls(MSGS + [last] + results + [{"role": "user", "content": "and?"}]) == ()
+    assert answered_calls(MSGS) == () and answered_calls([]) == ()
