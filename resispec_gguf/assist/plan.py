@@ -185,7 +185,8 @@ class CallsOrAnswer:
 class FreshCalls:
     """How a reply is read right after tool results, under "auto" with a text answer: as the
     format reads it, except that a reply whose calls all repeat the calls just answered (the
-    same function with equal arguments) is text.  Small models (the default Qwen2.5-Coder
+    same function with equal arguments, a member that is null counting as one left out, as
+    clients write optional fields) is text.  Small models (the default Qwen2.5-Coder
     1.5B among them) often answer a tool result by writing the same call again; read as a
     call, an agent framework runs the tool again, side effects and all, and the model repeats
     it again, until the framework's turn limit.  A call of another function, or with other
@@ -193,11 +194,11 @@ class FreshCalls:
     reply is read.  Stands in for the format in ``ToolStream``."""
 
     def __init__(self, fmt: ToolFormat, answered: tuple):
-        self.fmt, self.answered = fmt, answered
+        self.fmt, self.answered = fmt, [(name, _without_nulls(args)) for name, args in answered]
 
     def _repeat(self, call) -> bool:
         try:
-            return (call.name, json.loads(call.arguments)) in self.answered
+            return (call.name, _without_nulls(json.loads(call.arguments))) in self.answered
         except json.JSONDecodeError:
             return False
 
@@ -211,6 +212,15 @@ class FreshCalls:
 
     def pending(self, text: str, allowed=None, start: int = 0) -> int:
         return self.fmt.pending(text, allowed, start)
+
+
+def _without_nulls(value):
+    """``value`` with every object member whose value is null left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def answered_calls(messages) -> tuple:

@@ -244,7 +244,8 @@ def _read(plan, text, size=None):
 def test_right_after_tool_results_a_reply_repeating_the_answered_calls_is_text(engine, size):
     """Under "auto" with a text answer: small models answer a tool result by making the same
     call again, which an agent framework would run again, and again."""
-    again = '<tool_call>\n{"name": "add", "arguments": {"b": 3, "a": 2}}\n</tool_call>'  # equal arguments
+    # equal arguments (a null member counts as one left out)
+    again = '<tool_call>\n{"name": "add", "arguments": {"b": 3, "a": 2, "c": null}}\n</tool_call>'
     other = '<tool_call>\n{"name": "add", "arguments": {"a": 5, "b": 1}}\n</tool_call>'
     after = plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="auto")
     assert after.answered == (("add", {"a": 2, "b": 3}),)
@@ -258,7 +259,7 @@ def test_right_after_tool_results_a_reply_repeating_the_answered_calls_is_text(e
                  plan_chat(engine, ROUND_TRIP, tools=[ADD], tool_choice="required"),
                  plan_chat(engine, ROUND_TRIP, tools=[ADD], response_format=TYPED)):
         assert not plan.answered or plan.final is not None
-        assert _read(plan, again, size)[1] == [("add", {"a": 2, "b": 3})]
+        assert _read(plan, again, size)[1] == [("add", {"a": 2, "b": 3, "c": None})]
 
 
 def test_the_answered_calls_are_those_the_trailing_tool_results_answer():
