@@ -58,6 +58,17 @@ def test_a_lazy_call_is_free_text_until_its_opening_then_constrained(engine, ope
     assert plan.tool_calls("Let me add.\n" + opening + CALL + close)[1][0].name == "add"
 
 
+def test_what_the_grammar_lets_through_after_a_call_object_is_what_is_read_back(engine):
+    """Only the blanks the JSON scanner skips (never a Unicode space such as U+205F) before a
+    fence's close, and a doubled call's closing brace right after the object: a reply the
+    grammar let through is read as the call."""
+    plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True)
+    for text in (f"```json\n{CALL}\n \t```", "{" + CALL + "}", f"{CALL}\n\n{CALL}"):
+        assert follows(plan.constraint, tokens(engine, text)) and plan.tool_calls(text)[1][0].name == "add"
+    for text in (f"```json\n{CALL}\u205f```", "{" + CALL + " }", "{" + CALL + "\n}", f"{CALL}\u205f{CALL}"):
+        assert not follows(plan.constraint, tokens(engine, text)), text
+
+
 def test_json_that_calls_no_offered_function_stays_free_text(engine):
     plan = plan_chat(engine, MSGS, tools=TOOLS, tool_choice="auto")
     text = 'A person:\n{"name": "Bob", "age": "x"}\nand mid-line {"name": "add", "arguments": 7}'

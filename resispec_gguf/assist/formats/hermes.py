@@ -25,9 +25,14 @@ __all__ = ["HermesFormat"]
 
 _LINE_START = r"((.|\n)*\n)?"  # free text ending where a line starts (or nothing: the reply's start)
 _FENCE = r"```(json)?[ \t]*\n[ \t\n]{0,32}"
+# blanks as the JSON scanner (``json_calls``) skips them: a regex's \s would take any Unicode
+# space too, which a reply the grammar let through would then not be read with
+_BLANK = r"[ \t\r\n]"
 # the call object in doubled braces, {{"name": ..., "arguments": {...}}}, as Qwen2.5's template
 # shows the call syntax (``json_calls._doubled``): the extra opening brace, and the closing one
-_DOUBLED, _UNDOUBLED = r"\{", r" /\s{0,8}\}/"
+# right after the object (no blanks between: the template has none, and a model that would
+# rather stop spends no tokens on blanks before it)
+_DOUBLED, _UNDOUBLED = r"\{", " /\\}/"
 
 
 class HermesFormat(ToolFormat):
@@ -59,7 +64,7 @@ class HermesFormat(ToolFormat):
         if not self.bare_calls:
             return [], []
         rules = args_rules(req, "args")  # each function's arguments, once for every opening
-        fence_close = ' /\\s{0,8}```/'
+        fence_close = f" /{_BLANK}{{0,8}}```/"
         openings = [("fenced", _LINE_START + _FENCE, fence_close), ("bare", _LINE_START, ""),
                     ("fenced2", _LINE_START + _FENCE + _DOUBLED, _UNDOUBLED + fence_close),
                     ("bare2", _LINE_START + _DOUBLED, _UNDOUBLED)]
@@ -70,8 +75,8 @@ class HermesFormat(ToolFormat):
             rules += more
         if not req.parallel:
             return alternatives, rules
-        rules += ['json_next: /\\s{1,8}/ (fenced_call | call_body)',  # call_body: any call's object (body_rules)
-                  'fenced_call: /```(json)?[ \\t]*\\n\\s{0,8}/ call_body /\\s{0,8}```/']
+        rules += [f"json_next: /{_BLANK}{{1,8}}/ (fenced_call | call_body)",  # call_body: any call's object
+                  f"fenced_call: /```(json)?[ \\t]*\\n{_BLANK}{{0,8}}/ call_body /{_BLANK}{{0,8}}```/"]
         return [f"{a} json_next*" for a in alternatives], rules
 
     _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
