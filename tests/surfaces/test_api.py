@@ -149,3 +149,27 @@ def test_a_held_back_marker_that_is_no_call_comes_out_at_the_end():
     assert deltas == [{"role": "assistant", "content": ""}, {"content": "a "},
                       {"content": "<tool_call> is how it starts"}, {}]
     assert _choice(chunks[-1])["finish_reason"] == "length"
+
+
+def test_a_doubled_brace_call_is_a_call_unless_it_repeats_the_call_just_answered():
+    """Qwen2.5's template shows calls in doubled braces and its models copy them; right after
+    the result, the same call again is text (an agent would run the tool again), streamed or
+    not, while the first turn's is a call."""
+    doubled = '{{"name": "add", "arguments": {"a": 1, "b": 2}}}'
+    result = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"b": 2, "a": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"}]
+    for msgs, called in ((MSGS, True), (result, False)):
+        pieces = [doubled[:9], doubled[9:30], doubled[30:]]
+        whole = create_chat_completion(ScriptedEngine(pieces), msgs, tools=[ADD])["choices"][0]
+        chunks = list(create_chat_completion(ScriptedEngine(pieces), msgs, tools=[ADD], stream=True))
+        streamed = "".join(_choice(c)["delta"].get("content") or "" for c in chunks)
+        calls = [d["function"] for c in chunks for d in _choice(c)["delta"].get("tool_calls") or []]
+        if called:
+            assert whole["finish_reason"] == "tool_calls" and whole["message"]["content"] is None
+            assert whole["message"]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1, "b": 2}'}
+            assert streamed == "" and calls[0]["name"] == "add"
+        else:
+            assert whole["finish_reason"] == "stop" and not whole["message"].get("tool_calls")
+            assert whole["message"]["content"] == doubled == streamed and not calls
+        assert _choice(chunks[-1])["finish_reason"] == whole["finish_reason"]
