@@ -5,8 +5,8 @@ the bytes JSON valid under it may continue with (the end tokens where it is comp
 
 import pytest
 
-from resispec_gguf.assist.grammar import (JSON_DEFAULTS, Grammars, GrammarError, check_schema, json_options,
-                                          json_schema_grammar, laid_out, lark_grammar)
+from resispec_gguf.assist.grammar import (FLEXIBLE_LAYOUT, JSON_DEFAULTS, Grammars, GrammarError, check_schema,
+                                          json_options, json_schema_grammar, laid_out, lark_grammar)
 from resispec_gguf.errors import UserError
 from resispec_gguf.kernels.sampling import mask_allows
 from tiny_gguf import BYTE0_ID, EOS_ID, IM_END_ID, N_VOCAB, SPACE_ID
@@ -259,6 +259,21 @@ def test_a_schemas_own_x_guidance_restores_flexible_whitespace(grammars, own):
     assert options["key_separator"] == ":" and options["lenient"] and options["coerce_one_of"]
     assert json_options({"x-guidance": {"lenient": False}}) == {**JSON_DEFAULTS, "lenient": False}
     assert laid_out({"x-guidance": own, "type": "object"})["x-guidance"] == options
+
+
+@pytest.mark.parametrize("schema", [True, {"type": "object"}, {"type": "object", "title": "any", "description": "x"}])
+def test_a_schema_taking_any_object_gets_the_flexible_layout(grammars, schema):
+    """json_object (and a schema saying only "an object") names no key the one-line layout
+    could force; it would only mask the model's own layout (a line break after "{")."""
+    state = grammars.compile(json_schema=schema).start()
+    assert {" ", "\n", '"', "}"} <= _allowed(state.mask(_bytes("{")))
+    assert _allowed(state.mask(_bytes('{\n  "a": 1,\n'))) == {"\t", " ", '"'}  # still one line break at most
+    assert json_options(schema if isinstance(schema, dict) else {}) == {**JSON_DEFAULTS, **FLEXIBLE_LAYOUT}
+    # a key, a bound or an "x-guidance" of its own: the one-line layout, as for every schema
+    for named in ({"type": "object", "properties": {"a": {}}}, {"type": "object", "minProperties": 1},
+                  {"type": "object", "x-guidance": {"lenient": True}}):
+        assert json_options(named)["whitespace_flexible"] is False and "whitespace_pattern" not in json_options(named)
+        assert "\n" not in _allowed(grammars.compile(json_schema=named).start().mask(_bytes("{")))
 
 
 def test_a_constrained_reply_is_laid_out_as_json_dumps_writes(engine):
