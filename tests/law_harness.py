@@ -180,19 +180,13 @@ class _ScriptedPlan:
 
     def __init__(self, params):
         self.params = params
-        self.calls = self.tails = 0
+        self.tails = 0
 
     def width(self, level, scores):
         return len(scores)
 
     def leaves(self, expanded_scores, leaf_scores):
         return len(leaf_scores)
-
-    def skip_call(self, scores, chances):
-        """Every other level that could go without its draft call does (tree.py's lookup
-        levels), so the law covers both."""
-        self.calls += 1
-        return self.calls % 2 == 1
 
     def tail(self, score):
         """Three lookup-tail nodes per step at most, wherever they are offered."""

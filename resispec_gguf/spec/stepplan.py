@@ -147,7 +147,6 @@ class StepPlan:
     best_score: float = 1.0  # the best expanded score of the last level (the root's: 1)
     promise: float = 0.0  # the tuner's ``expected_case`` for the arm at the acceptance this plan was built on
     background: Background | None = None  # the step's other requests (``batch``); None: alone
-    _call: float = 0.0  # the seconds of the draft call ``width`` last priced (``skip_call``)
 
     @property
     def kind(self) -> str:
@@ -215,7 +214,6 @@ class StepPlan:
         self.cost += float(d_draft + self._target(n + k) - self._target(n) + self.row_s * s[k - 1])
         self.n_nodes += k
         self.draft_cost += float(d_draft)
-        self._call = float(d_draft)
         self.best_score = float(scores[0])
         return k
 
@@ -260,22 +258,4 @@ class StepPlan:
         self.value += score
         self.cost += more
         self.n_nodes += 1
-        return True
-
-    def skip_call(self, scores: list[float], chances: list[float]) -> bool:
-        """Whether the draft call ``width`` just priced for these frontier nodes (``scores``)
-        is better left out, each node continued by its lookup candidate alone (its learnt
-        ``chances``; ``tree``'s lookup levels): the tokens the draws would add over those
-        candidates, ``score * (accept - chance)`` each, are worth less at the step's
-        projected rate than the call's seconds.  If so the call is taken out of the step's
-        cost.  Never beside other requests (as ``tail``)."""
-        call = self._call
-        if self.kind != "draft" or self.background is not None or call <= 0.0:
-            return False
-        lost = sum(s * max(0.0, self.accept - c) for s, c in zip(scores, chances))
-        if lost * self.cost >= self.value * call:
-            return False
-        self.cost -= call
-        self.draft_cost -= call
-        self._call = 0.0
         return True

@@ -33,21 +33,15 @@ frontier: a run of certain positions costs a target row each, never a draft call
 of the ``depth`` levels, which count draft calls.  Whether a node is certain is a function
 of its path, known before anything below it draws, so the rule above holds.
 
-Lookup levels and tails
------------------------
-A context-lookup candidate is a function of its path: it needs no draft row.  Two uses of
-it in a draft step (``tail``: a node's lookup or forced candidate as a no-draw ``Draw``):
-
-* a level below the root whose every frontier node has one may skip its draft call
-  (``plan.skip_call``: the draws would add less than the call costs): each node is expanded
-  with K = 0 draws, its lookup candidate its only child, which the next level drafts (the
-  draft then evaluates the skipped nodes on the way, as it does certain ones);
-* once the levels are done and the leaves cut, the best leaves go on with their lookup
-  candidates, a target row each and no draft call, down a copy run, while ``plan.tail``
-  finds the row pays and the ``depth`` bound allows.
-
-Either choice is made before the nodes concerned draw (they draw nothing), and nothing is
-dropped after the tails: the rule above holds.
+Lookup tails
+------------
+A context-lookup candidate is a function of its path: it needs no draft row.  Once the
+draft levels are done and the leaves cut, ``growing`` may continue the best leaves with
+``tail``'s candidates (a node's lookup or forced candidate as a no-draw ``Draw``): a leaf
+becomes an expanded node with K = 0 draws whose one candidate is the next tail node, and so
+on down a copy run, a target row each and no draft call, while ``plan.tail`` finds the row
+pays and the ``depth`` bound allows.  The choice is made before those nodes draw (they draw
+nothing), and nothing is dropped after it: the rule above holds.
 
 Pure Python/NumPy: no model, no randomness of its own.  ``grow`` reaches the models only
 through the two callbacks it is given.
@@ -209,8 +203,6 @@ class GrowthPlan(Protocol):
 
     def tail(self, score: float) -> bool: ...
 
-    def skip_call(self, scores: list[float], chances: list[float]) -> bool: ...
-
 
 # draft(nodes) -> one draft logits row per node (the nodes are evaluated by the draft model)
 DraftFn = Callable[[list[int]], Sequence]
@@ -274,19 +266,6 @@ def _tails(tree: DraftTree, tail: TailFn, plan, room: int, depth: int) -> None:
         offer(child, length + 1)
 
 
-def _lookup_level(tree: DraftTree, frontier: list[int], tail: TailFn | None, plan) -> list[Draw] | None:
-    """A level's no-draw ``Draw``s when every frontier node has a lookup candidate and
-    ``plan.skip_call`` finds the level's draft call not worth its seconds (module
-    docstring: lookup levels); None to make the call."""
-    if tail is None or plan is None:
-        return None
-    draws = [tail(tree, node) for node in frontier]
-    if any(d is None for d in draws):
-        return None
-    chances = [d.weight[d.lookup] for d in draws]
-    return draws if plan.skip_call([tree.score[n] for n in frontier], chances) else None
-
-
 def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPlan | None = None,
             certain: CertainFn | None = None,
             tail: TailFn | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
@@ -310,12 +289,10 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPla
     room = min(limits.max_expanded, limits.max_nodes)
     frontier, n_expanded = _through_certain(tree, [0], certain, 0, room)  # non-root expanded nodes; never dropped
     for level in range(limits.depth):
-        skipped = _lookup_level(tree, frontier, tail, plan) if level else None
-        if skipped is None:
-            rows = yield frontier
-            skipped = [draw(node, row) for node, row in zip(frontier, rows)]
+        rows = yield frontier
         new: list[int] = []
-        for node, d in zip(frontier, skipped):
+        for node, row in zip(frontier, rows):
+            d = draw(node, row)
             tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
             new += tree.add_children(node, d.weight)
         if level + 1 >= limits.depth:

@@ -111,14 +111,3 @@ def test_a_lookup_tail_row_is_taken_where_rows_are_cheap_and_never_beside_others
     shared.leaves([0.9], [0.8])
     assert not shared.tail(0.9)
 
-
-def test_a_draft_call_is_skipped_only_where_the_lookup_loses_less_than_the_call_costs():
-    plan = _plan(GPU, accept=0.9)
-    assert not plan.skip_call([0.9], [1.0])  # nothing priced yet: no call to skip
-    plan.width(0, [0.9])
-    cost, draft_cost = plan.cost, plan.draft_cost
-    assert not plan.skip_call([0.9], [0.2])  # the draws would add 0.63 tokens: worth the 2 ms call
-    assert plan.cost == cost
-    assert plan.skip_call([0.9], [0.89])  # a near-certain copy: the call is not worth it
-    assert plan.cost < cost and plan.draft_cost < draft_cost
-    assert not plan.skip_call([0.9], [0.89])  # that call is already gone

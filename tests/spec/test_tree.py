@@ -149,21 +149,16 @@ def test_a_certain_run_at_the_root_rides_into_the_first_draft_call():
 
 
 class _LookupPlan:
-    """A plan that expands every child, keeps every leaf, skips the draft calls of the
-    levels listed and takes ``tails`` tail nodes."""
+    """A plan that expands every child, keeps every leaf and takes ``tails`` tail nodes."""
 
-    def __init__(self, skip_levels=(), tails=0):
-        self.skip_levels, self.tails, self.level = set(skip_levels), tails, 0
+    def __init__(self, tails=0):
+        self.tails = tails
 
     def width(self, level, scores):
-        self.level = level + 1
         return len(scores)
 
     def leaves(self, expanded_scores, leaf_scores):
         return len(leaf_scores)
-
-    def skip_call(self, scores, chances):
-        return self.level in self.skip_levels
 
     def tail(self, score):
         self.tails -= 1
@@ -174,21 +169,6 @@ def _copy(tree, node):
     """A lookup candidate after every node: its token + 1 (mod 5), chance 0.8."""
     x = (tree.tokens[node] + 1) % 5
     return Draw(np.zeros(0, np.int64), None, {x: 0.8}, x)
-
-
-def test_a_skipped_level_makes_no_draft_call_and_its_nodes_draw_nothing():
-    s = _Scripted(3, k=1)
-    tree, _ = grow(DraftTree.with_root(0), GrowthLimits(depth=4, max_expanded=10, max_nodes=10), s.draft, s.draw,
-                   _LookupPlan(skip_levels={2}), tail=_copy)
-    assert len(s.drafted) == 3  # levels 0, 1 and 3: level 2 took its lookup candidate alone
-    skipped = [i for i in range(len(tree)) if tree.draws[i] is not None and len(tree.draws[i]) == 0]
-    assert skipped and all(tree.depth[i] == 2 for i in skipped)
-    for i in skipped:
-        (child,) = tree.children[i].values()
-        assert tree.tokens[child] == tree.lookup[i] == (tree.tokens[i] + 1) % 5
-        assert tree.score[child] == pytest.approx(tree.score[i] * 0.8)
-    # the level below drafts the skipped nodes' children, as it would certain ones
-    assert sorted(s.drafted[-1]) == sorted(c for i in skipped for c in tree.children[i].values())
 
 
 def test_tails_continue_the_best_leaves_within_the_room_and_the_depth():
