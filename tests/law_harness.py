@@ -180,12 +180,18 @@ class _ScriptedPlan:
 
     def __init__(self, params):
         self.params = params
+        self.tails = 0
 
     def width(self, level, scores):
         return len(scores)
 
     def leaves(self, expanded_scores, leaf_scores):
         return len(leaf_scores)
+
+    def tail(self, score):
+        """Three lookup-tail nodes per step at most, wherever they are offered."""
+        self.tails += 1
+        return self.tails <= 3
 
 
 class _ScriptedTuner(AutoTuner):

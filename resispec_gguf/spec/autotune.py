@@ -568,6 +568,8 @@ class Auto:
             tuner.observe_chain(sampling.overlap(p, *qx))
         elif greedy and len(tree.draws[node]):
             tuner.observe_chain(p_of(int(tree.draws[node][0])))
+        if not len(tree.draws[node]) and tuner.current in tuner.arms and tuner.arms[tuner.current].k:
+            return  # a lookup tail in a draft step: its chance is its bin's, learnt above
         tuner.observe_node(accepted)
 
     def _shadow_draws(self, k_drawn: int, x0: int, n: int, pq, qx) -> None:

@@ -79,7 +79,8 @@ class Request:
     d_filled: int = 0  # ... in the draft's (it may hold less of the prompt than the target)
     reused: int = 0
     order: int = 0  # admission count: the waiting prompts are prefilled in this order
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # seconds of the decodes that carried a chunk of its prompt
+    fed: bool = False  # the step's decodes carried a chunk of its prompt
     started: bool = False
     done: bool = False
     pieces: list[tuple[str, int]] = field(default_factory=list)
@@ -301,10 +302,12 @@ class Batch:
             _took(waiting, chunks, fill)
 
     def _prefilled(self, waiting: list[Request], seconds: float) -> None:
-        """After a decode that carried the waiting prompts' chunks: their time, and those now
-        held whole start."""
+        """After a decode that carried the waiting prompts' chunks: its time to the prompts it
+        fed, and those now held whole start."""
         for r in waiting:
-            r.prefill_s += seconds
+            if r.fed:  # a prompt that only waited for its turn counts none of it
+                r.prefill_s += seconds
+                r.fed = False
             if self._held(r):
                 self._start(r)
 
@@ -491,6 +494,7 @@ def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str) -> No
     for r in waiting:
         if r.slot in chunks:
             setattr(r, fill, getattr(r, fill) + len(chunks[r.slot]))
+            r.fed = True
 
 
 def _chain_accept(tuner) -> float:

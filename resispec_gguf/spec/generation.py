@@ -423,21 +423,20 @@ class Generation:
             if max_nodes < 0:
                 return tree, None
             limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
-
-            def draw_lookup(node: int, _row) -> Draw:  # no draws: the lookup candidate, if any
-                sure = self._certain_draw(tree, node)
-                if sure is not None:
-                    return sure
-                x0, n = self._propose(tree, node)
-                return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, dp.k)[0], x0, ({}, n, x0))
-
-            return grow(tree, limits, lambda frontier: [None] * len(frontier), draw_lookup, self.plan_,
-                        self._certain(tree))[0], None
+            return grow(tree, limits, lambda frontier: [None] * len(frontier),
+                        lambda node, _row: self._lookup_draw(tree, node), self.plan_, self._certain(tree))[0], None
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
-        steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree))
+        # under auto, the cut tree's best leaves go on along lookup and forced candidates
+        tail = None
+        if self.plan_ is not None and (self.lookup is not None or self.forced is not None):
+            def tail(cut: DraftTree, node: int) -> Draw | None:
+                d = self._lookup_draw(cut, node)
+                return d if d.lookup >= 0 else None
+        steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree),
+                        tail)
         try:
             frontier = next(steps)
             while True:
@@ -446,6 +445,15 @@ class Generation:
         except StopIteration as done:
             tree, old_to_new = done.value
         return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
+
+    def _lookup_draw(self, tree: DraftTree, node: int) -> Draw:
+        """A node with no draws: its one candidate is the certain token, else the forced or
+        lookup one (``_propose``; -1 when there is none)."""
+        sure = self._certain_draw(tree, node)
+        if sure is not None:
+            return sure
+        x0, n = self._propose(tree, node)
+        return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, self.dp.k)[0], x0, ({}, n, x0))
 
     def _certain(self, tree: DraftTree):
         """``tree.growing``'s ``certain`` callback: None without a constraint."""
@@ -481,8 +489,11 @@ class Generation:
 
     def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
         """The deterministic candidate after ``node`` and its calibration bin: ``(token,
-        bin)``, the token the constraint forces there (``FORCED_BIN``) or else the
-        context-lookup one; token -1 when neither has one."""
+        bin)``, the context-lookup one where the constraint allows it, else the token the
+        constraint forces there (``FORCED_BIN``); token -1 when neither has one.  Lookup
+        first: where the grammar forces bytes, the target's own earlier tokens after the
+        same context are a better guess at how it spells them than the grammar's
+        tokenisation (on the spelled grammar of the tests, 1.10 times auto's speed)."""
         if self.lookup is None and self.forced is None:
             return -1, 0
         path = []
@@ -494,20 +505,20 @@ class Generation:
             path.append(tree.tokens[node])
             node = par
         path.reverse()
+        if self.lookup is not None:
+            if counting:
+                run += self.copy_run
+            n = self.lookup.max_n
+            # the index holds the prompt and the output so far, which ends with the root
+            x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
+            # unless the constraint forbids it here (a function of the path, not of a draw)
+            if x0 >= 0 and (self.constraint is None or sampling.mask_allows(self._mask(tuple(path)), x0)):
+                return x0, lookup_bin(match, run)
         if self.forced is not None:
             f = self.forced.first(path)
             if f >= 0 and sampling.mask_allows(self._mask(tuple(path)), f):
                 return f, FORCED_BIN
-        if self.lookup is None:
-            return -1, 0
-        if counting:
-            run += self.copy_run
-        n = self.lookup.max_n
-        # the index holds the prompt and the output so far, which ends with the root
-        x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
-        if x0 >= 0 and self.constraint is not None and not sampling.mask_allows(self._mask(tuple(path)), x0):
-            return -1, 0  # the constraint forbids it here: a function of the path, not of a draw
-        return x0, lookup_bin(match, run)
+        return -1, 0
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""

@@ -242,3 +242,20 @@ class StepPlan:
         self.cost += float(self._target(n + best) - self._target(n) + self.row_s * s[best])
         self.n_nodes += best
         return best
+
+    def tail(self, score: float) -> bool:
+        """Whether one more target row worth ``score`` tokens (a lookup tail's node, no
+        draft call: ``tree``'s lookup tails) raises the step's projected E / T; if so it is
+        counted in.  Called after ``leaves``, best-scored node first.  Never beside other
+        requests: there the Markov benchmark (``scripts/batch_gpu_like.py``) lost 2-6% with
+        them, where alone the real pair under a schema gained 7%."""
+        if self.background is not None:
+            return False
+        n = 1 + self.n_nodes
+        more = float(self._target(n + 1) - self._target(n)) + self.row_s * score
+        if (self.value + score) * self.cost <= self.value * (self.cost + more):
+            return False
+        self.value += score
+        self.cost += more
+        self.n_nodes += 1
+        return True

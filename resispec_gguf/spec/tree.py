@@ -33,12 +33,23 @@ frontier: a run of certain positions costs a target row each, never a draft call
 of the ``depth`` levels, which count draft calls.  Whether a node is certain is a function
 of its path, known before anything below it draws, so the rule above holds.
 
+Lookup tails
+------------
+A context-lookup candidate is a function of its path: it needs no draft row.  Once the
+draft levels are done and the leaves cut, ``growing`` may continue the best leaves with
+``tail``'s candidates (a node's lookup or forced candidate as a no-draw ``Draw``): a leaf
+becomes an expanded node with K = 0 draws whose one candidate is the next tail node, and so
+on down a copy run, a target row each and no draft call, while ``plan.tail`` finds the row
+pays and the ``depth`` bound allows.  The choice is made before those nodes draw (they draw
+nothing), and nothing is dropped after it: the rule above holds.
+
 Pure Python/NumPy: no model, no randomness of its own.  ``grow`` reaches the models only
 through the two callbacks it is given.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Generator, NamedTuple, Protocol, Sequence
 
@@ -182,12 +193,15 @@ class Draw(NamedTuple):
 
 
 class GrowthPlan(Protocol):
-    """Optional cost-aware limits (``stepplan.StepPlan``): both are called before the nodes
-    they decide about draw, or only about never-expanded leaves."""
+    """Optional cost-aware limits (``stepplan.StepPlan``): each is called before the nodes
+    it decides about draw, or only about never-expanded leaves, or (``tail``) about nodes
+    with no draws."""
 
     def width(self, level: int, scores: list[float]) -> int: ...
 
     def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int: ...
+
+    def tail(self, score: float) -> bool: ...
 
 
 # draft(nodes) -> one draft logits row per node (the nodes are evaluated by the draft model)
@@ -196,6 +210,12 @@ DraftFn = Callable[[list[int]], Sequence]
 DrawFn = Callable[[int, object], Draw]
 # certain(node) -> the Draw of a certain node (its one token, no draws), None when it is not
 CertainFn = Callable[[int], "Draw | None"]
+# tail(tree, node) -> a no-draw Draw whose lookup candidate continues ``node``, None when there is none
+TailFn = Callable[["DraftTree", int], "Draw | None"]
+
+# leaves a tail may start from (best-scored first), and tail nodes below a leaf at most
+TAIL_LEAVES = 8
+TAIL_LENGTH = 16
 
 
 def _through_certain(tree: DraftTree, frontier: list[int], certain: CertainFn | None, n_expanded: int,
@@ -218,8 +238,37 @@ def _through_certain(tree: DraftTree, frontier: list[int], certain: CertainFn | 
     return out, n_expanded
 
 
+def _tails(tree: DraftTree, tail: TailFn, plan, room: int, depth: int) -> None:
+    """Continue ``tree``'s best leaves with ``tail``'s candidates, best-scored node first,
+    while ``plan.tail`` takes the row, ``room`` (non-root nodes) lasts and no node passes
+    ``depth`` (module docstring: lookup tails)."""
+    if room <= 0:
+        return
+    leaves = sorted((i for i in range(1, len(tree)) if tree.draws[i] is None), key=lambda i: (-tree.score[i], i))
+    open_: list[tuple[float, int, int, Draw]] = []  # (-child score, node, tail length, its draw)
+
+    def offer(node: int, length: int) -> None:
+        if length >= TAIL_LENGTH or tree.depth[node] >= depth:
+            return
+        d = tail(tree, node)
+        if d is not None and d.lookup >= 0:
+            heapq.heappush(open_, (-tree.score[node] * d.weight[d.lookup], node, length, d))
+
+    for leaf in leaves[:TAIL_LEAVES]:
+        offer(leaf, 0)
+    while open_ and room > 0:
+        neg, node, length, d = heapq.heappop(open_)
+        if not plan.tail(-neg):
+            break
+        tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
+        (child,) = tree.add_children(node, d.weight)
+        room -= 1
+        offer(child, length + 1)
+
+
 def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPlan | None = None,
-            certain: CertainFn | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
+            certain: CertainFn | None = None,
+            tail: TailFn | None = None) -> Generator[list[int], Sequence, tuple[DraftTree, dict[int, int]]]:
     """Grow ``tree`` (a root alone) level by level and cut it to ``limits.max_nodes``; a
     generator, so that the caller makes the draft calls (``grow`` is the same with a
     ``draft`` callback).
@@ -233,7 +282,9 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPla
     ``plan.leaves``).  Returns the final tree and the old -> new index map of the cut
     (identity when nothing was cut).  With ``certain``, a frontier's certain nodes are
     expanded before it is yielded (module docstring): a yielded node's nearest ancestors
-    may then be nodes the draft has not evaluated.
+    may then be nodes the draft has not evaluated.  With ``tail`` and ``plan``, the cut
+    tree's best leaves are then continued by lookup tails (module docstring), nodes the
+    draft does not evaluate either.
     """
     room = min(limits.max_expanded, limits.max_nodes)
     frontier, n_expanded = _through_certain(tree, [0], certain, 0, room)  # non-root expanded nodes; never dropped
@@ -261,15 +312,17 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPla
         inner = [i for i in range(1, len(tree)) if tree.expanded(i)]
         leaves = sorted((tree.score[i] for i in range(1, len(tree)) if not tree.expanded(i)), reverse=True)
         keep = len(inner) + plan.leaves([tree.score[i] for i in inner], leaves[: max(0, keep - len(inner))])
-    if len(tree) - 1 > keep:
-        return tree.prune_leaves(keep)
-    return tree, {i: i for i in range(len(tree))}
+    cut = tree.prune_leaves(keep) if len(tree) - 1 > keep else (tree, {i: i for i in range(len(tree))})
+    if tail is not None and plan is not None:
+        _tails(cut[0], tail, plan, limits.max_nodes - (len(cut[0]) - 1), limits.depth)
+    return cut
 
 
 def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
-         plan: GrowthPlan | None = None, certain: CertainFn | None = None) -> tuple[DraftTree, dict[int, int]]:
+         plan: GrowthPlan | None = None, certain: CertainFn | None = None,
+         tail: TailFn | None = None) -> tuple[DraftTree, dict[int, int]]:
     """``growing`` driven to the end with ``draft(frontier)`` making each level's draft call."""
-    steps = growing(tree, limits, draw, plan, certain)
+    steps = growing(tree, limits, draw, plan, certain, tail)
     try:
         frontier = next(steps)
         while True:

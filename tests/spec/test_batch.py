@@ -335,6 +335,30 @@ def test_prompts_arriving_together_share_the_chunk_of_one_decode():
     assert all(r.done for r in reqs)
 
 
+def test_a_prompts_time_counts_the_steps_that_fed_it_not_those_it_waited_through(monkeypatch):
+    """Four prompts of 8 tokens before their roots, chunks of 4: the last waits through six
+    steps that feed the others, then two feed it; its prompt time is those two steps."""
+    from resispec_gguf.spec import batch as batch_module
+
+    engine, target = _engine("gpu")
+    clock = [0.0]
+    monkeypatch.setattr(batch_module.time, "perf_counter", lambda: clock[0])
+    decode = target.decode_slots
+
+    def ticking(*args, **kwargs):  # every target decode takes one second
+        clock[0] += 1.0
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(target, "decode_slots", ticking)
+    batch = engine.batch(chunk=4)
+    rng = np.random.default_rng(6)
+    reqs = [batch.admit(engine.generation([int(x) for x in rng.integers(0, EOG, 9)],
+                                          T1.replace(seed=k, max_tokens=40), _dp("none")))
+            for k in range(4)]
+    _run(batch)
+    assert [r.gen.stats.prompt_time for r in reqs] == [2.0, 2.0, 2.0, 2.0]
+
+
 def test_a_draft_slot_holding_less_of_the_prompt_is_prefilled_a_chunk_per_step_too():
     """A plain request leaves the draft's slot empty: the next request in that slot finds
     its prompt in the target's cache but not in the draft's, and the draft gets it a chunk

@@ -93,3 +93,21 @@ def test_wider_levels_cost_more_rows_for_the_same_worth():
     narrow = in_step_rate(bg, T_S, D_S, first=0.9, then=0.8, rows=1.0, depth=4)
     wide = in_step_rate(bg, T_S, D_S, first=0.9, then=0.8, rows=6.0, depth=4)
     assert wide < narrow
+
+
+def test_a_lookup_tail_row_is_taken_where_rows_are_cheap_and_never_beside_others():
+    gpu, linear = _plan(GPU), _plan(LINEAR)
+    for plan in (gpu, linear):
+        plan.width(0, [0.9])
+        plan.leaves([0.9], [0.8])
+    value, nodes = gpu.value, gpu.n_nodes
+    assert gpu.tail(0.7) and gpu.value == pytest.approx(value + 0.7) and gpu.n_nodes == nodes + 1
+    assert not gpu.tail(1e-4)  # worth less than its row at the step's rate
+    assert not linear.tail(0.7)  # a row costs what a whole step does
+    shared = StepPlan("chain", PARAMS, costs.cost_table(GPU, TABLE_ROWS), costs.cost_table(DRAFT, TABLE_ROWS),
+                      accept=0.9, overhead_s=0.0, background=Background(rows=4, value=4.0, draft_rows=4,
+                                                                              draft_levels=2))
+    shared.width(0, [0.9])
+    shared.leaves([0.9], [0.8])
+    assert not shared.tail(0.9)
+

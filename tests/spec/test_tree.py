@@ -146,3 +146,50 @@ def test_a_certain_run_at_the_root_rides_into_the_first_draft_call():
     tree, _ = grow(tree, GrowthLimits(depth=1, max_expanded=8, max_nodes=8), cb.draft, cb.draw,
                    certain=_certain_01(tree))
     assert cb.drafted == [[2]] and tree.tokens[:3] == [0, 1, 2] and max(tree.depth) == 3
+
+
+class _LookupPlan:
+    """A plan that expands every child, keeps every leaf and takes ``tails`` tail nodes."""
+
+    def __init__(self, tails=0):
+        self.tails = tails
+
+    def width(self, level, scores):
+        return len(scores)
+
+    def leaves(self, expanded_scores, leaf_scores):
+        return len(leaf_scores)
+
+    def tail(self, score):
+        self.tails -= 1
+        return self.tails >= 0
+
+
+def _copy(tree, node):
+    """A lookup candidate after every node: its token + 1 (mod 5), chance 0.8."""
+    x = (tree.tokens[node] + 1) % 5
+    return Draw(np.zeros(0, np.int64), None, {x: 0.8}, x)
+
+
+def test_tails_continue_the_best_leaves_within_the_room_and_the_depth():
+    s = _Scripted(4, k=2)
+    limits = GrowthLimits(depth=3, max_expanded=2, max_nodes=30)  # leaves above the depth bound
+    plain, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, _LookupPlan())
+    s = _Scripted(4, k=2)
+    tree, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, _LookupPlan(tails=100), tail=_copy)
+    assert tree.tokens[: len(plain)] == plain.tokens  # the draft's tree as before, then the tails
+    added = range(len(plain), len(tree))
+    assert added and all(tree.depth[i] <= limits.depth for i in added)
+    best_leaf = max((i for i in range(len(plain)) if plain.draws[i] is None), key=lambda i: plain.score[i])
+    if plain.depth[best_leaf] < limits.depth:
+        assert tree.lookup[best_leaf] >= 0  # the best leaf goes on first
+    s = _Scripted(4, k=2)
+    few, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, _LookupPlan(tails=2), tail=_copy)
+    assert len(few) == len(plain) + 2  # the plan's word
+    s = _Scripted(4, k=2)
+    tight, _ = grow(DraftTree.with_root(0), GrowthLimits(depth=3, max_expanded=2, max_nodes=len(plain) - 1),
+                    s.draft, s.draw, _LookupPlan(tails=100), tail=_copy)
+    assert len(tight) == len(plain)  # no room left
+    s = _Scripted(4, k=2)
+    none, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, None, tail=_copy)
+    assert none.tokens == plain.tokens  # no plan, no tails
