@@ -188,8 +188,11 @@ class _ScriptedPlan:
     def leaves(self, expanded_scores, leaf_scores):
         return len(leaf_scores)
 
-    def tail(self, score):
+    def tail_pays(self, score):
         """Three lookup-tail nodes per step at most, wherever they are offered."""
+        return self.tails < 3
+
+    def tail(self, score):
         self.tails += 1
         return self.tails <= 3
 

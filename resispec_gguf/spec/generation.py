@@ -430,11 +430,8 @@ class Generation:
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
         # under auto, the cut tree's best leaves go on along lookup and forced candidates
-        tail = None
-        if self.plan_ is not None and (self.lookup is not None or self.forced is not None):
-            def tail(cut: DraftTree, node: int) -> Draw | None:
-                d = self._lookup_draw(cut, node)
-                return d if d.lookup >= 0 else None
+        tails = self.plan_ is not None and (self.lookup is not None or self.forced is not None)
+        tail = self._lookup_draw if tails else None
         steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree),
                         tail)
         try:

@@ -243,19 +243,29 @@ class StepPlan:
         self.n_nodes += best
         return best
 
-    def tail(self, score: float) -> bool:
+    def tail_pays(self, score: float) -> bool:
         """Whether one more target row worth ``score`` tokens (a lookup tail's node, no
-        draft call: ``tree``'s lookup tails) raises the step's projected E / T; if so it is
-        counted in.  Called after ``leaves``, best-scored node first.  Never beside other
-        requests: there the Markov benchmark (``scripts/batch_gpu_like.py``) lost 2-6% with
-        them, where alone the real pair under a schema gained 7%."""
-        if self.background is not None:
-            return False
-        n = 1 + self.n_nodes
-        more = float(self._target(n + 1) - self._target(n)) + self.row_s * score
-        if (self.value + score) * self.cost <= self.value * (self.cost + more):
+        draft call: ``tree``'s lookup tails) would raise the step's projected E / T (a
+        higher ``score`` pays whenever a lower one does).  Never beside other requests:
+        there the Markov benchmark (``scripts/batch_gpu_like.py``) lost 2-6% with them,
+        where alone the real pair under a schema gained 4%."""
+        return self._tail_row(score) is not None
+
+    def tail(self, score: float) -> bool:
+        """``tail_pays``, and if so the row is counted in.  Called after ``leaves``,
+        best-scored node first."""
+        more = self._tail_row(score)
+        if more is None:
             return False
         self.value += score
         self.cost += more
         self.n_nodes += 1
         return True
+
+    def _tail_row(self, score: float) -> float | None:
+        """The seconds a tail row worth ``score`` adds, None where it does not pay."""
+        if self.background is not None:
+            return None
+        n = 1 + self.n_nodes
+        more = float(self._target(n + 1) - self._target(n)) + self.row_s * score
+        return None if (self.value + score) * self.cost <= self.value * (self.cost + more) else more

@@ -201,6 +201,8 @@ class GrowthPlan(Protocol):
 
     def leaves(self, expanded_scores: list[float], leaf_scores: list[float]) -> int: ...
 
+    def tail_pays(self, score: float) -> bool: ...
+
     def tail(self, score: float) -> bool: ...
 
 
@@ -210,7 +212,7 @@ DraftFn = Callable[[list[int]], Sequence]
 DrawFn = Callable[[int, object], Draw]
 # certain(node) -> the Draw of a certain node (its one token, no draws), None when it is not
 CertainFn = Callable[[int], "Draw | None"]
-# tail(tree, node) -> a no-draw Draw whose lookup candidate continues ``node``, None when there is none
+# tail(tree, node) -> a no-draw Draw whose lookup candidate continues ``node`` (-1 or None: none)
 TailFn = Callable[["DraftTree", int], "Draw | None"]
 
 # leaves a tail may start from (best-scored first), and tail nodes below a leaf at most
@@ -241,29 +243,29 @@ def _through_certain(tree: DraftTree, frontier: list[int], certain: CertainFn | 
 def _tails(tree: DraftTree, tail: TailFn, plan, room: int, depth: int) -> None:
     """Continue ``tree``'s best leaves with ``tail``'s candidates, best-scored node first,
     while ``plan.tail`` takes the row, ``room`` (non-root nodes) lasts and no node passes
-    ``depth`` (module docstring: lookup tails)."""
+    ``depth`` (module docstring: lookup tails).  A node not yet asked for its candidate is
+    keyed by its own score, which bounds its child's (a chance is at most 1): ``tail`` (a
+    lookup, and under a constraint a mask) is asked only of nodes whose child could pay."""
     if room <= 0:
         return
-    leaves = sorted((i for i in range(1, len(tree)) if tree.draws[i] is None), key=lambda i: (-tree.score[i], i))
-    open_: list[tuple[float, int, int, Draw]] = []  # (-child score, node, tail length, its draw)
-
-    def offer(node: int, length: int) -> None:
-        if length >= TAIL_LENGTH or tree.depth[node] >= depth:
-            return
-        d = tail(tree, node)
-        if d is not None and d.lookup >= 0:
-            heapq.heappush(open_, (-tree.score[node] * d.weight[d.lookup], node, length, d))
-
-    for leaf in leaves[:TAIL_LEAVES]:
-        offer(leaf, 0)
+    leaves = heapq.nsmallest(TAIL_LEAVES, ((-tree.score[i], i) for i in range(1, len(tree)) if tree.draws[i] is None))
+    open_: list[tuple[float, int, int, Draw | None]] = [(neg, i, 0, None) for neg, i in leaves]
+    heapq.heapify(open_)  # (-child score or its bound, node, tail length, its draw once asked)
     while open_ and room > 0:
         neg, node, length, d = heapq.heappop(open_)
-        if not plan.tail(-neg):
+        if not plan.tail_pays(-neg):  # nor does anything after it
             break
+        if d is None:  # a bound: ask for the candidate, and queue it at its own score
+            if length < TAIL_LENGTH and tree.depth[node] < depth:
+                d = tail(tree, node)
+                if d is not None and d.lookup >= 0:
+                    heapq.heappush(open_, (neg * d.weight[d.lookup], node, length, d))
+            continue
+        plan.tail(-neg)
         tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
         (child,) = tree.add_children(node, d.weight)
         room -= 1
-        offer(child, length + 1)
+        heapq.heappush(open_, (-tree.score[child], child, length + 1, None))
 
 
 def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPlan | None = None,

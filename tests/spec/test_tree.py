@@ -160,6 +160,9 @@ class _LookupPlan:
     def leaves(self, expanded_scores, leaf_scores):
         return len(leaf_scores)
 
+    def tail_pays(self, score):
+        return self.tails > 0
+
     def tail(self, score):
         self.tails -= 1
         return self.tails >= 0
@@ -193,3 +196,29 @@ def test_tails_continue_the_best_leaves_within_the_room_and_the_depth():
     s = _Scripted(4, k=2)
     none, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, None, tail=_copy)
     assert none.tokens == plain.tokens  # no plan, no tails
+
+
+def test_a_leaf_whose_tail_could_not_pay_is_never_asked_for_its_candidate():
+    limits = GrowthLimits(depth=3, max_expanded=2, max_nodes=30)
+    s = _Scripted(4, k=2)
+    plain, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, _LookupPlan())
+    leaf_scores = sorted((plain.score[i] for i in range(1, len(plain)) if plain.draws[i] is None), reverse=True)
+    bar = (leaf_scores[1] + leaf_scores[2]) / 2  # the best two leaves may pay, the rest cannot
+
+    class Above(_LookupPlan):
+        def tail_pays(self, score):
+            return score > bar
+
+        def tail(self, score):
+            return self.tail_pays(score)
+
+    asked = []
+
+    def copy(tree, node):
+        asked.append(node)
+        return _copy(tree, node)
+
+    s = _Scripted(4, k=2)
+    tree, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, Above(), tail=copy)
+    assert asked and all(tree.score[i] > bar for i in asked)  # a child scores at most its parent
+    assert len([i for i in asked if i < len(plain)]) <= 2
