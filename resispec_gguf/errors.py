@@ -27,3 +27,10 @@ class ConstraintError(UserError):
     """A constraint (a grammar or JSON schema) that failed while a reply was being generated:
     a limit of the grammar engine met only at a later token, or the request's time budget for
     token masks spent.  The reply ends there with finish_reason "error"."""
+
+
+class ConstraintFault(ConstraintError):
+    """A constraint failure that is ours, not the request's: the grammar engine refused to
+    commit a token its own mask allowed (or the engine committed one the mask refused).  The
+    reply ends as for any ``ConstraintError``, but a server answers it as an internal error
+    and logs it, never as a 400 blaming the schema."""

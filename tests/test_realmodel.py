@@ -46,3 +46,11 @@ def test_control_text_in_a_message_stays_text(engine):
     assert abs(len(tokens) - len(near)) <= 2  # one character apart, not a control token apart
     plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  def f(x):\n\treturn x\n"}]
     assert engine.chat_tokens(plain) == engine.text_tokens(engine.render_chat(plain))
+
+
+def test_the_grammar_engine_reads_every_token_as_the_engine_does(engine):
+    """The whole 151,936-token vocabulary against the grammar engine's table (see
+    tests/assist/test_byte_vocab.py)."""
+    from tool_formats import table_disagreements
+
+    assert table_disagreements(engine) == []

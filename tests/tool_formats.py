@@ -210,3 +210,28 @@ def check_parallel_grammar(engine, single_choice: str | None = "required") -> No
     if single_choice is not None:
         single = plan_chat(engine, MSGS, tools=TOOLS, tool_choice=single_choice)
         assert not follows(single.constraint, tokens(engine, two))
+
+
+def table_disagreements(engine, limit: int = 5) -> list:
+    """Up to ``limit`` tokens on which the grammar engine's table and the engine disagree:
+    a token's bytes there that are not the piece the engine commits (a special token's text
+    after 0xFF), or a piece that the tokenizer it is given does not spell back."""
+    model = engine.target
+    tok = engine.grammars.tokenizer()
+    table = [tok.decode_bytes([t]) for t in range(engine.n_vocab)]
+    bad = []
+    for t, got in enumerate(table):
+        piece = model.token_piece(t, special=True)
+        if piece == b"":  # an unused id: no text (shown by its id there)
+            ok = got in (b"", f"<[{t}]>".encode())
+        elif piece == b"\xff":  # the byte 0xFF reads as a nameless special token there: never text
+            ok = got == b"" and tok.is_special_token(t)
+        else:
+            ok = got in (piece, b"\xff" + piece)
+            if ok and got and not tok.is_special_token(t):
+                ok = b"".join(table[i] for i in tok.tokenize_bytes(got)) == got
+        if not ok:
+            bad.append((t, got, piece))
+            if len(bad) >= limit:
+                break
+    return bad

@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ConstraintError, UserError
-from ..kernels.sampling import bitmask_from_ids
+from ..errors import ConstraintError, ConstraintFault, UserError
+from ..kernels.sampling import bitmask_from_ids, mask_allows
 from . import schemas
 
 __all__ = ["Grammar", "GrammarError", "json_schema_grammar", "json_options", "laid_out", "lark_grammar", "check_schema",
@@ -276,6 +276,8 @@ class Grammar:
                 if not allowed or state.is_stopped():
                     return
                 state.advance(allowed[:1])
+        except ConstraintFault:  # ours: never the schema's fault
+            raise
         except ConstraintError as e:
             raise GrammarError(str(e)) from None
 
@@ -365,10 +367,22 @@ class GrammarState:
         return keep
 
     def advance(self, tokens: Sequence[int]) -> None:
+        """Commit ``tokens`` (end tokens are skipped).  A token the grammar engine refuses is
+        a ``ConstraintError`` when it met one of its limits there, and a ``ConstraintFault``
+        (ours) when the mask at that point allowed the token, or refused it (the engine
+        should never have committed it)."""
         tokens = [int(t) for t in tokens if int(t) not in self._end]
-        if tokens and not self.m.consume_tokens(tokens):
+        taken = self.m.try_consume_tokens(tokens) if tokens else 0
+        self.tokens += taken
+        if taken == len(tokens):
+            return
+        if self.m.is_error():
             raise self._failed("at a generated token")
-        self.tokens += len(tokens)
+        t = tokens[taken]
+        allowed = mask_allows(self.mask(()), t)  # a limit met here raises ConstraintError
+        piece = self.g.tokenizer.decode_bytes([t])
+        raise ConstraintFault(f"the grammar engine refused token {t} ({piece!r}) that its mask "
+                              f"{'allowed' if allowed else 'refused, yet it was committed'}")
 
     def is_stopped(self) -> bool:
         return bool(self.m.is_stopped())

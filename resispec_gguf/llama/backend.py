@@ -39,7 +39,6 @@ import ctypes
 import json
 import os
 import threading
-import warnings
 
 import numpy as np
 
@@ -50,7 +49,7 @@ from . import devices, ggml, rpc_client
 from .forest import Forest
 from .gguf_file import check_gguf_file
 from .rpc_client import RPC_LOADING_EXIT, RPC_LOST_EXIT
-from .vocab import VocabInfo
+from .vocab import TableTokenizer, VocabInfo
 from ..errors import ContextFullError, UserError
 
 __all__ = ["LlamaDraftModel", "LlamaModel", "LogitsRows", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "build_facts",
@@ -342,15 +341,27 @@ class LlamaModel:
 
     def grammar_tokenizer(self):
         """The vocabulary as the grammar engine (llguidance) reads it, every end-of-generation
-        token an end token.  Slow (about a second at 152k tokens): the engine caches it."""
+        token an end token, its tokenizer held to its token table (``vocab.TableTokenizer``).
+        The table is llguidance's own reading of a llama.cpp vocabulary: each token's piece
+        with special tokens shown, a control token (or a user-defined one spelled ``<...>``)
+        after a 0xFF byte.  Slow (about a second at 152k tokens): the engine caches it."""
         try:
-            from llguidance.llamacpp import lltokenizer_from_vocab
+            import llguidance
         except ImportError as e:  # pragma: no cover - a dependency
             raise UserError(f"constrained generation needs llguidance: pip install llguidance ({e})") from None
+        tokens, special = [], []
+        for i in range(self.n_vocab):
+            piece = self._piece(i, True)
+            attr = int(_ll.llama_vocab_get_attr(self._vocab, i))
+            if attr & _ll.LLAMA_TOKEN_ATTR_CONTROL or (
+                    attr & _ll.LLAMA_TOKEN_ATTR_USER_DEFINED and piece.startswith(b"<") and piece.endswith(b">")):
+                piece = b"\xff" + piece
+                special.append(i)
+            tokens.append(piece)
         eog = [i for i in range(self.n_vocab) if _ll.llama_vocab_is_eog(self._vocab, i)]
-        with warnings.catch_warnings():  # it calls llama_token_get_attr, deprecated but equivalent
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog or None)
+        table = TableTokenizer(tokens, special, lambda data: self.tokenize(data, add_special=False, parse_special=False),
+                               eos=eog[0] if eog else self.eos, bos=self.bos)
+        return llguidance.LLTokenizer(table, n_vocab=self.n_vocab, eos_token=eog or None)
 
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         try:

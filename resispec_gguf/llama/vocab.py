@@ -53,3 +53,64 @@ def check_compatible(target, draft) -> None:
     why = first_mismatch(target, draft)
     if why is not None:
         raise UserError(f"draft model is incompatible with the target: {why}")
+
+
+class TableTokenizer:
+    """The tokenizer the grammar engine (llguidance) is given: the model's own tokenizer,
+    held to the engine's token table.
+
+    The grammar engine masks and commits tokens by their bytes in ``tokens`` (one ``bytes``
+    per id: the token's piece, a special token's text after a 0xFF byte), and it tokenizes
+    the bytes a grammar forces with this object's ``__call__``.  llama.cpp's tokenizer is not
+    always the inverse of its pieces: a SentencePiece vocabulary reads the text ``▁``
+    (U+2581) as a space and gives the ``▁`` token, whose piece is `` ``, so a grammar forcing
+    ``<｜tool▁sep｜>`` as text got tokens spelling ``<｜tool sep｜>``, which the engine then
+    refused to commit.  So a tokenization whose pieces do not spell the text exactly is
+    replaced, from its first wrong token on, by the longest-match one over the table (every
+    non-special token's bytes), which spells it by construction where every byte has a
+    token (a byte-fallback or byte-level vocabulary); it stops where none does.
+
+    ``tokenize(data: bytes) -> list[int]``: the model's tokenizer without special parsing or
+    BOS.  Implements llguidance's ``TokenizerWrapper`` protocol (the attributes below and
+    ``__call__``).  Pure Python."""
+
+    is_tokenizer_wrapper = True
+
+    def __init__(self, tokens, special_ids, tokenize, eos: int, bos: int | None):
+        self.tokens = list(tokens)
+        self.special_token_ids = sorted(int(t) for t in special_ids)
+        self.eos_token_id = int(eos)
+        self.bos_token_id = None if bos is None or bos < 0 else int(bos)
+        self._tokenize = tokenize
+        special = set(self.special_token_ids)
+        self._by_bytes: dict[bytes, int] = {}
+        for i, b in enumerate(self.tokens):
+            if b and i not in special:
+                self._by_bytes.setdefault(b, i)  # the lowest id of equal pieces
+        self._longest = max((len(b) for b in self._by_bytes), default=1)
+
+    def __call__(self, text) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        out = [int(t) for t in self._tokenize(data)]
+        at = 0
+        for n, t in enumerate(out):  # keep the model's tokens while they spell the text
+            piece = self.tokens[t] if 0 <= t < len(self.tokens) else b""
+            if not piece or t in self.special_token_ids or data[at:at + len(piece)] != piece:
+                return out[:n] + self.longest_match(data[at:])
+            at += len(piece)
+        return out if at == len(data) else out + self.longest_match(data[at:])
+
+    def longest_match(self, data: bytes) -> list[int]:
+        """``data`` as the longest table pieces from the left; stops before a byte no piece
+        starts with."""
+        out, at = [], 0
+        while at < len(data):
+            for n in range(min(self._longest, len(data) - at), 0, -1):
+                t = self._by_bytes.get(data[at:at + n])
+                if t is not None:
+                    out.append(t)
+                    at += n
+                    break
+            else:
+                break
+        return out

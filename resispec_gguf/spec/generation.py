@@ -32,7 +32,7 @@ from typing import Generator, Iterator, Sequence
 import numpy as np
 
 from ..config import MAX_TREE_NODES, DraftParams, SamplingParams
-from ..errors import ContextFullError
+from ..errors import ConstraintFault, ContextFullError
 from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
 from .autotune import Auto, lookup_bin
@@ -140,6 +140,7 @@ class Generation:
         self.text = TextAssembler(sp.stop)
         self.finish_reason: str | None = None
         self.error: str | None = None  # why the constraint failed (finish_reason "error")
+        self.fault = False  # the failure was ours (``errors.ConstraintFault``)
         # the draft model follows this request (its prompt, then every emitted token): never
         # under auto when no step of its could call the draft (``Auto.drafts``)
         self.uses_draft = dp.method != "none" and dp.use_draft and has_draft and (auto is None or auto.drafts)
@@ -164,11 +165,13 @@ class Generation:
     def result(self) -> Result:
         return Result(tokens=list(self.out), text=self.text.text, finish_reason=self.finish_reason or "interrupted",
                       stats=self.stats, seed=self.seed, logprobs=None if self.logprobs is None else list(self.logprobs),
-                      error=self.error)
+                      error=self.error, fault=self.fault)
 
     def failed(self, error: Exception) -> None:
-        """The constraint failed (``errors.ConstraintError``): the reply ends here."""
+        """The constraint failed (``errors.ConstraintError``; ``ConstraintFault``: by our
+        fault): the reply ends here."""
         self.finish_reason, self.error = "error", str(error)
+        self.fault = isinstance(error, ConstraintFault)
 
     # ------------------------------------------------------------------ start and steps
 

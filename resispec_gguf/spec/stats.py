@@ -153,3 +153,4 @@ class Result:
     # one entry per token of ``tokens`` when the request asked for logprobs, else None
     logprobs: list[TokenLogprob] | None = None
     error: str | None = None  # with finish_reason "error": the constraint's one-line message
+    fault: bool = False  # with finish_reason "error": the failure was ours (``errors.ConstraintFault``)

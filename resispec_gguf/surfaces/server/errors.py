@@ -77,7 +77,10 @@ def event_error(kind: str, value, req) -> ApiError:
 
 def failure_body(result, req) -> dict | None:
     """The error object that follows a streamed reply whose constraint failed after its first
-    piece (its finish_reason is "error"); None for any other reply."""
+    piece (its finish_reason is "error"; by our fault, ``Result.fault``: an internal error);
+    None for any other reply."""
     if getattr(result, "finish_reason", None) != "error":
         return None
+    if getattr(result, "fault", False):
+        return internal().body()
     return user_error(ConstraintError(result.error or "the constraint failed"), req).body()

@@ -22,9 +22,10 @@ import collections
 import contextlib
 import logging
 import threading
+import uuid
 
 from ...assist.plan import ChatPlan, plan_chat
-from ...errors import ConstraintError, ContextFullError, UserError
+from ...errors import ConstraintError, ConstraintFault, ContextFullError, UserError
 from ..chunks import pieces
 from .fields import Infill, Request
 
@@ -74,6 +75,7 @@ class Job:
         self.plan: ChatPlan | None = None
         self.events: asyncio.Queue = asyncio.Queue()
         self._cancel = threading.Event()
+        self.id = uuid.uuid4().hex[:12]  # names the request in the server's log
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -107,8 +109,13 @@ class Job:
             finally:
                 stream.close()
             result = self.engine.last_result
+            if result is not None and result.finish_reason == "error" and result.fault:
+                log.error("request %s: the constraint failed by our fault: %s", self.id, result.error)
             if result is not None and result.finish_reason == "error" and not sent:
-                self._put("user_error", ConstraintError(result.error))  # nothing went out: a 400
+                if result.fault:  # ours: a 500, the details in the log
+                    self._put("error", ConstraintFault(result.error))
+                else:  # nothing went out: a 400
+                    self._put("user_error", ConstraintError(result.error))
                 return
             self._put("cancelled" if self.cancelled else "done", result)
         except UserError as exc:
