@@ -243,6 +243,7 @@ class Generation:
             self.auto.record_time(self.plan_, seconds)
         self.stats.steps += 1
         self.stats.steps_by_kind[self._kind] = self.stats.steps_by_kind.get(self._kind, 0) + 1
+        self.stats.tokens_by_kind[self._kind] = self.stats.tokens_by_kind.get(self._kind, 0) + len(self._emitted)
 
     def emit(self) -> Iterator[str]:
         """The text of the step's tokens, as it becomes final; then the lookup index and the
