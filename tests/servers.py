@@ -120,6 +120,19 @@ def api_error(r, status, param=None):
     return err
 
 
+def anthropic_error(r, status, param=None):
+    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}`` (and the
+    field it names, as ``param``)."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and set(body) == {"type", "error"}, body
+    err = body["error"]
+    assert set(err) <= {"type", "message", "param"} and isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err.get("param") == param, err
+    return err
+
+
 def wait_for(cond, timeout=5.0):
     deadline = time.monotonic() + timeout
     while not cond():

@@ -235,7 +235,10 @@ def _tool_choice(body: dict, tools: list | None) -> dict:
         return {"parallel_tool_calls": True} if tools else {}
     if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
         raise bad("tool_choice must be an object with a type (auto, any, tool or none)", "tool_choice", "invalid_type")
-    disable = fields.boolean(choice, "disable_parallel_tool_use") if "disable_parallel_tool_use" in choice else None
+    disable = choice.get("disable_parallel_tool_use")
+    if disable is not None and not isinstance(disable, bool):
+        raise bad("tool_choice.disable_parallel_tool_use must be a boolean", "tool_choice.disable_parallel_tool_use",
+                  "invalid_type")
     kind = choice["type"]
     out = {"parallel_tool_calls": not disable}
     if kind in ("auto", "none"):

@@ -129,9 +129,10 @@ def _string_field(item: dict, name: str, where: str) -> str:
     return value
 
 
-def _call(item: dict, where: str, out: list) -> None:
+def _call(item: dict, where: str, out: list, ids: set) -> None:
     """A ``function_call`` item: a call on the assistant turn before it (a new turn if none)."""
-    call = {"id": _string_field(item, "call_id", where), "type": "function",
+    ids.add(_string_field(item, "call_id", where))
+    call = {"id": item["call_id"], "type": "function",
             "function": {"name": _string_field(item, "name", where), "arguments": item.get("arguments", "{}")}}
     if not isinstance(call["function"]["arguments"], str):
         raise bad(f"{where}.arguments must be a string of JSON", f"{where}.arguments", "invalid_type")
@@ -141,7 +142,7 @@ def _call(item: dict, where: str, out: list) -> None:
     out.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
-def _item(item, where: str, out: list, locations: list) -> None:
+def _item(item, where: str, out: list, locations: list, ids: set) -> None:
     if not isinstance(item, dict):
         raise bad(f"{where} must be an object", where, "invalid_type")
     kind = item.get("type", "message" if "role" in item else None)
@@ -152,11 +153,12 @@ def _item(item, where: str, out: list, locations: list) -> None:
             raise bad(f"{where}.role must be user, assistant, system or developer", f"{where}.role", "invalid_value")
         out.append({"role": role, "content": _parts(item.get("content", ""), f"{where}.content")})
     elif kind == "function_call":
-        _call(item, where, out)
+        _call(item, where, out, ids)
     elif kind == "function_call_output":
-        output = item.get("output", "")
-        out.append({"role": "tool", "tool_call_id": _string_field(item, "call_id", where),
-                    "content": _parts(output, f"{where}.output")})
+        if _string_field(item, "call_id", where) not in ids:
+            raise bad(f"{where}.call_id names no earlier function_call", f"{where}.call_id", "invalid_value")
+        out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _parts(item.get("output", ""),
+                                                                                         f"{where}.output")})
     elif kind == "reasoning":  # earlier thinking is not shown to the model again
         return
     elif isinstance(kind, str):
@@ -167,7 +169,9 @@ def _item(item, where: str, out: list, locations: list) -> None:
     locations += [where] * (len(out) - n)
 
 
-def _input(body: dict) -> tuple[list, list]:
+def _input(body: dict, ids: set) -> tuple[list, list]:
+    """The chat messages of ``input`` and where each came from; ``ids``: the calls made so far
+    (a ``function_call_output`` answers one of them)."""
     value = body.get("input")
     if value is None:
         raise bad("input is required", "input", "missing_field")
@@ -177,7 +181,7 @@ def _input(body: dict) -> tuple[list, list]:
         raise bad("input must be a string or a list of items", "input", "invalid_type")
     out, where = [], []
     for i, item in enumerate(value):
-        _item(item, f"input[{i}]", out, where)
+        _item(item, f"input[{i}]", out, where, ids)
     return out, where
 
 
@@ -253,7 +257,6 @@ def chat_body(body: dict, store: ResponseStore) -> tuple[dict, Turn]:
     for name, why in _REFUSED.items():
         if body.get(name) not in (None, False):
             raise bad(f"{name}: {why}", name, "unsupported_value")
-    messages, where = _input(body)
     history = []
     prev = fields.string(body, "previous_response_id")
     if prev is not None:
@@ -262,6 +265,7 @@ def chat_body(body: dict, store: ResponseStore) -> tuple[dict, Turn]:
             raise bad(f"previous_response_id {prev[:64]!r} is not a stored response (this server keeps the last "
                       f"{store.limit}, in memory, and only those made with store on)", "previous_response_id",
                       "not_found")
+    messages, where = _input(body, {c["id"] for m in history for c in m.get("tool_calls") or []})
     fields.boolean(body, "store")
     turn = Turn(body, history + messages, ["previous_response_id"] * len(history) + where, len(history))
     instructions = fields.string(body, "instructions")
