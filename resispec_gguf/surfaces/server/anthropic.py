@@ -199,8 +199,9 @@ def _messages(body: dict) -> tuple[list[dict], list[str]]:
             out.append(_assistant(m["content"], w, ids))
             where.append(w)
     if messages[-1].get("role") == "assistant":
-        raise bad("the last message must be the user's: a prefilled assistant turn is not supported",
-                  f"messages[{len(messages) - 1}].role", "unsupported_value")
+        last = f"messages[{len(messages) - 1}]"
+        raise bad(f"{last}.role is assistant: a prefilled assistant turn is not supported (end with the user's)",
+                  f"{last}.role", "unsupported_value")
     return out, where
 
 
