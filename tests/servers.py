@@ -15,6 +15,9 @@ import uvicorn
 from resispec_gguf.engine import Engine, Result, Stats
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+# every route that takes a body
+POST_ROUTES = ["/v1/chat/completions", "/v1/completions", "/infill", "/v1/messages", "/v1/messages/count_tokens",
+               "/v1/responses", "/tokenize", "/detokenize", "/apply-template"]
 
 
 @contextlib.contextmanager

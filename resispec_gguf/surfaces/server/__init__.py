@@ -44,7 +44,10 @@ logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_lo
 """
 
 from .app import MAX_BODY_BYTES, TOKENIZER_THREADS, create_app, listen, serve
+from .auth import ENV_VAR as API_KEY_ENV
+from .auth import api_key
 from .fields import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS
+from .responses import STORED_RESPONSES
 
-__all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "MAX_STOP_CHARS", "MAX_STOP_STRINGS",
-           "MAX_TOKENS_LIMIT", "MAX_TOP_LOGPROBS", "TOKENIZER_THREADS"]
+__all__ = ["create_app", "serve", "listen", "api_key", "API_KEY_ENV", "MAX_BODY_BYTES", "MAX_STOP_CHARS",
+           "MAX_STOP_STRINGS", "MAX_TOKENS_LIMIT", "MAX_TOP_LOGPROBS", "STORED_RESPONSES", "TOKENIZER_THREADS"]

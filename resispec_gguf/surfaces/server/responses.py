@@ -252,6 +252,20 @@ def _reasoning(body: dict) -> dict:
     return {"reasoning_budget": 0} if reasoning.get("effort") == "none" else {}
 
 
+# the request fields a Response repeats
+_ECHOED = ("instructions", "metadata", "user", "tools", "tool_choice", "text", "reasoning", "truncation",
+           "previous_response_id")
+
+
+def _echoable(body: dict) -> None:
+    """Refuse a repeated field that JSON can carry and UTF-8 cannot (a lone surrogate)."""
+    for name in _ECHOED:
+        try:
+            json.dumps(body.get(name), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad(f"{name} is not valid Unicode (it holds a lone surrogate)", name, "invalid_value") from None
+
+
 def chat_body(body: dict, store: ResponseStore) -> tuple[dict, Turn]:
     """A Responses body as a chat body, and the ``Turn`` it is."""
     for name, why in _REFUSED.items():
@@ -267,6 +281,7 @@ def chat_body(body: dict, store: ResponseStore) -> tuple[dict, Turn]:
                       "not_found")
     messages, where = _input(body, {c["id"] for m in history for c in m.get("tool_calls") or []})
     fields.boolean(body, "store")
+    _echoable(body)
     turn = Turn(body, history + messages, ["previous_response_id"] * len(history) + where, len(history))
     instructions = fields.string(body, "instructions")
     head = [{"role": "system", "content": _text(instructions, "instructions")}] if instructions else []
