@@ -164,8 +164,8 @@ def test_json_output_follows_the_schema(client):
     schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 10},
                                                "n": {"type": "integer"}},
               "required": ["answer", "n"], "additionalProperties": False}
-    msg = client.messages.create(model="x", max_tokens=200, messages=USER, extra_body={"seed": 2},
-                                 output_config={"format": {"type": "json_schema", "schema": schema}})
+    msg = client.messages.create(model="x", max_tokens=200, messages=USER, extra_body={
+        "seed": 2, "output_config": {"format": {"type": "json_schema", "schema": schema}}})
     jsonschema.validate(json.loads(msg.content[0].text), schema)
 
 
