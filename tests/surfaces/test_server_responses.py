@@ -204,7 +204,7 @@ def test_bad_fields_are_400s_naming_the_field(url, stream):
 
 
 def test_the_agents_sdk_runs_on_the_default_model_class(url):
-    agents = pytest.importorskip("agents")
+    pytest.importorskip("agents")
     from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
     from agents.models.openai_responses import OpenAIResponsesModel
 

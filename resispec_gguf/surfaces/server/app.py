@@ -301,11 +301,13 @@ def create_app(
     **settings,
 ) -> Starlette:
     """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
-    fields as arguments: ``model_name``, ``api_key``, ``max_queue``, ``cors_origins``) say.
+    fields as arguments: ``model_name``, ``api_key``, ``api_key_file``, ``max_queue``,
+    ``cors_origins``) say.
 
     ``draft_params``/``sampling_defaults``/``reasoning`` (a reasoning model's thinking:
     ``config.ReasoningParams``) apply to every request unless it overrides them;
-    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; the engine's slots
+    the API key (``api_key``, ``api_key_file`` or ``RESISPEC_API_KEY``: ``auth.api_key``) is
+    required on every route but ``/health``; the engine's slots
     (``Engine.n_slots``) run that many requests at once, and ``max_queue`` requests may wait
     behind them before the server answers 503; ``cors_origins``: the web origins
     (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
