@@ -23,8 +23,8 @@ class Stats:
     ``accepted_by_depth[d]`` counts draws accepted at depth d+1 of the tree and
     ``reached_by_depth[d]`` the verifications done there, so their ratio is the acceptance
     rate per depth.  ``steps_by_kind``/``tokens_by_kind``: steps of each kind (plain "none",
-    "draft" model trees, context "lookup" chains, "grammar"-forced chains) and the tokens they
-    emitted, which says which candidate source paid.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    "draft" model trees, context "lookup" chains, "grammar"-forced chains) and the output tokens
+    they gave (summing to ``tokens``), which says which candidate source paid.  Times are seconds; ``overhead_time`` is everything outside model calls.
     Kernels are compiled and ``auto``'s costs measured at load (``Engine.prepare``), so no
     time here is start-up.
     """
@@ -45,7 +45,7 @@ class Stats:
     target_time: float = 0.0
     total_time: float = 0.0
     steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" / "grammar" -> steps
-    tokens_by_kind: dict = field(default_factory=dict)  # the same kinds -> tokens their steps emitted
+    tokens_by_kind: dict = field(default_factory=dict)  # the same kinds -> output tokens of their steps
     mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
     auto: str = ""  # what auto chose last and why
 

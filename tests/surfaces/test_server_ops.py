@@ -130,6 +130,7 @@ def test_metrics_parse_and_move_with_the_requests(url):
     for d, n in enumerate(spec["reached_by_depth"]):
         assert moved(f'resispec:draft_reached_total{{"depth": "{d + 1}"}}') == n
     assert sum(moved(f'resispec:steps_by_kind_total{{"kind": "{k}"}}') for k in spec["steps_by_kind"]) == spec["steps"]
+    assert sum(moved(f'resispec:tokens_by_kind_total{{"kind": "{k}"}}') for k in spec["tokens_by_kind"]) == t["predicted_n"]
     assert after["llamacpp:predicted_tokens_seconds"] > 0 and after["llamacpp:requests_deferred"] == 0
     assert after["resispec:tau"] >= 1 and after["resispec:rows_per_step"] >= 1
     assert 0 <= after['resispec:acceptance_rate{"depth": "1"}'] <= 1
