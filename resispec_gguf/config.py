@@ -486,7 +486,9 @@ class ModelParams(_Settings):
 class ServerParams(_Settings):
     """How ``serve`` listens and whom it answers (``server.create_app``, ``server.serve``).
 
-    ``api_key``: required as a bearer token on ``/v1/*`` when set.  ``max_queue``: requests
+    ``api_key``: required on every route but ``/health`` when set, as ``Authorization: Bearer
+    KEY`` or Anthropic's ``x-api-key: KEY``; ``api_key_file``: a file holding it (its first
+    line); with neither, ``RESISPEC_API_KEY`` (read by ``server.create_app``).  ``max_queue``: requests
     that may wait behind the running one.  ``cors_origins``: web origins whose pages may call
     the API (none by default).  ``model_name``: the id ``/v1/models`` reports (None: the CLI
     uses the target's file name, the library ``resispec-gguf``).
@@ -494,14 +496,23 @@ class ServerParams(_Settings):
 
     host: str = setting("127.0.0.1", "--host", help="bind address")
     port: int = setting(8000, "--port", help="port", check=Range(1, 65535))
-    api_key: str | None = setting(None, "--api-key", help="require 'Authorization: Bearer KEY' on /v1/* "
-                                                          "(default: no auth)", check=_bearer_key, unset=())
+    api_key: str | None = setting(None, "--api-key", help="require KEY ('Authorization: Bearer KEY' or 'x-api-key: "
+                                                          "KEY') on every route but /health (default: "
+                                                          "$RESISPEC_API_KEY, else no auth)", check=_bearer_key, unset=())
+    api_key_file: str | None = setting(None, "--api-key-file", help="read the API key from the first line of FILE, "
+                                                                    "kept off the command line (default: none)",
+                                       check=_non_empty, unset=(), metavar="FILE")
     max_queue: int = setting(8, "--max-queue", help="requests allowed to wait", check=Range(0))
     cors_origins: tuple[str, ...] = setting((), "--cors-origin", help="let web pages from ORIGIN (https://host:port, "
                                                                      "or *) call the API (repeatable; default: none)",
                                             check=_cors_origin, metavar="ORIGIN")
     model_name: str | None = setting(None, "--model-name", help="model id reported by /v1/models (default: the "
                                                                 "target's file name)", unset=())
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ConfigError("api_key_file", "give api_key or api_key_file, not both")
 
 
 @dataclass(frozen=True)

@@ -240,8 +240,9 @@ class Engine:
         """``Prompts.infill_tokens``: a fill-in-the-middle prompt and whether it was cut."""
         return self.prompts.infill_tokens(prefix, suffix, **layout)
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None) -> str:
-        return self.prompts.render_chat(messages, add_generation_prompt, tools)
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+                    template_kwargs: dict | None = None) -> str:
+        return self.prompts.render_chat(messages, add_generation_prompt, tools, template_kwargs)
 
     @property
     def max_prompt_bytes(self) -> int:
@@ -256,6 +257,15 @@ class Engine:
         """``Prompts.chat_tokens``: a chat rendered with the template, contents kept as text;
         ``template_kwargs``: more template variables (``chat_template_kwargs``)."""
         return self.prompts.chat_tokens(messages, add_generation_prompt, tools, template_kwargs)
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """``Prompts.tokenize``: ``text``'s tokens, llama.cpp's ``/tokenize`` way."""
+        return self.prompts.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens) -> bytes:
+        """``Prompts.detokenize``: the bytes of ``tokens`` (ids below ``n_vocab``), control
+        tokens as their text."""
+        return self.prompts.detokenize([int(t) for t in tokens])
 
     def token_piece(self, token: int) -> bytes:
         """The bytes ``token`` adds to the text (possibly part of a UTF-8 character)."""

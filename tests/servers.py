@@ -15,6 +15,9 @@ import uvicorn
 from resispec_gguf.engine import Engine, Result, Stats
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+# every route that takes a body
+POST_ROUTES = ["/v1/chat/completions", "/v1/completions", "/infill", "/v1/messages", "/v1/messages/count_tokens",
+               "/v1/responses", "/tokenize", "/detokenize", "/apply-template"]
 
 
 @contextlib.contextmanager
@@ -117,6 +120,19 @@ def api_error(r, status, param=None):
         assert err["type"] == "invalid_request_error"
     if param is not None:
         assert err["param"] == param, err
+    return err
+
+
+def anthropic_error(r, status, param=None):
+    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}`` (and the
+    field it names, as ``param``)."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and set(body) == {"type", "error"}, body
+    err = body["error"]
+    assert set(err) <= {"type", "message", "param"} and isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err.get("param") == param, err
     return err
 
 

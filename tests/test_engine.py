@@ -207,6 +207,18 @@ def test_stats_are_coherent(engine):
     assert st.total_time >= st.draft_time + st.target_time
     d = st.as_dict()
     assert d["tau"] == st.tau and d["overhead_time_s"] >= 0
+    # which source paid: every output token belongs to the kind of step that gave it
+    assert sum(st.tokens_by_kind.values()) == st.tokens and set(st.tokens_by_kind) == set(st.steps_by_kind)
+    assert d["tokens_by_kind"] == st.tokens_by_kind
+
+
+def test_tokenize_and_detokenize_as_llama_cpps_server(engine):
+    ids = engine.tokenize("Once upon")
+    assert engine.tokenize("Once upon", add_special=True) == engine.text_tokens("Once upon") == [engine.target.bos] + ids
+    assert engine.detokenize(ids) == b"Once upon"
+    bos_text = engine.detokenize([engine.target.bos])
+    assert bos_text and engine.tokenize(bos_text.decode()) == [engine.target.bos]  # control text parsed ...
+    assert engine.tokenize(bos_text.decode(), parse_special=False) != [engine.target.bos]  # ... or not
 
 
 def test_method_without_draft_is_refused(tiny_pair):

@@ -29,7 +29,7 @@ from .chat_format import check_messages
 from .grammar import GrammarError
 
 __all__ = ["RequestError", "ChatOptions", "ChatPlan", "CallsOrAnswer", "FreshCalls", "answered_calls",
-           "response_schema", "check_chat_options", "plan_chat"]
+           "response_schema", "check_chat_options", "plan_chat", "chat_text"]
 
 
 class RequestError(FieldError):
@@ -292,18 +292,13 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
                                             functions, function_call, **reasoning)
     req = options.tools
     msgs = checked_msgs = check_messages(messages)
-    fmt = engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+    fmt = _format(engine, msgs, req)
     # a call object alone answers the user, not a tool result: after one, JSON is the answer
     bare = not msgs or msgs[-1]["role"] != "tool"
     if constraint is None:  # first: a constraint that cannot work names its field
         constraint = _constraint(engine, options, fmt, bare)
-    variables = options.reasoning.template_variables()
-    extra = {"template_kwargs": variables} if variables else {}
-    if fmt is not None:  # the format renders tools, earlier calls and their results
-        msgs, shown = fmt.prepare_messages(msgs, req)
-        prompt = engine.chat_tokens(msgs, tools=shown, **extra)
-    else:
-        prompt = engine.chat_tokens(msgs, **extra)
+    msgs, kw = _rendering(fmt, msgs, options)
+    prompt = engine.chat_tokens(msgs, **kw)
     plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final, bare_calls=bare)
     if req.active and req.choice == "auto" and not bare:
         plan.answered = answered_calls(_tools.check_tool_messages(checked_msgs))
@@ -314,6 +309,33 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
         plan.constraint = plan.constrain(constraint)
         plan.reasoning = thinks if options.reasoning.split else None
     return plan
+
+
+def chat_text(engine, messages, options: ChatOptions) -> str:
+    """The prompt ``plan_chat`` would tokenize for these (checked) ``options``, as text: the
+    chat template applied as it is for generation (tools, earlier calls and template
+    variables included)."""
+    msgs = check_messages(messages)
+    msgs, kw = _rendering(_format(engine, msgs, options.tools), msgs, options)
+    return engine.render_chat(msgs, **kw)
+
+
+def _format(engine, msgs, req):
+    """The model's tool format when tools may be called or the messages hold calls or results."""
+    return engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+
+
+def _rendering(fmt, msgs, options: ChatOptions) -> tuple[list, dict]:
+    """The messages and the keywords (``tools``, ``template_kwargs``, only where set) the
+    template is applied with: the format (if any) renders tools, earlier calls and their
+    results."""
+    kw = {}
+    if fmt is not None:
+        msgs, kw["tools"] = fmt.prepare_messages(msgs, options.tools)
+    variables = options.reasoning.template_variables()
+    if variables:
+        kw["template_kwargs"] = variables
+    return msgs, kw
 
 
 def _constraint(engine, options: ChatOptions, fmt, bare: bool = True):

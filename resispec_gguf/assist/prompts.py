@@ -96,6 +96,23 @@ class Prompts:
                 f"the prompt ({size} bytes or more) cannot fit the context ({self.vocab.n_ctx} tokens of at most "
                 f"{self.vocab.max_piece_bytes()} bytes each)")
 
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """``text``'s tokens as llama.cpp's ``/tokenize`` gives them: BOS (and EOS) only with
+        ``add_special``, control-token text parsed into control tokens with ``parse_special``.
+        Unlike a prompt it may exceed the context."""
+        cf.utf8_size(text, "the text", lambda message, _where: UserError(message))
+        return self.vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens) -> bytes:
+        """The bytes ``tokens`` stand for, control tokens as their text (as llama.cpp's
+        ``/detokenize``); ``tokens`` are ids of the vocabulary."""
+        specials = self._special_ids
+        return b"".join(self.vocab.token_text(t) if t in specials else self.vocab.token_piece(t) for t in tokens)
+
+    @functools.cached_property
+    def _special_ids(self) -> frozenset[int]:
+        return frozenset(i for _, i, *_ in self.vocab.special_tokens())
+
     def text_tokens(self, text: str) -> list[int]:
         """Tokenize a prompt, adding BOS (when the model wants it) unless the text already
         starts with it, as a rendered chat template often does.  A text longer than

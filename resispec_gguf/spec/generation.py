@@ -251,7 +251,11 @@ class Generation:
         """The text of the step's tokens, as it becomes final; then the lookup index and the
         constraint move past them."""
         n_out = len(self.out)
-        yield from self._emit(self._emitted)
+        try:
+            yield from self._emit(self._emitted)
+        finally:  # counted even when the stream closes mid-step: what the step's source paid
+            kinds = self.stats.tokens_by_kind
+            kinds[self._kind] = kinds.get(self._kind, 0) + len(self.out) - n_out
         if self.lookup is not None:
             self.lookup.extend(self.out[n_out:])
         if self.constraint is not None and self.finish_reason is None:

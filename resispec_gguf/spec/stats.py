@@ -22,7 +22,9 @@ class Stats:
     ended the reply (0 or 1 per reply): not output, but a target call produced it.
     ``accepted_by_depth[d]`` counts draws accepted at depth d+1 of the tree and
     ``reached_by_depth[d]`` the verifications done there, so their ratio is the acceptance
-    rate per depth.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    rate per depth.  ``steps_by_kind``/``tokens_by_kind``: steps of each kind (plain "none",
+    "draft" model trees, context "lookup" chains, "grammar"-forced chains) and the output tokens
+    they gave (summing to ``tokens``), which says which candidate source paid.  Times are seconds; ``overhead_time`` is everything outside model calls.
     Kernels are compiled and ``auto``'s costs measured at load (``Engine.prepare``), so no
     time here is start-up.
     """
@@ -42,7 +44,8 @@ class Stats:
     draft_time: float = 0.0
     target_time: float = 0.0
     total_time: float = 0.0
-    steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" -> steps
+    steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" / "grammar" -> steps
+    tokens_by_kind: dict = field(default_factory=dict)  # the same kinds -> output tokens of their steps
     mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
     auto: str = ""  # what auto chose last and why
 
@@ -92,8 +95,9 @@ class Stats:
                      "draft_calls", "tree_nodes", "draft_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.mask_seconds += other.mask_seconds
-        for kind, n in other.steps_by_kind.items():
-            self.steps_by_kind[kind] = self.steps_by_kind.get(kind, 0) + n
+        for mine, theirs in ((self.steps_by_kind, other.steps_by_kind), (self.tokens_by_kind, other.tokens_by_kind)):
+            for kind, n in theirs.items():
+                mine[kind] = mine.get(kind, 0) + n
         self.auto = other.auto or self.auto
         self._grow(len(other.reached_by_depth))
         for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
@@ -123,6 +127,7 @@ class Stats:
             "total_time_s": self.total_time,
             "prompt_time_s": self.prompt_time,
             "steps_by_kind": dict(self.steps_by_kind),
+            "tokens_by_kind": dict(self.tokens_by_kind),
             "masks": len(self.mask_seconds),
             "mask_ms_median": 1000 * float(np.median(self.mask_seconds)) if self.mask_seconds else None,
             "auto": self.auto,

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from ..assist.plan import ChatPlan
 from .logprobs import LogprobsFormatter
-from .shapes import chunk_object, finish_reason, stats_dict, tool_call_deltas, usage, with_calls
+from .shapes import chunk_object, finish_reason, stats_dict, timings, tool_call_deltas, usage, with_calls
 
 __all__ = ["ChunkStream", "pieces"]
 
@@ -43,7 +43,7 @@ class ChunkStream:
     string's).  ``usage``: where it goes, "finish" (on the finish chunk, the in-process
     API's), "chunk" (OpenAI's ``stream_options.include_usage``: every chunk says
     ``"usage": null`` and one more chunk with no choices carries it) or "none".
-    ``speculative`` rides on the last chunk."""
+    ``speculative`` and llama.cpp's ``timings`` ride on the last chunk."""
 
     def __init__(self, plan: ChatPlan, meta: dict, *, chat: bool = True, logprobs: LogprobsFormatter | None = None,
                  usage: str = "finish"):
@@ -104,5 +104,6 @@ class ChunkStream:
             last = {**chunk_object(self.chat, self.meta, None, None), "choices": []}
         if self.usage != "none":
             last["usage"] = usage(result)
+        last["timings"] = timings(result)
         last["speculative"] = stats_dict(result)
         return out + [last]

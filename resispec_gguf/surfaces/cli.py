@@ -199,13 +199,14 @@ def _cmd_serve(args) -> int:
     reasoning = flags.from_args(ReasoningParams, args)
     if params.model_name is None:
         params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
-    sock = server.listen(params.host, params.port)  # a taken port: one line, before anything else
+    key = server.api_key(params)  # an unreadable key file: one line, before anything else
+    sock = server.listen(params.host, params.port)  # a taken port too
     try:
         with _load(model) as engine:
             from ..llama.devices import summary
 
             host = f"[{params.host}]" if ":" in params.host else params.host
-            auth = "auth on" if params.api_key else "auth off, no --api-key"
+            auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
             cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
             slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
             slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"

@@ -1,7 +1,7 @@
 """Response objects in the shapes clients expect: OpenAI's (``completion_object``,
 ``chunk_object``, ``tool_call_deltas``, ``usage``, finish reasons) and llama.cpp server's
 ``/infill`` answer (``infill_object``, ``infill_chunk``, ``nested_fields``), each with the
-``speculative`` extra (``stats_dict``).
+``speculative`` extra (``stats_dict``) and llama.cpp's ``timings``.
 
 Pure functions of a ``Result`` and a ``ChatPlan``.  May import ``assist.plan`` (the plan a
 reply's calls are read with); never the engine, ``llama`` or another surface.
@@ -15,7 +15,7 @@ import uuid
 
 from ..assist.plan import ChatPlan
 
-__all__ = ["finish_reason", "stats_dict", "usage", "new_meta", "completion_object", "chunk_object",
+__all__ = ["finish_reason", "stats_dict", "timings", "usage", "new_meta", "completion_object", "chunk_object",
            "tool_call_deltas", "with_calls", "infill_object", "infill_chunk", "nested_fields"]
 
 
@@ -80,6 +80,7 @@ def completion_object(chat: bool, meta: dict, result, plan: ChatPlan | None = No
         **_header(meta, "chat.completion" if chat else "text_completion"),
         "choices": [choice],
         "usage": usage(result),
+        "timings": timings(result),
         "speculative": stats_dict(result),
     }
 
@@ -115,8 +116,11 @@ def tool_call_deltas(calls) -> list[list[dict]]:
     return out
 
 
-def _timings(stats) -> dict:
-    """llama.cpp's ``timings``: prompt (the tokens not reused from the cache) and generation."""
+def timings(result) -> dict:
+    """llama.cpp server's ``timings``: the prompt (the tokens not reused from the cache) and the
+    generation, with ``draft_n`` (candidate tokens the target verified) and
+    ``draft_n_accepted`` (those it accepted)."""
+    stats = result.stats
     prompt_n = max(0, int(stats.prompt_tokens) - int(stats.prompt_reused))
     prompt_ms, predicted_ms = 1000.0 * stats.prompt_time, 1000.0 * stats.total_time
     n = int(stats.tokens)
@@ -130,6 +134,8 @@ def _timings(stats) -> dict:
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": predicted_ms / n if n else 0.0,
         "predicted_per_second": 1000.0 * n / predicted_ms if predicted_ms > 0 else 0.0,
+        "draft_n": int(stats.tree_nodes),
+        "draft_n_accepted": int(sum(stats.accepted_by_depth)),
     }
 
 
@@ -152,7 +158,7 @@ def infill_object(result, model: str, *, truncated: bool, settings: dict) -> dic
         "stop_type": {"eos": "eos", "stop": "word", "length": "limit"}.get(result.finish_reason, "none"),
         "stopping_word": "",
         "tokens_cached": int(st.prompt_tokens) + len(result.tokens),
-        "timings": _timings(st),
+        "timings": timings(result),
         "speculative": stats_dict(result),
     }
 

@@ -31,16 +31,17 @@ def test_merge_adds_counts_and_times_and_keeps_the_latest_method_and_auto_note()
     a = Stats(method="auto", prompt_tokens=10, prompt_reused=4, prompt_time=0.5, tokens=20, eos_tokens=1, steps=8,
               target_calls=8, draft_calls=16, tree_nodes=30, accepted_by_depth=[5], reached_by_depth=[8],
               draft_time=0.25, target_time=1.0, total_time=1.5, steps_by_kind={"draft": 6, "none": 2},
-              mask_seconds=[0.001], auto="wide trees")
+              tokens_by_kind={"draft": 18, "none": 2}, mask_seconds=[0.001], auto="wide trees")
     b = Stats(method="resispec", prompt_tokens=3, tokens=6, steps=3, target_calls=3, draft_calls=3, tree_nodes=9,
               accepted_by_depth=[2, 1], reached_by_depth=[3, 2], total_time=0.5, steps_by_kind={"lookup": 3},
-              mask_seconds=[0.002, 0.003])
+              tokens_by_kind={"lookup": 6}, mask_seconds=[0.002, 0.003])
     a.merge(b)
     assert (a.prompt_tokens, a.prompt_reused, a.tokens, a.eos_tokens, a.steps, a.target_calls, a.draft_calls,
             a.tree_nodes) == (13, 4, 26, 1, 11, 11, 19, 39)
     assert (a.prompt_time, a.draft_time, a.target_time, a.total_time) == (0.5, 0.25, 1.0, 2.0)
     assert a.accepted_by_depth == [7, 1] and a.reached_by_depth == [11, 2]
     assert a.steps_by_kind == {"draft": 6, "none": 2, "lookup": 3}
+    assert a.tokens_by_kind == {"draft": 18, "none": 2, "lookup": 6}
     assert a.mask_seconds == [0.001, 0.002, 0.003]
     assert a.method == "resispec" and a.auto == "wide trees"  # b had no note: the last one stays
     a.merge(Stats(auto="short chains"))

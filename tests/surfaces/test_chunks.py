@@ -36,13 +36,16 @@ def test_include_usage_puts_usage_on_a_chunk_of_its_own():
     assert last["choices"] == [] and last["object"] == "chat.completion.chunk" and last["id"] == "cmpl-1"
     assert last["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
     assert last["speculative"]["method"] == "chain"
+    assert last["timings"]["predicted_n"] == last["speculative"]["tokens"]
+    assert all("timings" not in c for c in chunks[:-1])
 
 
 def test_without_usage_the_finish_chunk_carries_the_stats_only():
     chunks = _run(ChunkStream(ChatPlan([1]), META, usage="none"), ["ab"], _result("ab", 2, "length"))
     assert all("usage" not in c for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["speculative"]["tokens"] == 2
-    assert all("speculative" not in c for c in chunks[:-1])
+    assert all("speculative" not in c and "timings" not in c for c in chunks[:-1])
+    assert chunks[-1]["timings"]["predicted_n"] == 2
 
 
 def test_completion_chunks_have_text_and_no_role_chunk():

@@ -185,6 +185,8 @@ def test_serve_refuses_bad_keys_and_a_taken_port(tiny_pair):
     for key, needle in (("", "empty"), ("cl\u00e9", "ASCII")):
         _one_line(run("serve", "--target", target, "--draft", draft, "--api-key", key), needle)
     _one_line(run("serve", "--target", target, "--cors-origin", "evil.example/"), "CORS")
+    _one_line(run("serve", "--target", target, "--api-key-file", "/nonexistent/key"), "/nonexistent/key")
+    _one_line(run("serve", "--target", target, "--api-key", "a", "--api-key-file", "/etc/hostname"), "not both")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

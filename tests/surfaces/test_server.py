@@ -24,8 +24,8 @@ pytest.importorskip("starlette")
 
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.surfaces.server import create_app  # noqa: E402
-from servers import (MESSAGES, SlowEngine, api_error, load, read_until_content, serving, still_healthy,  # noqa: E402
-                     stream_text, wait_for)
+from servers import (MESSAGES, POST_ROUTES, SlowEngine, anthropic_error, api_error, load, read_until_content,  # noqa: E402
+                     serving, still_healthy, stream_text, wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +234,9 @@ def test_bad_fields_are_400(server, stream):
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2]", b'"text"', b"null", b"\xff\xfe\x00",
                                  b'{"prompt": "a", "temperature": NaN}', b"[" * 100_000])
 def test_malformed_bodies_are_400(server, raw):
-    for route in ("chat/completions", "completions"):
-        api_error(httpx.post(f"{server}/v1/{route}", content=raw, headers={"content-type": "application/json"}), 400)
+    for route in POST_ROUTES:  # each answers in its own shape (Anthropic's for /v1/messages)
+        r = httpx.post(f"{server}{route}", content=raw, headers={"content-type": "application/json"})
+        (anthropic_error if route.startswith("/v1/messages") else api_error)(r, 400)
     assert httpx.get(f"{server}/health").status_code == 200
 
 
@@ -507,9 +508,12 @@ def test_control_text_in_messages_stays_text(server):
 def test_posts_must_be_json(server):
     for headers in ({"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"},
                     {"content-type": "multipart/form-data; boundary=x"}, {}):
-        for route in ("completions", "chat/completions"):
-            r = httpx.post(f"{server}/v1/{route}", content=b'{"prompt": "hi", "messages": []}', headers=headers)
-            assert api_error(r, 415)["code"] == "unsupported_media_type"
+        for route in POST_ROUTES:
+            r = httpx.post(f"{server}{route}", content=b'{"prompt": "hi", "messages": []}', headers=headers)
+            if route.startswith("/v1/messages"):
+                assert anthropic_error(r, 415)["type"] == "invalid_request_error"
+            else:
+                assert api_error(r, 415)["code"] == "unsupported_media_type"
     r = httpx.post(f"{server}/v1/completions", content=b'{"prompt": "hi", "max_tokens": 1}',
                    headers={"content-type": "Application/JSON; charset=utf-8"})
     assert r.status_code == 200, r.text

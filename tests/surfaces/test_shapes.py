@@ -91,6 +91,7 @@ def test_chat_completion_object():
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello."}, "logprobs": None,
                      "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        "timings": shapes.timings(result),
         "speculative": shapes.stats_dict(result),
     }
     lp = {"content": [{"token": "Hello", "logprob": -0.5}], "refusal": None}
@@ -192,6 +193,7 @@ def test_infill_object_in_llama_cpps_shape():
     assert timings == pytest.approx({
         "cache_n": 4, "prompt_n": 6, "prompt_ms": 12.0, "prompt_per_token_ms": 2.0, "prompt_per_second": 500.0,
         "predicted_n": 5, "predicted_ms": 80.0, "predicted_per_token_ms": 16.0, "predicted_per_second": 62.5,
+        "draft_n": 6, "draft_n_accepted": 3,  # the tree's candidates verified, and accepted (2 + 1 by depth)
     }, rel=1e-12)
     assert type(timings["cache_n"]) is int and type(timings["prompt_n"]) is int
 
@@ -209,7 +211,7 @@ def test_infill_timings_of_an_empty_answer_divide_by_nothing():
     timings = shapes.infill_object(result, "m", truncated=False, settings={})["timings"]
     assert timings == {"cache_n": 5, "prompt_n": 0, "prompt_ms": 0.0, "prompt_per_token_ms": 0.0,
                        "prompt_per_second": 0.0, "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
-                       "predicted_per_second": 0.0}
+                       "predicted_per_second": 0.0, "draft_n": 0, "draft_n_accepted": 0}
 
 
 def test_infill_chunk():

@@ -2,7 +2,14 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /infill``,
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (both streaming as server-sent events
-and non-streaming).  Besides the OpenAI fields (``temperature``, ``top_p``, ``max_tokens``,
+and non-streaming); Anthropic's ``POST /v1/messages`` and ``/v1/messages/count_tokens`` and
+OpenAI's ``POST /v1/responses`` (``GET /v1/responses/{id}``), translated onto the chat path
+(``anthropic``, ``responses``, ``assistants``); llama.cpp's ``/tokenize``, ``/detokenize``,
+``/apply-template``, ``/props`` and ``/slots`` and Prometheus' ``/metrics`` (``ops``,
+``metrics``).  Every completion carries llama.cpp's ``timings``; llama.cpp's
+``speculative.n_max``/``n_min``/``p_min`` map onto the draft parameters or are refused
+(``fields``).  With an API key (``auth``: the setting, a key file or ``RESISPEC_API_KEY``)
+every route but ``/health`` needs it.  Besides the OpenAI fields (``temperature``, ``top_p``, ``max_tokens``,
 ``max_completion_tokens``, ``stop``, ``seed``, ``n`` = 1, ``stream_options.include_usage``) a
 request may set ``top_k`` and ``min_p`` and override the draft parameters with ``method``,
 ``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
@@ -35,16 +42,21 @@ running one; more get 503 with ``Retry-After``.  A client that disconnects cance
 request at once (``worker``).
 
 The modules: ``fields`` (request bodies into requests), ``worker`` (jobs, the queue,
-cancellation), ``app`` (routes, SSE, responses) and ``errors`` (what an error becomes on
-the wire).  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
+cancellation), ``app`` (routes, responses), ``streams`` (SSE), ``errors`` (what an error
+becomes on the wire), ``auth`` (the key), ``anthropic`` and ``responses`` (the translations),
+``assistants`` (their routes), ``ops`` (llama.cpp's utility routes) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
 logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
 ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
 ``n_ctx``, ``n_vocab``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,
-``reasoning_format``, ``compile_constraint``), never ``llama`` or the models behind the engine.
+``reasoning_format``, ``compile_constraint``, ``tokenize``, ``detokenize``, ``render_chat``,
+``chat_template``, ``info``, ``has_draft``), never ``llama`` or the models behind the engine.
 """
 
 from .app import MAX_BODY_BYTES, TOKENIZER_THREADS, create_app, listen, serve
+from .auth import ENV_VAR as API_KEY_ENV
+from .auth import api_key
 from .fields import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS
+from .responses import STORED_RESPONSES
 
-__all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "MAX_STOP_CHARS", "MAX_STOP_STRINGS",
-           "MAX_TOKENS_LIMIT", "MAX_TOP_LOGPROBS", "TOKENIZER_THREADS"]
+__all__ = ["create_app", "serve", "listen", "api_key", "API_KEY_ENV", "MAX_BODY_BYTES", "MAX_STOP_CHARS",
+           "MAX_STOP_STRINGS", "MAX_TOKENS_LIMIT", "MAX_TOP_LOGPROBS", "STORED_RESPONSES", "TOKENIZER_THREADS"]

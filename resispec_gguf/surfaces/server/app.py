@@ -17,8 +17,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
-import hmac
-import json
 import logging
 import socket
 import time
@@ -29,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...config import DraftParams, ReasoningParams, SamplingParams, ServerParams
@@ -37,8 +35,11 @@ from ...errors import UserError
 from ..chunks import ChunkStream
 from ..logprobs import LogprobsFormatter
 from ..shapes import completion_object, infill_chunk, infill_object, nested_fields, new_meta
-from . import fields
+from . import assistants, auth, fields, ops
 from .errors import ApiError, bad, cancelled, event_error, failure_body, internal, user_error
+from .metrics import Metrics
+from .responses import ResponseStore
+from .streams import OpenAISink, SSEResponse, events_from, relay, sse
 from .worker import Job, Worker, prepare
 
 __all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "TOKENIZER_THREADS"]
@@ -49,41 +50,11 @@ MAX_BODY_BYTES = 16 << 20
 TOKENIZER_THREADS = 4
 
 
-def _sse(obj) -> bytes:
-    if isinstance(obj, str):
-        return f"data: {obj}\n\n".encode()
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-
-
-class _SSEResponse(StreamingResponse):
-    """A streaming response that cancels its job however the response ends."""
-
-    def __init__(self, content, job: Job):
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._job = job
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._job.cancel()
-
-
 async def _wait_disconnect(receive) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
-
-
-async def _events_from(job: Job, event):
-    """``event`` and the job's next events, up to its final one (anything but a piece)."""
-    while True:
-        yield event
-        if event[0] != "piece":
-            return
-        event = await job.events.get()
 
 
 class _Server:
@@ -94,8 +65,10 @@ class _Server:
         self.model_name = params.model_name or "resispec-gguf"
         self.draft_params = draft_params
         self.sampling_defaults = sampling_defaults
-        self.api_key = params.api_key
+        self.api_key = auth.api_key(params)
         self.max_queue = params.max_queue
+        self.metrics = Metrics()
+        self.responses = ResponseStore()
         self.worker = Worker(getattr(engine, "n_slots", 1))
         self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS,
                                                                thread_name_prefix="resispec-tokenize")
@@ -103,15 +76,6 @@ class _Server:
         self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
         self.has_fim = engine.fim_tokens is not None
         self.created = int(time.time())
-
-    def _check_auth(self, request: Request) -> None:
-        if not self.api_key:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
-            raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                           code="invalid_api_key")
 
     @staticmethod
     def _check_json(request: Request) -> None:
@@ -123,26 +87,31 @@ class _Server:
             raise ApiError(415, f"the Content-Type must be application/json, got {media_type[:60] or 'none'!r}",
                            code="unsupported_media_type")
 
-    def endpoint(self, fn: Callable, auth: bool = True) -> Callable:
+    def endpoint(self, fn: Callable, needs_key: bool = True, shape: Callable | None = None) -> Callable:
+        """``fn`` as a route: the key checked (``needs_key``), POST bodies JSON, and an
+        ``ApiError`` (or anything unexpected, logged) answered as ``shape`` makes it (default:
+        OpenAI's error object)."""
+        shape = shape or ApiError.response
+
         async def handler(request: Request) -> Response:
             try:
-                if auth:
-                    self._check_auth(request)
+                if needs_key:
+                    auth.check(request.headers, self.api_key)
                 if request.method == "POST":
                     self._check_json(request)
                 return await fn(request)
             except ApiError as e:
-                return e.response()
+                return shape(e)
             except ClientDisconnect:  # gone while sending the body; nobody reads an answer
                 return Response(status_code=499)
             except Exception:
                 log.exception("unexpected error in %s %s", request.method, request.url.path)
-                return internal().response()
+                return shape(internal())
 
         return handler
 
     @staticmethod
-    async def _read_body(request: Request) -> dict:
+    async def read_body(request: Request) -> dict:
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise ApiError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
@@ -155,7 +124,7 @@ class _Server:
         return fields.parse_json(b"".join(chunks))
 
     @staticmethod
-    async def _unless_disconnect(awaitable, request: Request):
+    async def unless_disconnect(awaitable, request: Request):
         """``(True, result)`` of ``awaitable``, or ``(False, None)`` when the client went away first
         (the awaitable is then cancelled)."""
         get = asyncio.ensure_future(awaitable)
@@ -207,12 +176,20 @@ class _Server:
                       "<|fim_middle|>), so it cannot fill in code between a prefix and a suffix",
                       "suffix" if req.kind == "completion" else None, "unsupported_value")
 
+    def parse(self, body: dict, kind: str) -> fields.Request:
+        """``fields.parse`` with this server's settings."""
+        return fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx,
+                            self.reasoning)
+
     async def _complete(self, request: Request, kind: str) -> Response:
-        body = await self._read_body(request)
-        req = fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx,
-                           self.reasoning)
+        req = self.parse(await self.read_body(request), kind)
         self._check_fim(req)
-        job = Job(self.engine, req, asyncio.get_running_loop())
+        return await self.run(request, req, self._answer)
+
+    async def run(self, request: Request, req: fields.Request, answer: Callable) -> Response:
+        """Queue ``req``'s job and answer with ``answer(job, first event)`` (a piece or the
+        result); a failure before that is raised as an ``ApiError``."""
+        job = Job(self.engine, req, asyncio.get_running_loop(), record=self.metrics.record)
         if not self.worker.admit(job, self.max_queue + self.worker.slots):
             raise ApiError(503, "the server is busy: too many requests are waiting; retry shortly",
                            code="queue_full", headers={"Retry-After": "1"})
@@ -223,29 +200,34 @@ class _Server:
                 return Response(status_code=499)
             if event[0] != "piece" and event[0] != "done":
                 raise event_error(*event, req)
-            response = self._answer(job, event)
-            handed_over = isinstance(response, _SSEResponse)
+            response = answer(job, event)
+            handed_over = isinstance(response, SSEResponse)
             return response
         finally:
             if not handed_over:
                 self.worker.withdraw(job)  # a waiting request leaves the queue at once
 
-    async def _first_event(self, job: Job, request: Request):
-        """Prepare ``job``'s prompt on a tokenizer thread, queue it and wait for its first
-        event; None when the client leaves first."""
+    async def off_loop(self, request: Request, req: fields.Request | None, fn: Callable, *args):
+        """``(True, fn(*args))`` run on a tokenizer thread (its ``UserError`` a 400 for ``req``,
+        or naming no field without one), or ``(False, None)`` when the client leaves first."""
         try:
-            prepared = asyncio.wrap_future(self.tokenizer.submit(prepare, self.engine, job.req))
+            done = asyncio.wrap_future(self.tokenizer.submit(fn, *args))
         except RuntimeError:  # the pool is shut down: the server is stopping
             raise cancelled() from None
         try:
-            present, job.plan = await self._unless_disconnect(prepared, request)
+            return await self.unless_disconnect(done, request)
         except UserError as e:
-            raise user_error(e, job.req) from None
+            raise (user_error(e, req) if req is not None else bad(str(e))) from None
+
+    async def _first_event(self, job: Job, request: Request):
+        """Prepare ``job``'s prompt on a tokenizer thread, queue it and wait for its first
+        event; None when the client leaves first."""
+        present, job.plan = await self.off_loop(request, job.req, prepare, self.engine, job.req)
         if not present:
             return None
         if not self.worker.enqueue(job):
             raise cancelled()
-        present, event = await self._unless_disconnect(job.events.get(), request)
+        present, event = await self.unless_disconnect(job.events.get(), request)
         return event if present else None
 
     def _answer(self, job: Job, event) -> Response:
@@ -254,7 +236,7 @@ class _Server:
         meta = new_meta(self.model_name, chat=req.kind == "chat")
         if req.stream:
             events = self._infill_events(job, event) if req.kind == "infill" else self._events(job, meta, event)
-            return _SSEResponse(events, job)
+            return SSEResponse(events, job)
         if req.kind == "infill":
             return JSONResponse(self._infill_object(req, event[1]))
         lp = self._logprobs_formatter(req)
@@ -277,15 +259,15 @@ class _Server:
         """llama.cpp's ``/infill`` stream: ``data: {"content", "stop": false, ...}`` per piece, then
         the final object with ``"stop": true`` (no ``[DONE]``)."""
         try:
-            async for kind, value in _events_from(job, event):
+            async for kind, value in events_from(job, event):
                 if kind == "piece":
-                    yield _sse(infill_chunk(value))
+                    yield sse(infill_chunk(value))
                 elif kind == "done":
-                    yield _sse(self._infill_object(job.req, value, final_chunk=True))
+                    yield sse(self._infill_object(job.req, value, final_chunk=True))
                     if (failure := failure_body(value, job.req)) is not None:
-                        yield _sse(failure)
+                        yield sse(failure)
                 else:
-                    yield _sse(event_error(kind, value, job.req).body())
+                    yield sse(event_error(kind, value, job.req).body())
         finally:
             job.cancel()
 
@@ -294,29 +276,13 @@ class _Server:
             return None
         return LogprobsFormatter(req.kind == "chat", self.engine.token_piece)
 
-    async def _events(self, job: Job, meta: dict, event):
+    def _events(self, job: Job, meta: dict, event):
         """OpenAI's stream: the chunks of ``chunks.ChunkStream``, an error object if the job
         fails, then ``[DONE]``."""
         req = job.req
         chunks = ChunkStream(job.plan, meta, chat=req.kind == "chat", logprobs=self._logprobs_formatter(req),
                              usage="chunk" if req.include_usage else "none")
-        try:
-            for c in chunks.start():
-                yield _sse(c)
-            async for kind, value in _events_from(job, event):
-                if kind == "piece":
-                    out = chunks.push(value)
-                elif kind == "done":
-                    out = chunks.finish(value)
-                    if (failure := failure_body(value, req)) is not None:
-                        out.append(failure)
-                else:
-                    out = [event_error(kind, value, req).body()]
-                for c in out:
-                    yield _sse(c)
-            yield _sse("[DONE]")
-        finally:
-            job.cancel()
+        return relay(job, event, chunks, OpenAISink())
 
 
 def _server_params(params: ServerParams | None, settings: dict) -> ServerParams:
@@ -335,11 +301,13 @@ def create_app(
     **settings,
 ) -> Starlette:
     """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
-    fields as arguments: ``model_name``, ``api_key``, ``max_queue``, ``cors_origins``) say.
+    fields as arguments: ``model_name``, ``api_key``, ``api_key_file``, ``max_queue``,
+    ``cors_origins``) say.
 
     ``draft_params``/``sampling_defaults``/``reasoning`` (a reasoning model's thinking:
     ``config.ReasoningParams``) apply to every request unless it overrides them;
-    ``api_key`` (if set) is required as a bearer token on ``/v1/*``; the engine's slots
+    the API key (``api_key``, ``api_key_file`` or ``RESISPEC_API_KEY``: ``auth.api_key``) is
+    required on every route but ``/health``; the engine's slots
     (``Engine.n_slots``) run that many requests at once, and ``max_queue`` requests may wait
     behind them before the server answers 503; ``cors_origins``: the web origins
     (``https://host:port``, or ``*``) whose pages may call the API (no CORS headers at all by
@@ -368,17 +336,20 @@ def create_app(
                         headers=exc.headers).response()
 
     routes = [
-        Route("/health", srv.endpoint(srv.health, auth=False), methods=["GET"]),
+        Route("/health", srv.endpoint(srv.health, needs_key=False), methods=["GET"]),
         Route("/v1/models", srv.endpoint(srv.models), methods=["GET"]),
         Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
         Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
         Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
         Route("/infill", srv.endpoint(srv.infill), methods=["POST"]),
+        *assistants.routes(srv),
+        *ops.routes(srv),
     ]
     middleware = []
     if params.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(params.cors_origins),
-                                     allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"],
+                                     allow_methods=["GET", "POST"],
+                                     allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
                                      max_age=600))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})

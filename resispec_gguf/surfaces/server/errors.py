@@ -8,12 +8,15 @@ May import ``errors`` and ``assist`` (the error types it maps); never the engine
 
 from __future__ import annotations
 
+import re
+
 from starlette.responses import JSONResponse
 
 from ...assist.grammar import GrammarError
 from ...errors import ConstraintError, ContextFullError, FieldError, UserError
 
-__all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error", "failure_body"]
+__all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error", "failure_error", "failure_body",
+           "renamed"]
 
 
 class ApiError(Exception):
@@ -75,12 +78,38 @@ def event_error(kind: str, value, req) -> ApiError:
     return cancelled()
 
 
-def failure_body(result, req) -> dict | None:
-    """The error object that follows a streamed reply whose constraint failed after its first
-    piece (its finish_reason is "error"; by our fault, ``Result.fault``: an internal error);
-    None for any other reply."""
+def failure_error(result, req) -> ApiError | None:
+    """The error that follows a streamed reply whose constraint failed after its first piece
+    (its finish_reason is "error"; by our fault, ``Result.fault``: an internal error); None
+    for any other reply."""
     if getattr(result, "finish_reason", None) != "error":
         return None
     if getattr(result, "fault", False):
-        return internal().body()
-    return user_error(ConstraintError(result.error or "the constraint failed"), req).body()
+        return internal()
+    return user_error(ConstraintError(result.error or "the constraint failed"), req)
+
+
+def failure_body(result, req) -> dict | None:
+    """``failure_error``'s error object (OpenAI's shape), or None."""
+    err = failure_error(result, req)
+    return None if err is None else err.body()
+
+
+def renamed(err: ApiError, names) -> ApiError:
+    """``err`` naming its field as the request spelled it, for a route whose body was
+    translated into a chat request: ``names`` holds ``(pattern, replacement)`` regular
+    expressions tried in order on the chat field (``re.match``; the first that matches wins;
+    a replacement may be a function of the match).  The message's mention of the field changes
+    alike."""
+    if err.param is None:
+        return err
+    for pattern, repl in names:
+        m = re.match(pattern, err.param)
+        if m is None:
+            continue
+        old = m.group(0)
+        new = repl(m) if callable(repl) else m.expand(repl)
+        message = err.message.replace(old, new, 1) if old in err.message else err.message
+        return ApiError(err.status, message, param=new + err.param[len(old):], code=err.code, type=err.type,
+                        headers=err.headers)
+    return err

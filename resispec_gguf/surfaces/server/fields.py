@@ -11,6 +11,7 @@ the worker or the app.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from ...config import ConfigError, DraftParams, ReasoningParams, SamplingParams
 from ...errors import FieldError
 from .errors import ApiError, bad
 
-__all__ = ["Infill", "Request", "parse", "parse_json"]
+__all__ = ["Infill", "Request", "parse", "parse_json", "parse_tokenize", "parse_detokenize", "integer", "number",
+           "string", "boolean", "typed"]
 
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
@@ -298,10 +300,59 @@ def _sampling_fields(body: dict) -> dict:
     }
 
 
-def _draft_fields(body: dict) -> dict:
-    """The speculation settings a request may override (None: not given)."""
-    return {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
-            "budget": _integer(body, "budget")}
+def _draft_fields(body: dict) -> tuple[dict, dict]:
+    """The speculation settings a request may override (None: not given), and the request
+    field behind each setting not named as the setting (``speculative.n_max``)."""
+    draft = {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
+             "budget": _integer(body, "budget")}
+    spec = _speculative(body)
+    renamed = {}
+    n_max = _integer(spec, "speculative.n_max")
+    if n_max is not None:
+        if draft["depth"] is not None:
+            raise bad("give depth or speculative.n_max, not both", "speculative.n_max", "invalid_value")
+        deepest = _DEPTH.hi
+        if not 0 <= n_max <= deepest:
+            raise bad(f"speculative.n_max must be from 0 (no drafting) to {deepest} (the deepest tree), got {n_max}",
+                      "speculative.n_max", "invalid_value")
+        if n_max == 0:  # llama.cpp's way of drafting nothing
+            draft["method"] = "none"
+        else:
+            draft["depth"], renamed["depth"] = n_max, "speculative.n_max"
+    n_min = _integer(spec, "speculative.n_min")
+    if n_min not in (None, 0):
+        raise bad("speculative.n_min must be 0: a step verifies whatever the tree holds, however short (no "
+                  "minimum draft)", "speculative.n_min", "unsupported_value")
+    if _number(spec, "speculative.p_min") is not None:
+        raise bad("speculative.p_min is not supported: the draft tree grows by estimated reach within depth and "
+                  "budget, not by a probability cutoff (set depth/budget, or speculative.n_max)",
+                  "speculative.p_min", "unsupported_value")
+    return draft, renamed
+
+
+_SPECULATIVE = ("n_max", "n_min", "p_min")
+_DEPTH = next(f for f in dataclasses.fields(DraftParams) if f.name == "depth").metadata["check"]  # a Range
+
+
+def _speculative(body: dict) -> dict:
+    """llama.cpp's per-request speculation fields, from a nested ``speculative`` object or
+    dotted ``speculative.*`` keys, under their dotted names."""
+    nested = body.get("speculative")
+    if nested is not None and not isinstance(nested, dict):
+        raise bad("speculative must be an object (n_max, n_min, p_min)", "speculative", "invalid_type")
+    out = {}
+    for key, value in (nested or {}).items():
+        if key not in _SPECULATIVE:
+            raise bad(f"speculative.{str(key)[:40]} is not a known field; known: {', '.join(_SPECULATIVE)}",
+                      f"speculative.{str(key)[:40]}", "unknown_field")
+        out[f"speculative.{key}"] = value
+    for key in _SPECULATIVE:
+        dotted = f"speculative.{key}"
+        if dotted in body:
+            if dotted in out:
+                raise bad(f"{dotted} is given twice (nested and dotted)", dotted, "invalid_value")
+            out[dotted] = body[dotted]
+    return out
 
 
 def _settings(sp0: SamplingParams, dp0: DraftParams, sampling: dict, draft: dict,
@@ -312,7 +363,8 @@ def _settings(sp0: SamplingParams, dp0: DraftParams, sampling: dict, draft: dict
         sp = sp0.replace(**{k: v for k, v in sampling.items() if v is not None})
         dp = dp0.replace(**{k: v for k, v in draft.items() if v is not None})
     except ConfigError as e:
-        raise bad(str(e), renamed.get(e.field, e.field), "invalid_value") from None
+        name = renamed.get(e.field, e.field)
+        raise bad(str(e).replace(e.field, name, 1), name, "invalid_value") from None
     return sp, dp
 
 
@@ -337,7 +389,8 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     if chat and (mct := _integer(body, "max_completion_tokens", MAX_TOKENS_LIMIT)) is not None:
         sampling["max_tokens"] = mct
         renamed["max_tokens"] = "max_completion_tokens"
-    sp, dp = _settings(sp0, dp0, sampling, _draft_fields(body), renamed)
+    draft, renamed_draft = _draft_fields(body)
+    sp, dp = _settings(sp0, dp0, sampling, draft, {**renamed, **renamed_draft})
     stream, include_usage = _stream_fields(body)
     options = None
     if chat:
@@ -366,7 +419,40 @@ def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int,
     if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
         raise bad("response_fields must be a list of strings", "response_fields", "invalid_type")
     sampling = {**_sampling_fields(body), "max_tokens": n_ctx if n_predict == -1 else n_predict}
-    sp, dp = _settings(sp0, dp0, sampling, _draft_fields(body), {"max_tokens": "n_predict"})
+    draft, renamed = _draft_fields(body)
+    sp, dp = _settings(sp0, dp0, sampling, draft, {"max_tokens": "n_predict", **renamed})
     prompt = Infill(prefix, suffix, middle, extra, repo_level=True)
     return Request("infill", prompt, sp, dp, bool(_boolean(body, "stream")), False,
                    response_fields=None if fields is None else tuple(fields))
+
+
+def parse_tokenize(body: dict) -> tuple[str, bool, bool, bool]:
+    """llama.cpp's ``/tokenize``: ``(content, add_special, parse_special, with_pieces)``;
+    ``content`` is required, ``add_special`` (BOS/EOS) off and ``parse_special`` on by default."""
+    if body.get("content") is None:
+        raise bad("content is required", "content", "missing_field")
+    content = _string(body, "content")
+    utf8_size(content, "content", lambda message, where: bad(message, where, "invalid_value"))
+    parse_special = _boolean(body, "parse_special")
+    return (content, bool(_boolean(body, "add_special")), parse_special is not False,
+            bool(_boolean(body, "with_pieces")))
+
+
+def parse_detokenize(body: dict, n_vocab: int) -> list[int]:
+    """llama.cpp's ``/detokenize``: the ``tokens`` list, each an id below ``n_vocab``."""
+    tokens = body.get("tokens")
+    if tokens is None:
+        raise bad("tokens is required", "tokens", "missing_field")
+    if not isinstance(tokens, list):
+        raise bad("tokens must be a list of token ids", "tokens", "invalid_type")
+    for i, t in enumerate(tokens):
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise bad(f"tokens[{i}] must be an integer token id", f"tokens[{i}]", "invalid_type")
+        if not 0 <= t < n_vocab:
+            raise bad(f"tokens[{i}] is {t}, not a token id of this model (0 to {n_vocab - 1})", f"tokens[{i}]",
+                      "invalid_value")
+    return tokens
+
+
+# the type checks, for the routes that translate their own bodies (anthropic, responses)
+integer, number, string, boolean, typed = _integer, _number, _string, _boolean, _typed

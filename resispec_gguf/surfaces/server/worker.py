@@ -9,7 +9,9 @@ and a job thread only relays its request's pieces.  Rendering and tokenizing a p
 threads.  A request is *admitted* (counted against the queue's limit) when it arrives,
 *queued* once its prompt is ready, and leaves with ``Worker.withdraw`` as soon as its client
 is gone; a running job's generation sees the cancellation before its next step (whether or
-not that request is making text), and its slot is free from then on.
+not that request is making text), and its slot is free from then on.  A running job holds a
+*lane* (0 to ``slots`` - 1, what ``/slots`` reports); a finished generation's ``Stats`` go to
+the job's ``record`` (the server's metrics).
 
 May import ``assist`` (planning), ``errors``, the chunks surface (the engine's stream for a
 plan) and ``server.fields``; never the app, ``llama`` or the engine's models.
@@ -20,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import threading
-import uuid
+import time
 
 from ...assist.plan import ChatPlan, plan_chat
 from ...errors import ConstraintError, ConstraintFault, ContextFullError, UserError
@@ -68,14 +71,19 @@ class Job:
     ("error", Exception) or ("cancelled", None | Result).
     """
 
-    def __init__(self, engine, req: Request, loop: asyncio.AbstractEventLoop):
+    _serial = itertools.count()
+
+    def __init__(self, engine, req: Request, loop: asyncio.AbstractEventLoop, record=None):
         self.engine = engine
         self.req = req
         self.loop = loop
+        self.record = record  # called with the Stats of every generation that ran (``metrics``)
+        self.id = next(Job._serial)
         self.plan: ChatPlan | None = None
         self.events: asyncio.Queue = asyncio.Queue()
+        self.lane: int | None = None  # the worker's slot it runs in (``Worker.running``)
+        self.started: float | None = None  # time.monotonic() when it started running
         self._cancel = threading.Event()
-        self.id = uuid.uuid4().hex[:12]  # names the request in the server's log
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -109,6 +117,8 @@ class Job:
             finally:
                 stream.close()
             result = self.engine.last_result
+            if result is not None and self.record is not None:
+                self.record(result.stats)
             if result is not None and result.finish_reason == "error" and result.fault:
                 log.error("request %s: the constraint failed by our fault: %s", self.id, result.error)
             if result is not None and result.finish_reason == "error" and not sent:
@@ -152,6 +162,11 @@ class Worker:
             busy = len(self._current)
             return {"busy": busy, "idle": self.slots - busy, "waiting": len(self._admitted) + len(self._jobs)}
 
+    def running(self) -> list[Job]:
+        """The running jobs, by lane (each holds one of the ``slots``)."""
+        with self._cv:
+            return sorted(self._current, key=lambda j: j.lane)
+
     def admit(self, job: Job, limit: int) -> bool:
         """Count ``job`` in unless ``limit`` requests are already in flight."""
         with self._cv:
@@ -194,6 +209,8 @@ class Worker:
                     self._threads.remove(threading.current_thread())
                     return
                 job = self._jobs.popleft()
+                job.lane = min(set(range(self.slots)) - {j.lane for j in self._current})
+                job.started = time.monotonic()
                 self._current.add(job)
             try:
                 job.run()
