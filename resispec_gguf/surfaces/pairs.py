@@ -361,8 +361,8 @@ def _names(rows: list[dict]) -> dict[str, str]:
     return short_names([r["target"] for r in rows] + [r["draft"] for r in rows if r["draft"]])
 
 
-def _mb(n: int | None) -> str:
-    mb = (n or 0) / 2**20
+def _mb(n: int) -> str:
+    mb = n / 2**20
     return f"{mb:.0f}" if mb >= 10 else f"{mb:.1f}"
 
 
@@ -388,7 +388,7 @@ def format_pairs(report: dict) -> str:
     for i, r in enumerate(rows):
         if "error" in r:
             continue
-        mb = f"{_mb(r['target_bytes'])}+{_mb(r['draft_bytes'])}"
+        mb = _mb(r["target_bytes"]) + (f"+{_mb(r['draft_bytes'])}" if r["draft"] else "")
         by_depth = " ".join(_num(a, ".2f") for a in r["accept_by_depth"][:6]) if r["draft"] else "-"
         lines.append(f"{_pair_label(r, names):<{width}} {r['temperature']:>4} {r['tokens_per_s']:>7.2f}"
                      f"{'*' if i in front else ' '} {_num(r['speedup_vs_plain'], '.3f'):>8} {_num(r['tau'], '.2f'):>5} "
