@@ -56,6 +56,7 @@ class Engine:
         none."""
         self.target = target
         self.draft = draft
+        self._owns_models = True  # ``close`` frees them (not a pool's: ``from_pool``)
         self.n_vocab = target.n_vocab
         self._local = threading.local()  # ``last_result``, per calling thread
         self._runner: Runner | None = None
@@ -108,6 +109,29 @@ class Engine:
             raise
         return engine
 
+    @classmethod
+    def from_pool(cls, pool, target: str, draft: str | None = None, *, prepare: bool = True,
+                  progress: bool = False) -> "Engine":
+        """An engine over models of a ``llama.loading.ModelPool`` (opened there on first use,
+        with the pool's settings), prepared as ``load`` prepares one: engines made from one
+        pool share its models, so a target opened once serves every draft paired with it.
+        Closing the engine leaves the models open (``pool.close()`` frees them).  ``draft``
+        None: none.  ``prepare`` False: not prepared (an engine that only reads
+        ``reference_logits`` or decodes plainly needs no cost curves).  A model that cannot
+        be opened, or a draft whose vocabulary does not match the target's, raises
+        ``UserError``."""
+        t, d = pool.pair(target, draft)
+        engine = cls(t, d, chat_template=t.chat_template(), tool_format=pool.params.tool_format,
+                     cache_ram_mib=pool.params.cache_ram_mib)
+        engine._owns_models = False
+        try:
+            if prepare:
+                engine.prepare(progress=progress)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
     def prepare(self, progress: bool | Callable[[int, int], None] = False) -> None:
         """Make the first reply as fast as the next: compile every kernel a generation runs
         (or load it from Numba's cache) and measure what ``auto`` needs (the cost curves and
@@ -129,8 +153,11 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        """Stop the engine's runner and free its models (those of a pool stay open)."""
         if self._runner is not None:
             self._runner.stop()
+        if not self._owns_models:
+            return
         for m in (self.target, self.draft):
             if m is not None:
                 m.close()

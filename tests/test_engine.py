@@ -372,3 +372,22 @@ def test_greedy_under_concurrency_equals_greedy_alone(engine, slotted_engine):
     # the slots hold each reply's tokens: resending one reuses its whole cached prefix
     again = slotted_engine.generation(CONCURRENT[1][0] + alone[1].text, sp, CONCURRENT[1][1])
     assert batch.free_slot(again.prompt) == reqs[1].slot
+
+
+def test_engines_from_one_pool_share_its_models_and_leave_them_open(tiny_pair, incompatible_draft):
+    from resispec_gguf.llama.loading import ModelPool
+
+    pool = ModelPool(ModelParams(n_ctx=256, n_threads=1, flash_attn=False), progress=False)
+    try:
+        plain = Engine.from_pool(pool, str(tiny_pair[0]), prepare=False)
+        paired = Engine.from_pool(pool, str(tiny_pair[0]), str(tiny_pair[1]), prepare=False)
+        assert not plain.has_draft and paired.has_draft
+        sp, dp = SamplingParams(temperature=0.0, max_tokens=6, seed=0), DraftParams(method="chain", depth=2)
+        first = paired.generate("Once upon a time", sp, dp).tokens
+        plain.close()  # the target stays open for the engine that shares it
+        assert paired.generate("Once upon a time", sp, dp).tokens == first
+        assert plain.generate("Once upon a time", sp, DraftParams(method="none")).tokens == first  # greedy: exact
+        with pytest.raises(UserError, match="draft model is incompatible with the target"):
+            Engine.from_pool(pool, str(tiny_pair[0]), str(incompatible_draft), prepare=False)
+    finally:
+        pool.close()

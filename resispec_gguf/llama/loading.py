@@ -1,5 +1,6 @@
 """Open the models a ``ModelParams`` names: resolve each spec (path, ``hf:`` spec or preset,
 downloading a preset when needed), then open both with llama.cpp, checked as a pair.
+``ModelPool`` opens many models once each, for pairing every target with every draft.
 
 ``backend`` (and with it llama_cpp) is imported on the first ``open_pair``, not with this
 module: the engine imports this module, and importing the package stays light.
@@ -7,15 +8,17 @@ module: the engine imports this module, and importing the package stays light.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ..config import MAX_TREE_NODES, ModelParams
+from ..errors import UserError
 from . import models, vocab
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import LlamaModel
 
-__all__ = ["open_pair"]
+__all__ = ["ModelPool", "open_pair"]
 
 
 def open_pair(params: ModelParams, *, progress: bool) -> tuple[LlamaModel, LlamaModel | None]:
@@ -45,21 +48,29 @@ def seq_ids(n_slots: int, n_batch: int) -> int:
     return min(_LLAMA_MAX_SEQ, n_batch, n_slots * (MAX_TREE_NODES + 2))
 
 
+def _settings(params: ModelParams, role: str, n_seq_max: int) -> dict:
+    """The keywords ``backend.LlamaModel`` opens a ``role`` ("target" or "draft") model with:
+    the target's layers may go to RPC workers, the draft's stay local."""
+    common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
+                  flash_attn=params.flash_attn)
+    if params.n_slots > 1:  # a fake opener in the tests takes no slots
+        common["n_slots"] = params.n_slots
+    if role == "target":
+        return dict(n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
+    draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
+    return dict(n_gpu_layers=draft_layers, **common)
+
+
 def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int):
     """The target and (unless ``draft_path`` is None) the draft, opened by ``open_model``
     (``backend.LlamaModel``) with a ``config.ModelParams``'s settings and ``n_seq_max``
     sequences each, after checking that they share a vocabulary (``vocab.check_compatible``).
     Nothing stays open on failure."""
-    common = dict(n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=params.n_threads, n_seq_max=n_seq_max,
-                  flash_attn=params.flash_attn)
-    if params.n_slots > 1:  # a fake opener in the tests takes no slots
-        common["n_slots"] = params.n_slots
-    draft_layers = params.n_gpu_layers if params.draft_gpu_layers is None else params.draft_gpu_layers
-    target = open_model(target_path, n_gpu_layers=params.n_gpu_layers, rpc=params.rpc, **common)
+    target = open_model(target_path, **_settings(params, "target", n_seq_max))
     draft = None
     try:
         if draft_path is not None:
-            draft = open_model(draft_path, n_gpu_layers=draft_layers, **common)
+            draft = open_model(draft_path, **_settings(params, "draft", n_seq_max))
             vocab.check_compatible(target.vocab_info(), draft.vocab_info())
     except BaseException:
         target.close()
@@ -67,3 +78,86 @@ def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int)
             draft.close()
         raise
     return target, draft
+
+
+class ModelPool:
+    """Models opened on demand, each file once per role, with one ``ModelParams``'s settings
+    (its ``target``/``draft`` are ignored): ``bench --pairs`` pairs every target with every
+    draft, and a target opened once serves all of them.  A file opened as a target and as a
+    draft is two models (each needs a cache of its own); a spec asked for again, under the
+    same or another spelling of the same file, gets the model already open.
+
+    A spec that cannot be resolved or opened raises ``UserError`` on every ask, without a
+    second try.  ``close()`` frees the open models; the pool can open them again after it.
+    ``open_model``: the opener (``backend.LlamaModel`` unless a test passes another)."""
+
+    def __init__(self, params: ModelParams, *, progress: bool, open_model=None):
+        self.params = params
+        self.progress = progress
+        self._opener = open_model
+        self._paths: dict[tuple[str, str], str] = {}  # (role, spec) -> resolved file
+        self._open: dict[tuple[str, str], LlamaModel] = {}  # (role, file) -> model
+        self._failed: dict[tuple[str, str], str] = {}  # (role, spec) -> why
+        self._vocabs: dict[int, vocab.VocabInfo] = {}  # id(model) -> its vocabulary, read once
+
+    def path(self, spec: str, role: str) -> str:
+        """The file ``spec`` names as a ``role`` model (a preset's target or draft), resolved
+        (and downloaded) once."""
+        key = (role, spec)
+        if key in self._failed:
+            raise UserError(self._failed[key])
+        if key not in self._paths:
+            try:
+                found = models.resolve_model(spec, role=role, progress=self.progress)
+                self._paths[key] = os.path.realpath(found)  # one file, however it is spelt
+            except UserError as e:
+                self._failed[key] = str(e)
+                raise
+        return self._paths[key]
+
+    def get(self, spec: str, role: str) -> LlamaModel:
+        """The ``role`` model ``spec`` names, opened on the first ask."""
+        path = self.path(spec, role)
+        key = (role, path)
+        if key in self._failed:
+            raise UserError(self._failed[key])
+        if key not in self._open:
+            opener = self._opener
+            if opener is None:
+                from . import backend
+
+                backend.set_verbose(self.params.verbose)
+                opener = backend.LlamaModel
+            try:
+                self._open[key] = opener(path, **_settings(self.params, role, seq_ids(self.params.n_slots,
+                                                                                      self.params.n_batch)))
+            except UserError as e:
+                self._failed[key] = str(e)
+                raise
+        return self._open[key]
+
+    def pair(self, target: str, draft: str | None) -> tuple[LlamaModel, LlamaModel | None]:
+        """``(target, draft)`` opened (``draft`` None: none), or ``UserError`` naming the
+        model that cannot be opened or the first vocabulary mismatch (``vocab.first_mismatch``)."""
+        t = self.get(target, "target")
+        if draft is None:
+            return t, None
+        d = self.get(draft, "draft")
+        vocab.check_compatible(self._vocab(t), self._vocab(d))
+        return t, d
+
+    def mismatch(self, target: str, other: str, role: str = "draft") -> str | None:
+        """The first vocabulary mismatch between the ``target`` model and the ``role`` model
+        ``other`` (opening both), or None."""
+        return vocab.first_mismatch(self._vocab(self.get(target, "target")), self._vocab(self.get(other, role)))
+
+    def _vocab(self, model) -> vocab.VocabInfo:
+        if id(model) not in self._vocabs:  # a large vocabulary's texts take a while to read
+            self._vocabs[id(model)] = model.vocab_info()
+        return self._vocabs[id(model)]
+
+    def close(self) -> None:
+        """Free every open model (what failed stays failed)."""
+        models_open, self._open, self._vocabs = list(self._open.values()), {}, {}
+        for m in models_open:
+            m.close()

@@ -223,6 +223,8 @@ def _cmd_bench(args) -> int:
 
     if args.sweep is not None and args.methods is not None:
         raise UserError("give --sweep or --methods, not both")
+    if args.pairs or args.reference is not None:
+        return _bench_pairs(args)
     if args.concurrency is not None:
         return _bench_concurrency(args)
     methods = bench.parse_methods(args.methods or _BENCH_METHODS)
@@ -238,6 +240,29 @@ def _cmd_bench(args) -> int:
         bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep,
                             reasoning=reasoning)
+    return 0
+
+
+def _bench_pairs(args) -> int:
+    from . import bench, pairs
+    from ..llama import buildcheck
+
+    if not args.pairs:
+        raise UserError("--reference needs --pairs")
+    given = [flag for flag, value in (("--methods", args.methods), ("--sweep", args.sweep),
+                                      ("--concurrency", args.concurrency), ("--json-schema", args.json_schema))
+             if value is not None]
+    if given:
+        raise UserError(f"--pairs runs plain and auto per pair: no {given[0]}")
+    prompts = bench.select_prompts(args.prompts, args.workload)
+    model = flags.from_args(ModelParams, args)
+    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
+    dp = flags.from_args(DraftParams, args)
+    if args.plot:  # before the run, not after minutes of it
+        bench.require_pyplot()
+    buildcheck.require_working_build(note=lambda line: _note(f"note: {line}"))
+    pairs.pairs_command(model, prompts, args.temperature, sp, dp, repeat=args.repeat, reference=args.reference,
+                        json_path=args.json, plot_path=args.plot, reasoning=flags.from_args(ReasoningParams, args))
     return 0
 
 
@@ -448,6 +473,13 @@ def _add_bench(sub) -> None:
                    help="instead: N clients at once sharing the prompts, for each N (e.g. 1,2,4), with --methods "
                         "(default: none,auto); aggregate and per-request tokens/s, time to first token and "
                         "end-to-end p50/p95 (--parallel is raised to the largest N)")
+    b.add_argument("--pairs", action="store_true",
+                   help="instead: --target and --draft are comma-separated lists; every compatible pair runs with "
+                        "auto, each target also plainly; a table of speed, tau, memory and (with --reference) "
+                        "fidelity per pair (see docs/benchmarks.md)")
+    b.add_argument("--reference", default=None, metavar="MODEL",
+                   help="with --pairs: a higher-precision file of the targets' model (e.g. Q8_0 or F16); adds each "
+                        "target's KL(reference || target) and top-1 agreement on the reference's greedy answers")
     b.set_defaults(grammar=None)
 
 

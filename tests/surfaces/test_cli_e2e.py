@@ -35,6 +35,7 @@ from typing import Callable
 import pytest
 
 import rpc_workers
+import tiny_gguf
 from resispec_gguf.surfaces import cli, flags
 from resispec_gguf import config
 from resispec_gguf.config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
@@ -195,6 +196,28 @@ def analysis(temperatures, ks, rrs=False, json_file=False):
     return check
 
 
+def paired(target: str, drafts: list[str]):
+    """``--pairs``: a plain row and a row per compatible draft, a line for the refused one, and
+    the JSON report valid under its schema, the target's fidelity to itself exact."""
+    def check(r, tmp):
+        import jsonschema
+
+        from resispec_gguf.surfaces import pairs
+
+        lines = r.stdout.strip().splitlines()
+        assert lines[0].split()[:3] == ["pair", "T", "tok/s"], r.stdout
+        assert [line.split()[0:3] for line in lines[2:4]] == [["target.gguf", "(plain)", "0.0"],
+                                                              ["target.gguf", "+", "draft.gguf"]], r.stdout
+        assert lines[4].startswith("refused target.gguf + incompatible_token_text.gguf: draft model is incompatible")
+        report = json.loads((tmp / "pairs.json").read_text())
+        jsonschema.validate(report, pairs.REPORT_SCHEMA)
+        rows = report["pairs"]
+        assert [(x["target"], x["draft"], "error" in x) for x in rows] == [
+            (target, None, False), (target, drafts[0], False), (target, drafts[1], True)]
+        assert all((x["kl_mean"], x["top1"]) == (0.0, 1.0) for x in rows[:2])
+    return check
+
+
 def models_listed(r, tmp):
     from resispec_gguf.llama import models
 
@@ -249,6 +272,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
     # spin waiting for each other, and analyze's defaults take minutes instead of seconds.
     pair = ("--target", target, "--draft", draft, "--threads", "1")
     prompts = str(tmp / "prompts.jsonl")
+    incompatible = str(tmp / "incompatible_token_text.gguf")  # written by the e2e fixture
     rpc = ("--rpc", RPC, "-ngl", "99")  # the target on two workers, the draft local
     return [
         Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),
@@ -288,6 +312,9 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
                              "0.5", "--json", str(tmp / "sweep.json")), swept),
         Case("bench-plot", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
                             "0.5", "--plot", str(tmp / "bench.png")), plotted, needs="matplotlib"),
+        Case("bench-pairs", ("bench", "--target", target, "--draft", f"{draft},{incompatible}", "--threads", "1",
+                             "--pairs", "--reference", target, "--prompts", prompts, "-n", "3", "--temperature", "0",
+                             "--json", str(tmp / "pairs.json")), paired(target, [draft, incompatible])),
         Case("analyze-defaults", ("analyze", *pair), analysis([1.0, 0.6], [1, 4, 16])),
         Case("analyze-every-flag", ("analyze", *pair, *MODEL_A, "-n", "6", "--seed", "4", "--prompts", prompts,
                                     "--temperature", "0.7", "-k", "1,4", "--draft-support", "16", "--rrs-samples", "3",
@@ -330,6 +357,7 @@ def e2e(tiny_pair, tmp_path_factory):
     (tmp / "yes-no.gbnf").write_text('root ::= "yes" | "no"\n')
     (tmp / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (tmp / "cache").mkdir()
+    tiny_gguf.write_incompatible_draft(tmp)  # bench --pairs' refused draft
     path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
@@ -544,6 +572,7 @@ REFUSED_AT_RUN = {
     "json_schema": ("{not json", "--json-schema is not valid JSON"),
     "grammar": ("/nonexistent/g.gbnf", "--grammar: cannot read '/nonexistent/g.gbnf'"),
     "preset": ("no-such-preset", "unknown model preset"),
+    "reference": ("/nonexistent/ref.gguf", "--reference needs --pairs"),  # (and with it: test_pairs.py)
     "cache_dir": ("/proc/version/cache", "cannot use cache directory /proc/version/cache"),  # under a file
 }
 # Each command's own options (not settings): values their parsers refuse.
