@@ -16,8 +16,9 @@ Arrays (the wrapper ``spec.suffix`` owns and grows them):
 
 * ``nodes`` — int32 ``[capacity, NF]``, one row per node, fields below; row 0 is the root
   (count = tokens held).  A free row has count 0 and sits on a free list through ``NEXT``.
-* ``table`` — int32 ``[2**b]``, open addressing with linear probing: the node ids, keyed by
-  their ``(PARENT, TOK)``; -1 empty.  Kept at most half full.
+* ``table`` — int32 ``[2**b, 2]``, open addressing with linear probing: the node ids (-1:
+  empty), keyed by their ``(PARENT, TOK)``, each beside its token (so that a probe past other
+  keys rarely reads their nodes: a query is bound by cache misses).  At most half full.
 * ``caches`` — int64 ``[capacity, 2 + TOP_CACHED]``: for nodes with many children, the
   ``TOP_CACHED`` best children (``[2:]``, by key, best first; ``[0]`` how many), exact, and
   ``[1]`` an upper bound on the key of every child not in the cache.  The leading entries above
@@ -60,6 +61,15 @@ IMPLICIT = -1
 TOKEN_LIMIT = 1 << 31
 
 
+@njit(cache=True)
+def tokens_ok(tokens):
+    """Every id of ``tokens`` (int64) is in ``[0, 2**31)``."""
+    for t in tokens:
+        if t < 0 or t >= TOKEN_LIMIT:
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- child hash
 
 
@@ -77,10 +87,10 @@ def find_child(nodes, table, parent, tok):
     mask = table.shape[0] - 1
     h = _home(parent, tok, mask)
     while True:
-        c = table[h]
+        c = table[h, 0]
         if c < 0:
             return -1
-        if nodes[c, PARENT] == parent and nodes[c, TOK] == tok:
+        if table[h, 1] == tok and nodes[c, PARENT] == parent:
             return c
         h = (h + 1) & mask
 
@@ -89,9 +99,10 @@ def find_child(nodes, table, parent, tok):
 def _table_put(nodes, table, c):
     mask = table.shape[0] - 1
     h = _home(nodes[c, PARENT], nodes[c, TOK], mask)
-    while table[h] >= 0:
+    while table[h, 0] >= 0:
         h = (h + 1) & mask
-    table[h] = c
+    table[h, 0] = c
+    table[h, 1] = nodes[c, TOK]
 
 
 @njit(cache=True)
@@ -99,20 +110,22 @@ def _table_drop(nodes, table, c):
     # backward-shift deletion: no tombstones, so probes stay as short as the load allows
     mask = table.shape[0] - 1
     i = _home(nodes[c, PARENT], nodes[c, TOK], mask)
-    while table[i] != c:
+    while table[i, 0] != c:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        e = table[j]
+        e = table[j, 0]
         if e < 0:
             break
-        k = _home(nodes[e, PARENT], nodes[e, TOK], mask)
+        k = _home(nodes[e, PARENT], table[j, 1], mask)
         # e may fill the hole at i when its home is not in the cyclic range (i, j]
         if (i <= j and (k <= i or k > j)) or (i > j and k <= i and k > j):
-            table[i] = e
+            table[i, 0] = e
+            table[i, 1] = table[j, 1]
             i = j
-    table[i] = -1
+    table[i, 0] = -1
+    table[i, 1] = -1
 
 
 @njit(cache=True)
@@ -446,12 +459,23 @@ def advance(nodes, table, seqs, arena, node, known, seq, end, length, tok, depth
 
 @njit(cache=True)
 def match(nodes, table, seqs, arena, context, depth):
-    """The cursor of the longest suffix of ``context`` in the trie (at most ``depth`` long)."""
-    node, known, seq, end, length = 0, 0, -1, -1, 0
-    for j in range(max(0, context.shape[0] - depth), context.shape[0]):
-        node, known, seq, end, length = advance(nodes, table, seqs, arena, node, known, seq, end, length,
-                                                context[j], depth)
-    return node, known, seq, end, length
+    """The cursor of the longest suffix of ``context`` in the trie (at most ``depth`` long).
+
+    A walk over the last ``span`` tokens finds the longest suffix of those; when it is shorter
+    than ``span`` it is the answer, else the walk is redone over all ``depth`` tokens.  Most
+    matches of new text are short, and walking all ``depth`` tokens would pay a cache miss per
+    failed lookup for nothing."""
+    n = context.shape[0]
+    top_span = min(depth, n)
+    span = min(8, top_span)
+    while True:
+        node, known, seq, end, length = 0, 0, -1, -1, 0
+        for j in range(n - span, n):
+            node, known, seq, end, length = advance(nodes, table, seqs, arena, node, known, seq, end, length,
+                                                    context[j], depth)
+        if length < span or span == top_span:
+            return node, known, seq, end, length
+        span = top_span
 
 
 @njit(cache=True)

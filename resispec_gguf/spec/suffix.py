@@ -20,9 +20,11 @@ Threads: every method takes ``lock`` (a re-entrant lock).  A walk of several que
 see one state (match, then advances and tops) holds ``with index.lock:`` around it when other
 threads may write; a write in between only makes the next query raise ``StaleCursor``.
 
-The trie and its walks are the kernels of ``kernels.suffix`` (memory: about 52 bytes per node,
-with a node per repeated substring plus one per start position, and 4 per token held).  No
-model, no file format but this module's own, no printing: ``load`` returns its warning.
+The trie and its walks are the kernels of ``kernels.suffix``: a node per repeated substring
+plus one per start position (2 to 2.6 nodes per token on code and prose at depth 24, at most
+``max_depth`` when every sequence is held twice), 44 bytes a node, 16 a node in the hash, 4 a
+token: about 170 bytes of arrays per token held (docs/memory.md).  No model, no file format but
+this module's own, no printing: ``load`` returns its warning.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ __all__ = ["Cursor", "DEFAULT_DEPTH", "FILE_VERSION", "GLOBAL_MAX_SEQUENCES", "G
 DEFAULT_DEPTH = 24  # SuffixDecoding's and arctic-inference's default tree depth
 MAX_DEPTH = 256
 GLOBAL_MAX_SEQUENCES = 10_000  # past answers a global index keeps (arctic-inference's default)
-GLOBAL_MAX_TOKENS = 2_000_000  # ... and tokens: ~0.5 GB at the ~250 bytes per token measured (docs/memory.md)
+GLOBAL_MAX_TOKENS = 1_000_000  # ... and tokens held: about 170 MB of arrays (docs/memory.md)
 FILE_FORMAT = "resispec-suffix-index"
 FILE_VERSION = 1
 _FILE_KEYS = ("format", "version", "vocab_key", "bounds", "ids", "lengths", "tokens")
@@ -69,17 +71,26 @@ class Cursor(NamedTuple):
 
 
 def _as_tokens(tokens, what: str = "tokens") -> np.ndarray:
-    """``tokens`` as a 1-D int64 array of ids in ``[0, 2**31)``, else ValueError."""
+    """``tokens`` as a 1-D int64 array of ids in ``[0, 2**31)`` (the caller's own array when it
+    is one already), else ValueError."""
+    if type(tokens) is list and len(tokens) <= 8:  # a step's committed tokens: checked as Python ints
+        for t in tokens:
+            if type(t) is not int or not 0 <= t < _k.TOKEN_LIMIT:
+                break
+        else:
+            return np.array(tokens, np.int64)
     arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be a flat sequence of token ids, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.empty(0, np.int64)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{what} must be integer token ids, got {arr.dtype}")
-    if arr.min() < 0 or arr.max() >= _k.TOKEN_LIMIT:
+    if arr.dtype != np.int64 or not arr.flags.c_contiguous or not arr.flags.writeable:
+        if arr.size == 0:
+            return np.empty(0, np.int64)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"{what} must be integer token ids, got {arr.dtype}")
+        arr = arr.astype(np.int64)  # a uint64 over 2**63 turns negative: refused below
+    if not _k.tokens_ok(arr):
         raise ValueError(f"{what} must be token ids in [0, 2**31)")
-    return np.ascontiguousarray(arr, np.int64)
+    return arr
 
 
 def _as_token(token) -> int:
@@ -132,7 +143,7 @@ class SuffixIndex:
         self._nodes = np.zeros((1024, _k.NF), np.int32)
         self._nodes[0] = -1
         self._nodes[0, [_k.COUNT, _k.DEG]] = 0
-        self._table = np.full(2048, -1, np.int32)
+        self._table = np.full((2048, 2), -1, np.int32)
         self._caches = np.zeros((16, _k.C_WIDTH), np.int64)
         self._meta = np.zeros(_k.NMETA, np.int64)
         self._meta[[_k.M_USED, _k.M_FREE, _k.M_CFREE]] = 1, -1, -1
@@ -251,7 +262,7 @@ class SuffixIndex:
         if not nodes:
             self._nodes = _grown(self._nodes)
         if not table:
-            self._table = np.full(2 * self._table.shape[0], -1, np.int32)
+            self._table = np.full((2 * self._table.shape[0], 2), -1, np.int32)
             self._meta[_k.M_HCOUNT] = _k.rehash(self._nodes, self._table, self._meta[_k.M_USED])
         if not caches:
             self._caches = _grown(self._caches)
