@@ -13,11 +13,12 @@ a stand-in for a model's tokens with the repeats real answers have.
 * eviction (``remove`` per token), ``save`` and ``load``.
 
 Each figure is the median of ``--repeats`` runs of the median per operation; the figures
-printed are microseconds per token or per query.  arctic-inference's ``SuffixDecodingCache``
-is measured by the same calls when it imports (it does not install here: docs/memory.md).
+printed are microseconds per token or per query.  arctic-inference's ``SuffixTree`` (behind its
+``SuffixDecodingCache``) is measured on the same data when it imports (``bench_arctic``; it
+does not install from PyPI without torch: docs/memory.md says how it was built to compare).
 Nothing is asserted.
 
-    python scripts/bench_suffix.py [--tokens 400000] [--answer 300] [--depth 24] [--repeats 5]
+    python scripts/bench_suffix.py [--tokens 400000] [--answer 300] [--depth 24] [--repeats 5] [--limit N]
 """
 
 from __future__ import annotations
@@ -151,12 +152,64 @@ def bench_eviction(index: SuffixIndex) -> dict:
     return {"remove (us/token)": 1e6 * statistics.median(times)}
 
 
-def arctic_status() -> str:
+def bench_arctic(tokens: np.ndarray, depth: int, budget: int, answer: int, repeats: int) -> dict | str:
+    """The same figures for arctic-inference's C++ ``SuffixTree`` (what its
+    ``SuffixDecodingCache`` keeps per request and globally), when it imports.  Its query is
+    ``speculate``: every match length of the context, then a draft of up to 4 tokens (a tree,
+    as vLLM's ``suffix`` method asks); FIFO is done here, as its cache does, by ``remove``."""
     try:
-        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
-    except Exception as e:  # not installable here without torch: docs/memory.md
+        from arctic_inference.suffix_decoding._C import SuffixTree
+    except Exception as e:  # it does not install here without torch: docs/memory.md
         return f"arctic-inference not measured: {type(e).__name__}: {e}"
-    return "arctic-inference imports: measure it with the same calls before choosing"
+
+    def one_by_one():
+        tree, times = SuffixTree(depth), []
+        for t in tokens[:4000].tolist():
+            t0 = time.perf_counter()
+            tree.extend(0, [t])
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def whole():
+        tree, times = SuffixTree(depth), []
+        for j in range(0, 40 * 300, 300):
+            part = tokens[j:j + 300].tolist()
+            t0 = time.perf_counter()
+            tree.extend(j, part)
+            times.append((time.perf_counter() - t0) / len(part))
+        return times
+
+    rows = {"arctic extend 1 token per call (us/token)": _median_of_runs(one_by_one, repeats),
+            "arctic extend 300-token sequence (us/token)": _median_of_runs(whole, repeats)}
+    tree, held, t0 = SuffixTree(depth), [], time.perf_counter()
+    for j in range(0, tokens.size, answer):
+        tree.extend(j, tokens[j:j + answer].tolist())
+        held.append((j, min(answer, tokens.size - j)))
+        while sum(n for _, n in held) > budget:
+            tree.remove(held.pop(0)[0])
+    rows["arctic global build with FIFO churn (us/token)"] = 1e6 * (time.perf_counter() - t0) / tokens.size
+    rows["arctic global: bytes per token (estimate_memory)"] = tree.estimate_memory() / sum(n for _, n in held)
+    rng = np.random.default_rng(0)
+    first_held = held[0][0]
+    for name, lo, hi in (("held", first_held + 32, tokens.size - 64), ("not held", 32, first_held - 64)):
+        contexts = [tokens[s - depth:s].tolist() for s in rng.integers(lo, hi, 2000)]
+
+        def query():
+            times = []
+            for ctx in contexts:
+                t0 = time.perf_counter()
+                tree.speculate(ctx, 4, 1.0, 0.0, 0.1, True)
+                times.append(time.perf_counter() - t0)
+            return times
+
+        rows[f"arctic speculate 4 from a {depth}-token context {name} (us/query)"] = _median_of_runs(query, repeats)
+    times = []
+    for j, n in held[:200]:
+        t0 = time.perf_counter()
+        tree.remove(j)
+        times.append((time.perf_counter() - t0) / n)
+    rows["arctic remove (us/token)"] = 1e6 * statistics.median(times)
+    return rows
 
 
 def main(argv=None) -> int:
@@ -165,11 +218,12 @@ def main(argv=None) -> int:
     ap.add_argument("--answer", type=int, default=300, help="tokens per past answer")
     ap.add_argument("--depth", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=None, help="use only the corpus's first LIMIT tokens")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     warm_up()
     print(f"warm-up (compile or cache load): {time.perf_counter() - t0:.2f} s")
-    tokens = corpus()
+    tokens = corpus()[:args.limit]
     print(f"corpus: {tokens.size} tokens, {np.unique(tokens).size} distinct; depth {args.depth}")
     rows = bench_appends(tokens, args.depth, args.repeats)
     index, add_s = build_global(tokens, args.depth, args.tokens, args.answer)
@@ -182,10 +236,14 @@ def main(argv=None) -> int:
     rows.update(bench_queries(index, tokens, args.repeats))
     rows.update(bench_files(index))
     rows.update(bench_eviction(index))
+    arctic = bench_arctic(tokens, args.depth, args.tokens, args.answer, args.repeats)
+    if isinstance(arctic, dict):
+        rows.update(arctic)
     width = max(map(len, rows))
     for name, value in rows.items():
         print(f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}")
-    print(arctic_status())
+    if isinstance(arctic, str):
+        print(arctic)
     return 0
 
 

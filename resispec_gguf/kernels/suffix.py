@@ -1,4 +1,5 @@
-"""The counted suffix trie's kernels: node table, child hash, top-k caches, insert and remove.
+"""The counted suffix trie's kernels: node table, child hash, top-k caches, insert, remove,
+and the cursor walks (match, advance, shorten, top).
 
 The trie holds every substring of length ``<= depth`` of every held sequence; a node's count
 is the number of occurrences of its substring.  A substring that occurs once (count 1) is
@@ -9,8 +10,8 @@ end of the sequence (which may still grow).  Every node of count >= 2 is explici
 turns into an explicit node when a second occurrence walks into it), so the explicit nodes
 are the repeated substrings and there is at most one tail per start position: the memory is
 O(tokens x typical repeated depth), not O(tokens x depth).  Explicit nodes keep their suffix
-link (the node of their substring less its first token, always explicit); the cursor kernels
-(``suffix_query``) walk on them.
+link (the node of their substring less its first token, always explicit); the cursor walks
+follow them (amortised O(1) per token, Aho-Corasick style).
 
 Arrays (the wrapper ``spec.suffix`` owns and grows them):
 
