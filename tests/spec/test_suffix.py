@@ -107,6 +107,17 @@ def test_self_overlapping_runs():
                 _check_all(index, ref)
 
 
+def test_a_growing_sequence_overtaken_at_its_end_keeps_counting():
+    """Another sequence walks into a growing one's tail up to its last token: the grower's path
+    now ends at an explicit node, and its next tokens must go on from there."""
+    for depth in (2, 3, 8):
+        index, ref = SuffixIndex(max_depth=depth), Naive(depth)
+        for sid, toks in ((0, [1, 2, 3]), (1, [1, 2, 3]), (0, [4, 1, 2]), (1, [4]), (2, [2, 3, 4, 1]), (0, [3, 4])):
+            index.extend(sid, toks)
+            ref.seqs.setdefault(sid, []).extend(toks)
+            _check_all(index, ref)
+
+
 def test_wide_nodes_keep_an_exact_top_k():
     """Nodes with many children answer top-k from a cache: it stays exact through count
     changes, new children, removals, and any k (within it, or past it by a scan)."""
