@@ -7,7 +7,8 @@ generator), commits and emits tokens (``textstream`` turns them into text).  The
 owns the model calls of one request; ``batch`` steps several requests together in the slots
 of a ``protocol.SlotBackend`` (one target decode for all, one draft decode per level), and
 ``runner`` drives a batch on a thread of its own for callers on other threads.
-``promptcache`` keeps evicted prompts' states in RAM for either.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
+``promptcache`` keeps evicted prompts' states in RAM for either.  ``suffix`` is a counted
+suffix index over many token sequences (a request's context, past answers) for memory drafts.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
 plan (``stepplan``: its growth rule).
 ``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
 constraint (``Constraint``).
