@@ -288,6 +288,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
                                 "--reasoning-format", "none", "--reasoning-budget", "4"),
              chatted(2, "specinfer", 3), stdin="Hello\n/stats\nAgain\n"),
         Case("serve-defaults", ("serve", *pair, "--port", PORT), served),
+        Case("serve-api-key-file", ("serve", *pair, "--port", PORT, "--api-key-file", str(tmp / "key.txt")), served),
         Case("serve-every-flag", ("serve", *pair, *MODEL_A, *SAMPLING_B, *DRAFT_A, "--host", "localhost", "--port",
                                   PORT, "--api-key", "k3y", "--max-queue", "2", "--cors-origin", "http://example.test",
                                   "--cors-origin", "https://other.test:8443", "--model-name", "tiny-e2e",
@@ -355,6 +356,7 @@ def e2e(tiny_pair, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     lines = [{"prompt": "def add(a, b):"}, {"messages": [{"role": "user", "content": "Say hi."}]}]
     (tmp / "yes-no.gbnf").write_text('root ::= "yes" | "no"\n')
+    (tmp / "key.txt").write_text("f1le-k3y\n")
     (tmp / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (tmp / "cache").mkdir()
     tiny_gguf.write_incompatible_draft(tmp)  # bench --pairs' refused draft
@@ -380,6 +382,8 @@ def _serve(argv, env, tmp) -> subprocess.CompletedProcess:
     port = int(argv[argv.index("--port") + 1])
     host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
     key = argv[argv.index("--api-key") + 1] if "--api-key" in argv else None
+    if "--api-key-file" in argv:
+        key = Path(argv[argv.index("--api-key-file") + 1]).read_text().splitlines()[0].strip()
     name = argv[argv.index("--model-name") + 1] if "--model-name" in argv else "target.gguf"
     err_path = tmp / f"serve-{port}.err"
     with open(err_path, "w") as err:  # a file, not a pipe: --verbose logs cannot fill it and stall the server
@@ -573,6 +577,7 @@ REFUSED_AT_RUN = {
     "grammar": ("/nonexistent/g.gbnf", "--grammar: cannot read '/nonexistent/g.gbnf'"),
     "preset": ("no-such-preset", "unknown model preset"),
     "reference": ("/nonexistent/ref.gguf", "--reference needs --pairs"),  # (and with it: test_pairs.py)
+    "api_key_file": ("/nonexistent/key.txt", "cannot read the API key file /nonexistent/key.txt"),
     "cache_dir": ("/proc/version/cache", "cannot use cache directory /proc/version/cache"),  # under a file
 }
 # Each command's own options (not settings): values their parsers refuse.
