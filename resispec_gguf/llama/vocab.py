@@ -82,7 +82,7 @@ class TableTokenizer:
         self.eos_token_id = int(eos)
         self.bos_token_id = None if bos is None or bos < 0 else int(bos)
         self._tokenize = tokenize
-        special = set(self.special_token_ids)
+        self._special = special = frozenset(self.special_token_ids)
         self._by_bytes: dict[bytes, int] = {}
         for i, b in enumerate(self.tokens):
             if b and i not in special:
@@ -95,7 +95,7 @@ class TableTokenizer:
         at = 0
         for n, t in enumerate(out):  # keep the model's tokens while they spell the text
             piece = self.tokens[t] if 0 <= t < len(self.tokens) else b""
-            if not piece or t in self.special_token_ids or data[at:at + len(piece)] != piece:
+            if not piece or t in self._special or data[at:at + len(piece)] != piece:
                 return out[:n] + self.longest_match(data[at:])
             at += len(piece)
         return out if at == len(data) else out + self.longest_match(data[at:])
