@@ -3,7 +3,7 @@
 For ``chain``, ``specinfer`` and ``resispec`` stage i accepts its draw x with chance
 ``clip((r(x) - lo_i) / P_i, 0, 1)``, ``r = p / q`` (derived in ``verify``'s docstring and in
 ``docs/verification.md``).  Here: the method codes; the target read with a lookup candidate
-removed (``_target_at``); q's support sorted by r with prefix sums of q and p, on which
+removed (``_target_at``: a node's deterministic candidates); q's support sorted by r with prefix sums of q and p, on which
 ``M(t) = sum_x min(p(x), t q(x))`` costs one binary search (``_mass_min``); the thresholds,
 reach probabilities and fallback constant (``_schedule``, by bisection for ``resispec``);
 a stage's accept chance (``_stage_accept``); and the two input checks every validating
@@ -29,23 +29,32 @@ _BISECTIONS = 64
 
 
 @njit(cache=True)
-def _target_at(p, x0, s0, x):
-    """p'(x), the target with token x0 removed and the rest scaled by s0 = 1 / (1 - p(x0)).
+def _target_at(p, xs, s0, x):
+    """p'(x), the target with the tokens ``xs`` removed and the rest scaled by
+    s0 = 1 / (1 - p(xs)).
 
-    x0 < 0 (and s0 = 1) means no removal: p'(x) = p(x) exactly.
+    An empty ``xs`` (and s0 = 1) means no removal: p'(x) = p(x) exactly.  ``xs`` holds a
+    node's few deterministic candidates, so a scan beats a hash.
     """
-    if x == x0:
-        return 0.0
+    for j in range(xs.shape[0]):
+        if x == xs[j]:
+            return 0.0
     return p[x] * s0
 
 
 @njit(cache=True)
-def _sorted_support(p, qids, qp, x0=-1, s0=1.0):
-    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p'.
+def _sorted_support(p, qids, qp):
+    # p: [V] float64 dense; qids, qp: [n] -> r sorted ascending, prefix sums [n+1] of q and p.
+    return _sorted_by_ratio(p[qids], qp)
+
+
+@njit(cache=True)
+def _sorted_support_without(p, qids, qp, xs, s0):
+    """``_sorted_support`` of p' (``_target_at``: the tokens ``xs`` removed, the rest scaled by s0)."""
     n = qids.shape[0]
     pv = np.empty(n, np.float64)
     for j in range(n):
-        pv[j] = _target_at(p, x0, s0, qids[j])
+        pv[j] = _target_at(p, xs, s0, qids[j])
     return _sorted_by_ratio(pv, qp)
 
 

@@ -33,23 +33,26 @@ fallback, and a draw q cannot produce is never accepted (a probability-zero even
 choice does not touch the output law).  K = 0 is allowed by the kernels: the node then emits
 a sample from p.
 
-**Deterministic candidate.**  A node may also carry one candidate ``x0`` that was not drawn
-from q (a context-lookup guess).  It is checked first: accept it when ``u[0] < p(x0)``.
-Otherwise run the chosen method, unchanged, with ``u[1:]`` and the draws against the
-residual target ``p'(y) = p(y) / (1 - p(x0))`` for ``y != x0``, ``p'(x0) = 0``; with no draws
-(K = 0) that is one sample from ``p'``.  Accepted index 0 means x0, ``1 + i`` draw i, -1 the
-fallback.  Exactness: ``P(out = x0) = p(x0) + (1 - p(x0)) P'(out = x0) = p(x0)``, since every
-method is exact for its own target and ``p'(x0) = 0``; for ``y != x0``,
-``P(out = y) = (1 - p(x0)) p'(y) = p(y)``.  The method's exactness conditions still hold after
-a rejection of x0: the draws are iid (or without replacement) from q and were made
-independently of ``u[0]``, and ``u[1:]`` are fresh uniforms, so conditioning on the rejection
-changes neither their law nor q.  ``p(x0) = 1`` always accepts, ``p(x0) = 0`` always rejects.
-The argument needs x0 fixed before the node's draws (from the context alone): an x0 chosen
-from the draws changes ``p'`` with them, and the average over draws is no longer p (with
-``p = (.5, .3, .2)``, ``q = (.6, .3, .1)``, chain and "x0 = the draw" emit ``(.4, .3, .3)``).
-The kernels never copy p for this: ``p'`` is read as ``p`` scaled by ``1 / (1 - p(x0))`` with x0
-masked out, and x0 joins the support list (with ``q = 0`` when the draft lacks it) so the
-fallback excludes it.
+**Deterministic candidates.**  A node may also carry m distinct candidates ``x_1..x_m`` that
+were not drawn from q (context lookup, memory, the grammar's forced token).  They are checked
+first, in order: candidate j, reached when the earlier ones were rejected, is accepted when
+``u[j] (1 - p(x_1) - ... - p(x_{j-1})) < p(x_j)``.  If none is, run the chosen method,
+unchanged, with the remaining uniforms and the draws against the residual target
+``p'(y) = p(y) / (1 - p(X))`` for ``y`` outside ``X = {x_1..x_m}``, ``p'(X) = 0``; with no draws
+(K = 0) that is one sample from ``p'``.  Accepted index j < m means candidate j, ``m + i``
+draw i, -1 the fallback.  Exactness: stage j is reached with chance ``1 - p(x_1..x_{j-1})``
+(the product of the rejections telescopes), so ``P(out = x_j) = p(x_j)`` from its own stage,
+and p' gives X nothing; for ``y`` outside X, ``P(out = y) = (1 - p(X)) p'(y) = p(y)``, since
+every method is exact for its own target.  The method's exactness conditions still hold after
+the rejections: the draws are iid (or without replacement) from q and were made independently
+of the candidates' uniforms, and the rest are fresh, so conditioning on the rejections changes
+neither their law nor q.  ``p(x_j)`` equal to all the mass left always accepts, 0 always
+rejects.  The argument needs X fixed before the node's draws (from the context alone): a
+candidate chosen from the draws changes ``p'`` with them, and the average over draws is no
+longer p (with ``p = (.5, .3, .2)``, ``q = (.6, .3, .1)``, chain and "x0 = the draw" emit
+``(.4, .3, .3)``).  The kernels never copy p for this: ``p'`` is read as ``p`` scaled by
+``1 / (1 - p(X))`` with X masked out (``stages._target_at``), and X joins the support list
+(with ``q = 0`` where the draft lacks a candidate) so the fallback excludes it.
 
 The rules' shared schedule (method codes, the support sorted by r, ``M(t)``, ``lo_i``, ``P_i``
 and ``c``) lives in ``stages``; the exact acceptance figures built on it (``schedule``,
@@ -88,6 +91,7 @@ from .stages import (  # noqa: F401  (_RESISPEC, _SPECINFER: read as verify._* b
     _method_code,
     _schedule,
     _sorted_support,
+    _sorted_support_without,
     _stage_accept,
     _target_at,
 )
@@ -174,17 +178,17 @@ def _sample_residual(p, sids, sres, u):
 
 
 @njit(cache=True)
-def _sample_target(p, x0, u):
-    """Inverse-CDF draw from p' (p without x0 when x0 >= 0); -1 when p' has no mass."""
-    ids = np.full(1 if x0 >= 0 else 0, x0, np.int64)
+def _sample_target(p, xs, u):
+    """Inverse-CDF draw from p' (p without the tokens xs); -1 when p' has no mass."""
+    ids = np.sort(xs)
     return _sample_residual(p, ids, np.zeros(ids.shape[0], np.float64), u)
 
 
 @njit(cache=True)
-def _fallback_iid(p, qids, qp, c, u, x0=-1, s0=1.0):
+def _fallback_iid(p, qids, qp, c, u, xs, s0):
     # Draw from norm(max(0, p' - c q)).  _sample_residual reads p itself outside qids, so the
     # values on qids are passed divided by s0 (a common scale does not change the law);
-    # x0, when removed, must therefore be among qids (with q = 0 if the draft lacks it).
+    # the removed tokens xs must therefore be among qids (with q = 0 if the draft lacks them).
     order = np.argsort(qids)
     n = qids.shape[0]
     sids = np.empty(n, np.int64)
@@ -192,31 +196,31 @@ def _fallback_iid(p, qids, qp, c, u, x0=-1, s0=1.0):
     for j in range(n):
         x = qids[order[j]]
         sids[j] = x
-        v = _target_at(p, x0, s0, x) - c * qp[order[j]]
+        v = _target_at(p, xs, s0, x) - c * qp[order[j]]
         sres[j] = v / s0 if v > 0.0 else 0.0
     tok = _sample_residual(p, sids, sres, u)
     if tok < 0:  # the residual is empty: reached only through round-off
-        tok = _sample_target(p, x0, u)
+        tok = _sample_target(p, xs, u)
     return tok
 
 
 @njit(cache=True)
-def _verify_iid(method, p, qids, qp, draws, u, x0, s0):
+def _verify_iid(method, p, qids, qp, draws, u, xs, s0):
     k = draws.shape[0]
-    rs, qc, pc = _sorted_support(p, qids, qp, x0, s0)
+    rs, qc, pc = _sorted_support_without(p, qids, qp, xs, s0)
     lo, reach, c = _schedule(method, rs, qc, pc, k)
     for i in range(k):
         x = draws[i]
         j = _index_of(qids, x)
         if j < 0 or not qp[j] > 0.0:
             continue  # q cannot produce x: a probability-zero event, never accepted
-        if u[i] < _stage_accept(_target_at(p, x0, s0, x) / qp[j] - lo[i], reach[i]):
+        if u[i] < _stage_accept(_target_at(p, xs, s0, x) / qp[j] - lo[i], reach[i]):
             return x, i
-    return _fallback_iid(p, qids, qp, c, u[k], x0, s0), -1
+    return _fallback_iid(p, qids, qp, c, u[k], xs, s0), -1
 
 
 @njit(cache=True)
-def _verify_rrs(p, qids, qp, draws, u, x0, s0):
+def _verify_rrs(p, qids, qp, draws, u, xs, s0):
     k = draws.shape[0]
     n = qids.shape[0]
     order = np.argsort(qids)
@@ -225,7 +229,7 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
     ps = np.empty(n, np.float64)
     p_in = 0.0
     for j in range(n):
-        ps[j] = _target_at(p, x0, s0, sids[j])
+        ps[j] = _target_at(p, xs, s0, sids[j])
         p_in += ps[j]
     p_out = 0.0  # mass of p' outside qids, scaled by `scale` below
     scale = 1.0
@@ -239,9 +243,9 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
             jx = -1  # q cannot produce x: a probability-zero event, never accepted
         if i == 0:  # the one O(V) pass, needed only once a draw is rejected
             p_total = _block_sums(p, _BLOCK).sum()
-            if x0 >= 0:
-                p_total = (p_total - p[x0]) * s0
-            p_out = p_total - p_in
+            for j in range(xs.shape[0]):
+                p_total -= p[xs[j]]
+            p_out = p_total * s0 - p_in
         # rejected: p_{i+1} = norm(max(0, p_i - q_i)), q_{i+1} = q_i without x, renormalised
         z = scale * p_out
         for j in range(n):
@@ -263,70 +267,87 @@ def _verify_rrs(p, qids, qp, draws, u, x0, s0):
     ps_unscaled = ps / (scale * s0)
     tok = _sample_residual(p, sids, ps_unscaled, u[k])
     if tok < 0:
-        tok = _sample_target(p, x0, u[k])
+        tok = _sample_target(p, xs, u[k])
     return tok, -1
 
 
 @njit(cache=True)
-def _verify_target(method, p, qids, qp, draws, u, x0, s0):
-    """Verify draws against p' (see _target_at); x0, if removed, must be among qids."""
+def _verify_target(method, p, qids, qp, draws, u, xs, s0):
+    """Verify draws against p' (see _target_at); the removed tokens xs must be among qids."""
     if method == _RRS:
-        return _verify_rrs(p, qids, qp, draws, u, x0, s0)
-    return _verify_iid(method, p, qids, qp, draws, u, x0, s0)
+        return _verify_rrs(p, qids, qp, draws, u, xs, s0)
+    return _verify_iid(method, p, qids, qp, draws, u, xs, s0)
 
 
 @njit(cache=True)
 def _verify(method, p, qids, qp, draws, u):
     # qids, qp: [n]; draws: [K]; u: [K + 1]
-    return _verify_target(method, p, qids, qp, draws, u, -1, 1.0)
+    return _verify_target(method, p, qids, qp, draws, u, np.empty(0, np.int64), 1.0)
 
 
 @njit(cache=True)
-def _verify_with_candidate(method, p, x0, qids, qp, draws, u):
-    # qids, qp: [n] (n may be 0 when K = 0); draws: [K]; u: [K + 2]
-    px0 = p[x0]
-    if u[0] < px0 or not px0 < 1.0:
-        return x0, 0
-    s0 = 1.0 / (1.0 - px0)
-    if _index_of(qids, x0) >= 0:
-        tok, idx = _verify_target(method, p, qids, qp, draws, u[1:], x0, s0)
-    else:  # p'(x0) = 0 must be visible to the fallback: add x0 to the support with q = 0
-        n = qids.shape[0]
-        ids = np.empty(n + 1, np.int64)
-        probs = np.zeros(n + 1, np.float64)
+def _verify_with_candidates(method, p, xs, qids, qp, draws, u):
+    """Deterministic candidates ``xs`` (m >= 1, distinct) checked in order, then the method's
+    draws against the target without them.  Candidate j, reached when the ones before it were
+    rejected, is accepted when ``u[j] * rest < p(xs[j])``, ``rest = 1 - p(xs[:j])``: the chance
+    ``p'(xs[j])`` of the target with the earlier candidates removed.  Accepted index j means
+    candidate j, ``m + i`` draw i, -1 the fallback."""
+    # qids, qp: [n] (n may be 0 when K = 0); draws: [K]; u: [m + K + 1]
+    m = xs.shape[0]
+    rest = 1.0
+    for j in range(m):
+        px = p[xs[j]]
+        if u[j] * rest < px or not px < rest:
+            return xs[j], j
+        rest -= px
+    s0 = 1.0 / rest
+    n = qids.shape[0]
+    missing = 0
+    for j in range(m):
+        if _index_of(qids, xs[j]) < 0:
+            missing += 1
+    if missing:  # p'(x) = 0 on xs must be visible to the fallback: xs join the support with q = 0
+        ids = np.empty(n + missing, np.int64)
+        probs = np.zeros(n + missing, np.float64)
         ids[:n] = qids
         probs[:n] = qp
-        ids[n] = x0
-        tok, idx = _verify_target(method, p, ids, probs, draws, u[1:], x0, s0)
-    if tok < 0:  # p' has no mass: p is one-hot on x0 up to round-off
-        return x0, 0
-    return tok, idx + 1 if idx >= 0 else -1
+        t = n
+        for j in range(m):
+            if _index_of(qids, xs[j]) < 0:
+                ids[t] = xs[j]
+                t += 1
+        tok, idx = _verify_target(method, p, ids, probs, draws, u[m:], xs, s0)
+    else:
+        tok, idx = _verify_target(method, p, qids, qp, draws, u[m:], xs, s0)
+    if tok < 0:  # p' has no mass: p lies on xs up to round-off
+        return xs[m - 1], m - 1
+    return tok, idx + m if idx >= 0 else -1
 
 
 @njit(cache=True)
-def _verify_sparse(method, pids, pp, x0, qids, qp, draws, u):
-    """``_verify`` (x0 < 0) or ``_verify_with_candidate`` for a sparse target ``(pids, pp)``,
-    run on the node's own small vocabulary: the ascending union of supp p, the q ids, the
-    draws and x0.  Every token outside it has p = q = 0, is never a candidate and carries
-    no mass in any residual, and renumbering the rest in ascending order keeps every
-    inverse-CDF walk in the same token order: the kernels see the same distributions on
-    fewer ids, and the output (token, index) is the one a dense p would give, up to the
-    round-off of summing in another grouping."""
-    # pids, pp: [m]; qids, qp: [n]; draws: [K]; u: [K + 1], or [K + 2] with x0 >= 0
-    m, n, k = pids.shape[0], qids.shape[0], draws.shape[0]
-    every = np.empty(m + n + k + 1, np.int64)
+def _verify_sparse(method, pids, pp, xs, qids, qp, draws, u):
+    """``_verify`` (no candidates) or ``_verify_with_candidates`` for a sparse target ``(pids,
+    pp)``, run on the node's own small vocabulary: the ascending union of supp p, the q ids,
+    the draws and the candidates.  Every token outside it has p = q = 0, is never a
+    candidate and carries no mass in any residual, and renumbering the rest in ascending
+    order keeps every inverse-CDF walk in the same token order: the kernels see the same
+    distributions on fewer ids, and the output (token, index) is the one a dense p would
+    give, up to the round-off of summing in another grouping."""
+    # pids, pp: [m]; qids, qp: [n]; draws: [K]; xs: [c]; u: [c + K + 1]
+    m, n, k, c = pids.shape[0], qids.shape[0], draws.shape[0], xs.shape[0]
+    every = np.empty(m + n + k + c, np.int64)
     every[:m] = pids
     every[m:m + n] = qids
     every[m + n:m + n + k] = draws
-    every[m + n + k] = pids[0] if x0 < 0 else x0
+    every[m + n + k:] = xs
     space = np.unique(every)  # sorted
     p = np.zeros(space.shape[0], np.float64)
     for j in range(m):
         p[np.searchsorted(space, pids[j])] = pp[j]
     qc = np.searchsorted(space, qids)
     dc = np.searchsorted(space, draws)
-    if x0 >= 0:
-        tok, idx = _verify_with_candidate(method, p, np.searchsorted(space, x0), qc, qp, dc, u)
+    if c:
+        tok, idx = _verify_with_candidates(method, p, np.searchsorted(space, xs), qc, qp, dc, u)
     else:
         tok, idx = _verify(method, p, qc, qp, dc, u)
     return space[tok], idx
@@ -360,21 +381,21 @@ def _check_sparse(p, qids, qprobs):
     return qids, qprobs
 
 
-def _check_draws(code: int, in_support, draws, u, with_candidate: bool = False):
-    # with_candidate: a deterministic candidate comes first; it takes one more uniform and
-    # the draws may be empty (a lookup-only node)
+def _check_draws(code: int, in_support, draws, u, n_fixed: int = 0):
+    # n_fixed: deterministic candidates come first; they take one uniform each and the draws
+    # may then be empty (a lookup-only node)
     draws = np.ascontiguousarray(draws, dtype=np.int64)
     u = np.ascontiguousarray(u, dtype=np.float64)
-    extra = 2 if with_candidate else 1
-    if draws.ndim != 1 or (draws.shape[0] == 0 and not with_candidate):
-        raise ValueError(f"draws must be a {'' if with_candidate else 'non-empty '}1-D array of token ids")
+    extra = 1 + n_fixed
+    if draws.ndim != 1 or (draws.shape[0] == 0 and not n_fixed):
+        raise ValueError(f"draws must be a {'' if n_fixed else 'non-empty '}1-D array of token ids")
     k = draws.shape[0]
     if u.shape != (k + extra,):
         raise ValueError(f"u must have len(draws) + {extra} = {k + extra} entries, got {u.shape}")
     if (u < 0).any() or (u >= 1).any():
         raise ValueError("u must lie in [0, 1)")
-    if code == _CHAIN and (k > 1 if with_candidate else k != 1):
-        raise ValueError("chain verifies at most one draw after the candidate" if with_candidate else "chain verifies exactly one draw")
+    if code == _CHAIN and (k > 1 if n_fixed else k != 1):
+        raise ValueError("chain verifies at most one draw after the candidates" if n_fixed else "chain verifies exactly one draw")
     if (draws < 0).any() or not in_support(draws).all():
         raise ValueError("every draw must have q > 0")
     if code == _RRS and np.unique(draws).shape[0] != draws.shape[0]:
@@ -382,7 +403,15 @@ def _check_draws(code: int, in_support, draws, u, with_candidate: bool = False):
     return draws, u
 
 
-def verify(method: str, p, q, draws, u, x0: int = -1) -> tuple[int, int]:
+def _fixed(x0) -> np.ndarray:
+    """The engine's deterministic candidates as the kernels take them: an int (-1: none) or
+    a sequence of token ids, in checking order."""
+    if isinstance(x0, (int, np.integer)):
+        return _NO_IDS if x0 < 0 else np.array([x0], np.int64)
+    return np.ascontiguousarray(x0, dtype=np.int64)
+
+
+def verify(method: str, p, q, draws, u, x0=-1) -> tuple[int, int]:
     """Verify one node's candidates: the engine's hot path, without input validation.
     Returns ``(token, accepted_index)``.
 
@@ -392,30 +421,32 @@ def verify(method: str, p, q, draws, u, x0: int = -1) -> tuple[int, int]:
     ``(qids [n], qprobs [n])``, the law the draws came from (``sampling.probs_sparse``;
     entries with q = 0 are fine), or None when there are no draws.  ``draws``: ``[K]`` int64
     candidates in draw order (iid from q; without replacement for ``rrs``; K <= 1 for
-    ``chain``), K >= 0.  ``x0``: a deterministic candidate (e.g. from context lookup) checked
-    before the draws, -1 for none.  ``u``: uniforms in [0, 1), ``[K+1]`` without x0 (``u[i]``
-    decides stage i, ``u[K]`` drives the fallback) and ``[K+2]`` with it (``u[0]`` decides
-    x0, ``u[1 + i]`` draw i).  ``accepted_index``: the accepted draw's index (counting x0 as
-    0 when there is one), or -1 for the fallback sample.  Deterministic in its inputs; the
-    token has exactly p's law when the draws and uniforms have the stated laws.  Anything
-    not built as stated must go through ``verify_checked``.
+    ``chain``), K >= 0.  ``x0``: the node's deterministic candidates (context lookup, memory,
+    the grammar), checked in order before the draws: a token id (-1 for none) or a sequence
+    of m distinct ids.  ``u``: uniforms in [0, 1), ``[m + K + 1]``: ``u[j]`` decides
+    candidate j, ``u[m + i]`` draw i, ``u[m + K]`` drives the fallback.
+    ``accepted_index``: j for candidate j, ``m + i`` for draw i, -1 for the fallback sample.
+    Deterministic in its inputs; the token has exactly p's law when the draws and uniforms
+    have the stated laws and the candidates were fixed before the draws.  Anything not
+    built as stated must go through ``verify_checked``.
     """
     code = _CODE[method]
     qids, qprobs = (_NO_IDS, _NO_PROBS) if q is None or q[0] is None else q
+    xs = _fixed(x0)
     if isinstance(p, tuple):
-        tok, idx = _verify_sparse(code, p[0], p[1], int(x0), qids, qprobs, draws, u)
-    elif x0 >= 0:
-        tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
+        tok, idx = _verify_sparse(code, p[0], p[1], xs, qids, qprobs, draws, u)
+    elif xs.shape[0]:
+        tok, idx = _verify_with_candidates(code, p, xs, qids, qprobs, draws, u)
     else:
         tok, idx = _verify(code, p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 
-def verify_checked(method: str, p, q, draws, u, x0: int | None = None) -> tuple[int, int]:
+def verify_checked(method: str, p, q, draws, u, x0=None) -> tuple[int, int]:
     """``verify`` with every input validated (a ``ValueError`` saying what is wrong), for
     callers outside the engine.  ``p``: a dense ``[V]`` probability vector.  ``q``: a dense
     ``[V]`` vector, ``(qids, qprobs)``, or None (or empty) when there are no draws.  ``x0``:
-    None for no deterministic candidate, else a token id."""
+    None for no deterministic candidate, else a token id or a sequence of distinct ids."""
     code = _method_code(method)
     p = _check_dist("p", p)
     if q is None or (isinstance(q, tuple) and all(a is None or np.size(a) == 0 for a in q)):
@@ -428,12 +459,19 @@ def verify_checked(method: str, p, q, draws, u, x0: int | None = None) -> tuple[
         qd = _check_dist("q", q, p.shape[0])
         qids = np.flatnonzero(qd)
         qprobs = qd[qids]
-    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u, with_candidate=x0 is not None)
     if x0 is None:
-        tok, idx = _verify(code, p, qids, qprobs, draws, u)
+        xs = _NO_IDS
+    elif isinstance(x0, (int, np.integer)) or np.ndim(x0) == 0:
+        xs = np.array([_check_token("x0", x0, p.shape[0])], np.int64)
     else:
-        x0 = _check_token("x0", x0, p.shape[0])
-        tok, idx = _verify_with_candidate(code, p, x0, qids, qprobs, draws, u)
+        xs = np.array([_check_token("x0", x, p.shape[0]) for x in x0], np.int64)
+        if xs.shape[0] == 0 or np.unique(xs).shape[0] != xs.shape[0]:
+            raise ValueError("x0 must hold distinct token ids (at least one)")
+    draws, u = _check_draws(code, lambda d: np.isin(d, qids), draws, u, n_fixed=xs.shape[0])
+    if xs.shape[0]:
+        tok, idx = _verify_with_candidates(code, p, xs, qids, qprobs, draws, u)
+    else:
+        tok, idx = _verify(code, p, qids, qprobs, draws, u)
     return int(tok), int(idx)
 
 

@@ -349,8 +349,8 @@ def kernel_distribution(method, p, q, k, support=None, run=None):
 
 
 def candidate_distribution(method, p, x0, q, k, support=None, run=None):
-    """Output law of ``verify`` (or of ``run(draws, u)``): x0 first,
-    then K draws from q; ``support`` as in ``kernel_distribution``."""
+    """Output law of ``verify`` (or of ``run(draws, u)``): x0 first (a token, or a
+    sequence of them checked in order), then K draws from q; ``support`` as in ``kernel_distribution``."""
     if support is None:
         qids = np.flatnonzero(q).astype(np.int64)
         support = qids, q[qids]
@@ -360,7 +360,8 @@ def candidate_distribution(method, p, x0, q, k, support=None, run=None):
             return verify.verify(method, p, (support[0], support[1]), draws, u, x0)
 
     seqs, weights = draw_sequences(method, q, k)
-    return kernel_law(run, len(p), seqs, weights, lambda draws: [x0] + draws.tolist())
+    fixed = [int(x) for x in np.atleast_1d(x0)]  # one candidate, or several checked in order
+    return kernel_law(run, len(p), seqs, weights, lambda draws: fixed + draws.tolist())
 
 
 # --------------------------------------------------------------------------- verification: q entries equal to 0

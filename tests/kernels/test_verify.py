@@ -289,6 +289,117 @@ def test_candidate_accepted_index():
         assert vw(method, p, 0, [0, 1], q, [0], [almost, 0.0, 0.1]) == (2, -1), method
 
 
+def several_candidate_cases(seed=11, per_k=24):
+    """(name, p, q, k, xs): m = 2..4 distinct candidates ahead of K = 0..3 draws, with the
+    roles that matter among them: outside supp q, p = 0, all of p's mass on the candidates,
+    one-hot p on the last candidate, q's top tokens."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for k in range(4):
+        for i in range(per_k):
+            v = int(rng.integers(4, 6 if k == 3 else 8))
+            m = int(rng.integers(2, min(4, v - 1) + 1))
+            p = _random_dist(rng, v, ["dirichlet", "dirichlet", "sparse"][i % 3])
+            q = _random_dist(rng, v, ["dirichlet", "sparse", "onehot"][(i // 6) % 3])
+            role = ["outside supp q", "p = 0", "mass on the candidates", "one-hot on the last", "top of q", "any"][i % 6]
+            xs = rng.permutation(v)[:m]
+            if role == "outside supp q" and (q == 0).any():
+                xs[0] = int(rng.choice(np.flatnonzero(q == 0)))
+                xs = np.concatenate([xs[:1], [x for x in rng.permutation(v) if x != xs[0]][: m - 1]])
+            elif role == "p = 0" and (p > 0).sum() > m:
+                p[xs[: m - 1]] = 0.0
+                p /= p.sum()
+            elif role == "mass on the candidates":
+                p = np.zeros(v)
+                p[xs] = rng.dirichlet(np.ones(m))
+            elif role == "one-hot on the last":
+                p = np.eye(v)[xs[-1]]
+            elif role == "top of q":
+                xs = np.argsort(-q, kind="stable")[:m]
+            elif role != "one-hot on the last":
+                role = "any"
+            cases.append((f"K={k} {role} {i} V={v} m={m}", p, q, k, [int(x) for x in xs]))
+    return cases
+
+
+SEVERAL_CASES = several_candidate_cases()
+
+
+@pytest.mark.parametrize("method", IID + ("rrs",))
+def test_several_candidates_enumeration_is_exact(method):
+    """Several deterministic candidates checked in order, then the draws against p without
+    them: the output law is p (1e-12), dense and with a sparse target."""
+    roles = set()
+    for i, (name, p, q, k, xs) in enumerate(SEVERAL_CASES):
+        if method == "chain" and k > 1:
+            continue
+        support = (None, None) if k == 0 and i % 2 else None
+        err = np.abs(candidate_distribution(method, p, xs, q, k, support) - p).max()
+        assert err <= 1e-12, (method, name, err)
+        qids = np.flatnonzero(q).astype(np.int64)
+        pids, pp = _sparse_target(p)
+
+        def run(d, u, qids=qids, q=q, pids=pids, pp=pp, xs=xs):
+            return verify.verify(method, (pids, pp), (qids, q[qids]), d, u, np.array(xs, np.int64))
+
+        err = np.abs(candidate_distribution(method, p, xs, q, k, run=run) - p).max()
+        assert err <= 1e-12, (method, "sparse", name, err)
+        roles.add(name.split(" ", 1)[1].rsplit(" ", 3)[0])
+    assert roles == {"outside supp q", "p = 0", "mass on the candidates", "one-hot on the last", "top of q", "any"}
+
+
+def test_several_candidates_accepted_index():
+    """Candidate j is accepted with p(x_j) / (1 - p(earlier)); index m + i is draw i."""
+    p, q = np.array([0.2, 0.3, 0.4, 0.1]), np.array([0.5, 0.5])
+    almost = _ALMOST_ONE
+
+    def vw(method, xs, draws, u, qids=(0, 1)):
+        return verify.verify_checked(method, p, (list(qids), q) if qids else None, draws, u, x0=xs)
+
+    assert vw("resispec", [2, 1], [0], [0.39, 0.0, 0.0, 0.0]) == (2, 0)
+    # reached: 1 - 0.4 left; 0.3 / 0.6 = 0.5
+    assert vw("resispec", [2, 1], [0], [0.41, 0.49, 0.0, 0.0]) == (1, 1)
+    assert vw("resispec", [2, 1], [0], [0.41, 0.51, 0.0, 0.0]) == (0, 2)
+    # both rejected: the draw of token 1 (a candidate) is never accepted, p' = (2/3, 0, 0, 1/3)
+    for method in IID + ("rrs",):
+        assert vw(method, [2, 1], [1], [almost, almost, 0.0, 0.1]) == (0, -1), method
+    assert vw("chain", [2, 1, 0], [], [almost, almost, almost, 0.3], qids=None) == (3, -1)
+    # all of p on the candidates: the last is accepted once the others are rejected
+    p2 = np.array([0.5, 0.0, 0.5, 0.0])
+    assert verify.verify_checked("resispec", p2, None, [], [almost, 0.0, 0.5], x0=[0, 2]) == (2, 1)
+    with pytest.raises(ValueError, match="distinct"):
+        vw("resispec", [2, 2], [0], [0.5] * 4)
+    with pytest.raises(ValueError, match=r"len\(draws\) \+ 3"):
+        vw("resispec", [2, 1], [0], [0.5] * 3)
+
+
+@pytest.mark.parametrize("method", ["resispec", "rrs"])
+def test_several_candidates_statistical_exactness(method):
+    """Three guesses (the target's 2nd, 5th and a token q lacks) ahead of 3 draws from the
+    sampling module, at a realistic vocabulary: chi-square against p."""
+    rng = np.random.default_rng(5)
+    v, k, n = 64, 3, 40_000
+    p = rng.dirichlet(np.full(v, 0.3))
+    q = np.where(rng.random(v) < 0.5, rng.dirichlet(np.full(v, 0.3)), 0.0)
+    q /= q.sum()
+    order = np.argsort(-p)
+    xs = [int(order[1]), int(order[4]), int(np.flatnonzero(q == 0)[0])]
+    qids = np.flatnonzero(q).astype(np.int64)
+    toks = np.empty(n, np.int64)
+    idxs = np.empty(n, np.int64)
+    for i in range(n):
+        u = rng.random(k)
+        draws = sample_without_replacement(qids, q[qids], u) if method == "rrs" else sample_iid(qids, q[qids], u)
+        toks[i], idxs[i] = verify.verify(method, p, (qids, q[qids]), draws, rng.random(len(xs) + k + 1), xs)
+    for j, x in enumerate(xs):  # a candidate comes only from its own stage
+        assert ((toks == x) == (idxs == j)).all()
+    counts = np.bincount(toks, minlength=v)
+    big = p * n >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(p[big] * n, p[~big].sum() * n)
+    assert stats.chisquare(obs, exp).pvalue > 1e-4
+
+
 # --------------------------------------------------------------------------- 2c. a sparse target
 
 
