@@ -48,6 +48,8 @@ MAX_SLOTS = 32
 # the RAM prompt cache's default (``--cache-ram``): about 50k tokens of the default pair's
 # KV state (28 KiB a token for the target, 12 KiB for the draft), a tenth of a 24 GiB machine
 DEFAULT_CACHE_RAM_MIB = 2048
+DEFAULT_MEMORY_TOKENS = 1_000_000  # past answers' tokens the memory keeps (about 170 MB of arrays)
+MAX_MEMORY_TOKENS = 50_000_000
 MAX_CACHE_RAM_MIB = 1 << 20
 
 
@@ -351,7 +353,10 @@ class DraftParams(_Settings):
     (best-first by estimated reach) or ``static`` (every distinct child expanded to
     ``depth``).  ``lookup``: every expanded node also gets a context-lookup candidate (the
     token that followed the longest earlier match of its context), checked before the draws;
-    with no draft model the tree is lookup chains alone.  ``auto`` always considers lookup,
+    with no draft model the tree is lookup trees alone.  ``lookup_k``: the candidates per node
+    from the request's context and from the engine's memory of past answers (``spec.memory``),
+    each at most.  ``use_memory`` False: the request reads its own context only (a seeded
+    request then reproduces whatever requests ran before it).  ``auto`` always considers lookup,
     and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
     never call the draft model, even when one is loaded (trees are lookup chains alone, so
     it needs ``lookup``; auto considers lookup trees only); the command line's equivalent is
@@ -372,6 +377,10 @@ class DraftParams(_Settings):
     lookup: bool = setting(False, "--lookup", help="add a context-lookup candidate at every tree node "
                                                    "(auto decides by itself)")
     use_draft: bool = setting(True, help="call the draft model when one is loaded (off: lookup chains alone)")
+    lookup_k: int = setting(3, "--lookup-k", help="candidates per tree node from the context and from the memory of "
+                                                  "past answers, each at most", check=Range(1, 8))
+    use_memory: bool = setting(True, help="read the engine's memory of past answers (off: this request's own context "
+                                          "only, so a seeded request reproduces whatever ran before it)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -450,7 +459,9 @@ class ModelParams(_Settings):
     (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
     how the target writes tool calls (None: read from its chat template).  ``n_slots``:
     requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
-    own in one shared cache (``n_slots * n_ctx`` cells per model).  ``cache_ram_mib``: the
+    own in one shared cache (``n_slots * n_ctx`` cells per model).  ``memory``: the file
+    that keeps the memory of past answers across runs (``spec.memory``; None: in memory
+    only); ``memory_size``: the tokens it keeps (0: no memory).  ``cache_ram_mib``: the
     MiB of host memory that keep the KV state of prompts evicted from a slot, to restore them
     into whichever slot serves them again (``spec.promptcache``; 0: none).
     """
@@ -476,6 +487,12 @@ class ModelParams(_Settings):
                               check=_rpc_list, unset=(), metavar="HOST:PORT[,HOST:PORT...]")
     n_slots: int = setting(1, "--parallel", help="requests served at once, each with its own --ctx tokens",
                            check=Range(1, MAX_SLOTS))
+    memory: str | None = setting(None, "--memory", help="keep the memory of past answers in FILE: loaded at start, "
+                                                        "saved on exit (default: in memory only)",
+                                 unset=(), metavar="FILE", check=_non_empty)
+    memory_size: int = setting(DEFAULT_MEMORY_TOKENS, "--memory-size", help="tokens of past answers the memory keeps, "
+                                                                           "oldest answers dropped first (0: no memory)",
+                               check=Range(0, MAX_MEMORY_TOKENS), metavar="TOKENS")
     cache_ram_mib: int = setting(DEFAULT_CACHE_RAM_MIB, "--cache-ram",
                                  help="keep the KV state of prompts evicted from a slot in up to MIB of RAM and "
                                       "restore it into whichever slot serves them again (0: off)",

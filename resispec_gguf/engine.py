@@ -23,6 +23,7 @@ from .kernels import warmup
 from .progress import steps as progress_steps
 from .spec import autotune, costs, loop
 from .spec import batch as batching
+from .spec.memory import Memory, vocab_key
 from .spec.promptcache import PromptCache
 from .spec.runner import Runner, Ticket
 from .spec.generation import Generation
@@ -30,6 +31,15 @@ from .spec.protocol import Constraint, ModelBackend
 from .spec.stats import Result, Stats, TokenLogprob
 
 __all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
+
+
+def open_memory(params: ModelParams, target) -> tuple[Memory | None, str | None]:
+    """The memory of past answers ``params`` asks for (``memory_size`` 0: none), read from
+    its file if there is one, and the one-line warning when that file was unusable."""
+    if params.memory_size <= 0:
+        return None, None
+    key = vocab_key(target) if params.memory is not None else ""
+    return Memory.open(params.memory, key, params.memory_size)
 
 
 class Engine:
@@ -46,14 +56,15 @@ class Engine:
 
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
                  chat_template: str | None = None, cost_curves=None, tool_format: str | None = None,
-                 cache_ram_mib: int = 0):
+                 cache_ram_mib: int = 0, memory: Memory | None | str = "default"):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
         ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
         first auto request.  ``tool_format``: a ``formats.FORMATS`` name that overrides the
         tool-call format read from the chat template.  ``cache_ram_mib``: the RAM prompt cache
         (``spec.promptcache``; ``ModelParams.cache_ram_mib``, which ``load`` passes), 0 for
-        none."""
+        none.  ``memory``: the memory of past answers every request reads and adds to
+        (``spec.memory.Memory``; "default": a new one, in memory only; None: none)."""
         self.target = target
         self.draft = draft
         self._owns_models = True  # ``close`` frees them (not a pool's: ``from_pool``)
@@ -76,6 +87,8 @@ class Engine:
         # one RAM prompt cache for every batch of this engine (they share the models' slots),
         # or for ``loop``'s one sequence with a single slot
         self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib else None
+        self.memory: Memory | None = Memory() if memory == "default" else memory
+        self.memory_warning: str | None = None  # why a memory file could not be read (one line)
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -100,8 +113,10 @@ class Engine:
         from .llama import loading  # here: importing the package must not load llama_cpp
 
         t, d = loading.open_pair(params, progress=progress)
+        memory, warning = open_memory(params, t)
         engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format,
-                     cache_ram_mib=params.cache_ram_mib)
+                     cache_ram_mib=params.cache_ram_mib, memory=memory)
+        engine.memory_warning = warning
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -121,8 +136,10 @@ class Engine:
         be opened, or a draft whose vocabulary does not match the target's, raises
         ``UserError``."""
         t, d = pool.pair(target, draft)
+        memory, warning = open_memory(pool.params, t)
         engine = cls(t, d, chat_template=t.chat_template(), tool_format=pool.params.tool_format,
-                     cache_ram_mib=pool.params.cache_ram_mib)
+                     cache_ram_mib=pool.params.cache_ram_mib, memory=memory)
+        engine.memory_warning = warning
         engine._owns_models = False
         try:
             if prepare:
@@ -153,14 +170,30 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Stop the engine's runner and free its models (those of a pool stay open)."""
+        """Stop the engine's runner, save the memory to its file (if it has one) and free the
+        models (those of a pool stay open).  A memory file that cannot be written is one
+        line in ``memory_warning``; nothing else is lost."""
         if self._runner is not None:
             self._runner.stop()
+        self.save_memory()
         if not self._owns_models:
             return
         for m in (self.target, self.draft):
             if m is not None:
                 m.close()
+
+    def save_memory(self) -> str | None:
+        """Write the memory of past answers to its file (``ModelParams.memory``), if it has
+        one; returns, and keeps in ``memory_warning``, the one line saying why it could not
+        be written (None when it was, or there is no file)."""
+        if self.memory is None or self.memory.path is None:
+            return None
+        try:
+            self.memory.save()
+        except OSError as e:
+            self.memory_warning = f"memory file {self.memory.path}: not saved ({e.strerror or e})"
+            return self.memory_warning
+        return None
 
     def __enter__(self):
         return self
@@ -364,7 +397,7 @@ class Engine:
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         auto = autotune.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
-                          auto=auto, constraint=state, logprobs=logprobs)
+                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory)
 
     def generation(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                    constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,

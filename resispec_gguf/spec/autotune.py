@@ -63,7 +63,7 @@ import numpy as np
 from ..config import DraftParams
 from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
-from .calibration import FORCED_BIN, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
+from .calibration import FORCED_BIN, MEMORY_BINS, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
 from .costs import CostCurve, cost_table
 from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
 
@@ -195,7 +195,7 @@ class AutoTuner:
         arm: its acceptance per reached node; lookup: its best bin's rate), with the draft's
         catch-up on ``pending`` tokens."""
         if kind == "lookup":
-            a = self.calibration.mean_lookup()
+            a = self.lookup_accept()
         else:  # a ResiSpec node accepts at least as often as a chain's draw: sum(min(p, F q)), F >= 1
             a = max(self.arms[kind].accept, self.arms["chain"].accept if "chain" in self.arms else 0.0)
         depth = np.arange(1, self.limits.max_depth + 1)
@@ -204,6 +204,11 @@ class AutoTuner:
             t = t + self.draft_s[min(pending, len(self.draft_s) - 1)] + (depth - 1) * self.draft_s[1] + depth * self.row_s
         value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
         return float(np.max(value / t))
+
+    def lookup_accept(self) -> float:
+        """A level of a tree without draft rows: the chance that the context's and memory's
+        candidates at a node hold the emitted token (``Calibration.node_lookup``)."""
+        return self.calibration.node_lookup()
 
     def footing(self) -> float:
         """How far the best arm that ran beat its projection (its rate over ``expected_case``
@@ -313,7 +318,7 @@ class AutoTuner:
         if kind is None:
             return in_step_rate(bg, self.target_s, self.draft_s, first=0.0, then=0.0, rows=1.0, depth=0, **price)
         if kind == "lookup":
-            a = self.calibration.mean_lookup()
+            a = self.lookup_accept()
             return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=lim.max_depth,
                                 is_draft=False, **price)
         arm, chain = self.arms[kind], self.arms.get("chain", self.arms[kind])
@@ -485,39 +490,56 @@ class Auto:
 
     # ------------------------------------------------------------------ scores
 
-    def weights(self, qx: dict, x0: int, n: int, k: int) -> tuple[dict, dict]:
+    def weights(self, qx: dict, fixed: list, k: int) -> tuple[dict, dict]:
         """Score factors of a node's candidates (estimated chances of acceptance) and the
         first guess of each draw's chance (kept with the node for ``observe_node``).
 
         A reached node has a candidate accepted with the chance its arm learnt
         (``AutoTuner.accept``): the first guess shares it among the distinct draws in
-        proportion to q (the draft's guess at p), less what a lookup candidate, tried first,
-        takes (its bin's learnt chance); the calibration then corrects each guess by what
-        guesses like it came to."""
+        proportion to q (the draft's guess at p), less what the deterministic candidates
+        ``fixed`` (``[(token, bin)]``), tried first, take (their bins' learnt chances); the
+        calibration then corrects each guess by what guesses like it came to."""
         cal = self.tuner.calibration
         total = sum(qx.values())
-        look = cal.lookup(n) if x0 >= 0 else 0.0
+        chances = [cal.lookup(b) for _, b in fixed]
+        look = min(sum(chances), 0.99)
         share = self.tuner.accept * (1.0 - look) / total if total > 0.0 else 0.0
         guess = {x: q * share for x, q in qx.items()}
         w = {x: cal.draft(g, k) for x, g in guess.items()}
-        if x0 >= 0:
-            w[x0] = look + w.get(x0, 0.0)
+        for (x, _), c in zip(fixed, chances):
+            w[x] = min(1.0, c + w.get(x, 0.0))
         return w, guess
 
-    def lookup_worth(self, x0: int, n: int, probs) -> int:
-        """A draft node's lookup candidate (checked before the draws) is kept only while its
-        bin is accepted at least as often as the draws would have one accepted (the arm's
-        acceptance; known before anything is drawn): a poor lookup guess would only split
-        the accepted path between two branches."""
-        if x0 < 0 or probs.shape[0] == 0:
-            return x0
-        return x0 if self.tuner.calibration.lookup(n) >= self.tuner.accept else -1
+    def lookup_worth(self, fixed: list, probs) -> list:
+        """A draft node's deterministic candidates (checked before the draws) are kept only
+        while each one's bin is accepted at least as often as the draws would have one
+        accepted (the arm's acceptance; known before anything is drawn): a poor guess would
+        only split the accepted path between two branches.  The memory's candidates are left
+        to the nodes without draws (lookup trees and tails): beside a draft's draws, on the
+        Markov pairs of the tests, they took the accepted path away from the draft's better
+        children (0.94 of the best fixed setting instead of 1.0)."""
+        if not fixed or probs.shape[0] == 0:
+            return fixed
+        cal, accept = self.tuner.calibration, self.tuner.accept
+        return [(x, b) for x, b in fixed if b < MEMORY_BINS and cal.lookup(b) >= accept]
 
     # ------------------------------------------------------------------ observations
 
     def observe_lookup(self, b: int, p_x0: float) -> None:
-        """A plain step's lookup candidate (in bin ``b``) had chance ``p_x0``."""
+        """A plain step's deterministic candidate (in bin ``b``) had chance ``p_x0``."""
         self.tuner.calibration.observe_lookup(b, p_x0)
+
+    def observe_fixed(self, fixed: list, p_of) -> None:
+        """A node's deterministic candidates ``[(token, bin)]`` (as proposed, kept or not)
+        had the chances ``p_of(token)``: each bin learns its own, and the node's whole set
+        its sum (what a level of a tree without draft rows is worth)."""
+        cal = self.tuner.calibration
+        total = 0.0
+        for x, b in fixed:
+            c = p_of(x)
+            cal.observe_lookup(b, c)
+            total += c
+        cal.observe_node_lookup(min(total, 1.0))
 
     def step_observed(self, plan: StepPlan, tree, n_emitted: int) -> None:
         """A speculative step of ``plan`` over ``tree`` emitted ``n_emitted`` tokens."""
@@ -537,28 +559,28 @@ class Auto:
         whether the draft's top token is the target's)."""
         tuner = self.tuner
         cal = tuner.calibration
-        guess, n, proposed = tree.info[node]
-        if proposed >= 0:  # learnt whether or not the candidate was kept (``lookup_worth``)
-            cal.observe_lookup(n, p_of(proposed))
-        x0 = tree.lookup[node]
+        guess, kept, proposed = tree.info[node]
+        if proposed:  # learnt whether or not the candidates were kept (``lookup_worth``)
+            self.observe_fixed(proposed, p_of)
+        fixed = tree.lookup[node]
         qx = tree.q[node]
         pv = sampling.values_at(p, qx[0]) if qx is not None and p is not None and len(qx[0]) <= _PROFILE_SUPPORT else None
-        if guess and not is_lookup:  # the draws were reached, against p without x0
+        if guess and not is_lookup:  # the draws were reached, against p without the candidates
             draws = tree.draws[node]
             if pv is not None and method in ("chain", "resispec"):
                 # each distinct draw's chance of being the one accepted, given the draws as drawn
                 pq = pv
-                if x0 >= 0:
-                    p0 = p_of(x0)
-                    pq = np.where(qx[0] == x0, 0.0, pv / (1.0 - p0)) if p0 < 1.0 else np.zeros_like(pv)
+                if fixed:
+                    p0 = sum(p_of(x) for x in fixed)
+                    pq = np.where(np.isin(qx[0], fixed), 0.0, pv / (1.0 - p0)) if p0 < 1.0 else np.zeros_like(pv)
                 chance = _chance_by_token(method, pq, qx, draws)
                 for x, g in guess.items():
-                    if x != x0:
+                    if x not in fixed:
                         cal.observe_draft(g, chance.get(x, 0.0), len(draws))
-                self._shadow_draws(len(draws), x0, n, pq, qx)
+                self._shadow_draws(len(draws), kept, pq, qx)
             else:
                 for x, g in guess.items():
-                    if x != x0:
+                    if x not in fixed:
                         cal.observe_draft(g, float(accepted and tok == x), len(draws))
         if pv is not None and tuner.exact_ks.size:
             # every draft arm's acceptance and width here, exactly (the chain's included)
@@ -572,7 +594,7 @@ class Auto:
             return  # a lookup tail in a draft step: its chance is its bin's, learnt above
         tuner.observe_node(accepted)
 
-    def _shadow_draws(self, k_drawn: int, x0: int, n: int, pq, qx) -> None:
+    def _shadow_draws(self, k_drawn: int, kept: list, pq, qx) -> None:
         """At a reached drafted node, what each other draft arm's K draws would have made of
         it: K draws from q on the side generator, guessed as ``weights`` guesses and scored
         by their exact chances, so that every K's calibration learns at every node, not only
@@ -580,7 +602,8 @@ class Auto:
         tuner, cal = self.tuner, self.tuner.calibration
         if self._side_rng is None:
             self._side_rng = np.random.default_rng([self.seed, 1])
-        look = cal.lookup(n) if x0 >= 0 else 0.0
+        look = min(sum(cal.lookup(b) for _, b in kept), 0.99)
+        fixed = {x for x, _ in kept}
         for k, accept in tuner.draft_accepts():
             if k == k_drawn:
                 continue
@@ -592,7 +615,7 @@ class Auto:
             chance = _chance_by_token("chain" if k == 1 else "resispec", pq, qx, draws)
             share = accept * (1.0 - look) / total
             for x, q in qs.items():
-                if x != x0:
+                if x not in fixed:
                     cal.observe_draft(q * share, chance.get(x, 0.0), k)
 
 

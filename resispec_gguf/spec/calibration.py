@@ -12,23 +12,41 @@ import bisect
 
 import numpy as np
 
-__all__ = ["Calibration", "FORCED_BIN", "lookup_bin"]
+__all__ = ["Calibration", "FORCED_BIN", "MEMORY_BINS", "alternate_bin", "lookup_bin", "memory_bin"]
 
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
-# a lookup candidate is binned by the copy run it continues (tokens in a row that lookup
+# a context candidate (the request's own prompt and output, ``spec.memory``) that leads its
+# node's counts is binned by the copy run it continues (tokens in a row that the context
 # predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match;
 # bin 5 (``FORCED_BIN``): a token the constraint forces (``spec.forced``), accepted unless the
-# target prefers another tokenisation of the same bytes
-_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9)
+# target prefers another tokenisation of the same bytes; bins 6-7: the context's other
+# candidates at a node, by their share of its counts (>= 1/3, less); bins 8-13: candidates
+# from the engine's memory of past answers, by match (< 4 tokens, more) and share (< 1/3,
+# < 2/3, more)
+_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9, 0.25, 0.08, 0.08, 0.2, 0.35, 0.15, 0.4, 0.7)
 FORCED_BIN = 5
+_ALTERNATE_BIN = 6
+MEMORY_BINS = 8  # the first bin of the memory's candidates
 
 
 def lookup_bin(match: int, run: int) -> int:
-    """The calibration bin of a lookup candidate: ``match`` tokens of context matched, and
-    the ``run`` tokens before it were each what lookup predicted."""
+    """The calibration bin of a context candidate that leads its node: ``match`` tokens of
+    context matched, and the ``run`` tokens before it were each what the context predicted."""
     return min(run, 3) if match >= 2 else 4
+
+
+def alternate_bin(share: float) -> int:
+    """The bin of a context candidate that does not lead its node, by its share of the
+    node's counts."""
+    return _ALTERNATE_BIN if share >= 1 / 3 else _ALTERNATE_BIN + 1
+
+
+def memory_bin(match: int, share: float) -> int:
+    """The bin of a candidate from the memory of past answers: ``match`` tokens matched, its
+    ``share`` of the node's counts."""
+    return MEMORY_BINS + 3 * (match >= 4) + (share >= 1 / 3) + (share >= 2 / 3)
 
 
 class Calibration:
@@ -39,7 +57,8 @@ class Calibration:
     (draws at its node): the learnt rate per bin corrects that guess where the draft's q
     misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
     deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
-    binned by ``lookup_bin`` (prior 0.15 to 0.7).  The request's own counts take over
+    binned by ``lookup_bin`` (prior 0.15 to 0.7), the others by ``alternate_bin`` and
+    ``memory_bin``.  The request's own counts take over
     quickly; the grammar's forced candidates have a bin of their own (``FORCED_BIN``,
     prior 0.9).  An observation may be a 0/1 outcome or, where it is known, the exact chance of
     acceptance."""
@@ -50,6 +69,7 @@ class Calibration:
         self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
         self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
         self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
+        self.node_acc, self.node_seen = 0.0, 0.0
 
     def _counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         c = self._draft.get(k)
@@ -77,9 +97,21 @@ class Calibration:
         return float(self.look_acc[b] / self.look_seen[b])
 
     def mean_lookup(self) -> float:
-        """The acceptance chance of a context-lookup candidate, over its bins as they were
-        seen (the forced bin is the grammar's, not the context's)."""
+        """The acceptance chance of a context candidate that leads its node, over its bins as
+        they were seen (the forced bin is the grammar's, not the context's)."""
         return float(self.look_acc[:FORCED_BIN].sum() / self.look_seen[:FORCED_BIN].sum())
+
+    def node_lookup(self) -> float:
+        """The chance that a node's context and memory candidates, all of them, hold the
+        token the target emits there (decayed over the nodes seen; the prior, worth
+        ``prior_weight`` nodes, is the leading candidate's chance ``mean_lookup``): what one
+        level of a tree without draft rows is worth."""
+        w = self.prior_weight
+        return float((self.node_acc + w * self.mean_lookup()) / (self.node_seen + w))
+
+    def observe_node_lookup(self, chance: float) -> None:
+        self.node_acc = self.node_acc * self.decay + float(chance)
+        self.node_seen = self.node_seen * self.decay + 1.0
 
     def observe_lookup(self, b: int, accepted: float) -> None:
         self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)

@@ -35,10 +35,10 @@ from ..config import MAX_TREE_NODES, DraftParams, SamplingParams
 from ..errors import ConstraintFault, ContextFullError
 from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
-from .autotune import Auto, lookup_bin
+from .autotune import Auto
 from .calibration import FORCED_BIN
 from .forced import ForcedTokens, only_token
-from .lookup import NgramIndex
+from .memory import Memory, MemoryDrafts
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
 from .textstream import TextAssembler
@@ -97,20 +97,38 @@ class Commit:
     draft: list[int] | None = None
 
 
+def _without(ids: np.ndarray, probs: np.ndarray, fixed: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """q with the node's deterministic candidates removed and renormalised: the law a node's
+    draws come from when candidates are tried first.  The verifier's target after their
+    rejection gives them nothing, so a draw landing on one would be wasted; q without them
+    is fixed before the draws (the candidates are), so it is a law like any other for the
+    draws (``docs/verification.md``).  Empty when q has no mass elsewhere."""
+    keep = ~np.isin(ids, fixed)
+    if keep.all():
+        return ids, probs
+    ids, probs = ids[keep], probs[keep]
+    total = probs.sum()
+    if not total > 0.0:
+        return ids[:0], probs[:0]
+    return ids, probs / total
+
+
 class _FixedScores:
-    """Candidate scores under a fixed method: the draft's probabilities (EAGLE-2), a lookup
-    candidate raised by ``_LOOKUP_WEIGHT``; nothing learnt."""
+    """Candidate scores under a fixed method: the draft's probabilities (EAGLE-2), the
+    context's and memory's candidates raised by ``_LOOKUP_WEIGHT`` (the first) and half as
+    much (the others); nothing learnt."""
 
     @staticmethod
-    def weights(qx: dict, x0: int, n: int, k: int) -> tuple[dict, None]:
+    def weights(qx: dict, fixed: list, k: int) -> tuple[dict, None]:
         w = dict(qx)
-        if x0 >= 0:
-            w[x0] = 1.0 - (1.0 - _LOOKUP_WEIGHT) * (1.0 - w.get(x0, 0.0))
+        for i, (x, _bin) in enumerate(fixed):
+            lift = _LOOKUP_WEIGHT if i == 0 else _LOOKUP_WEIGHT / 2
+            w[x] = 1.0 - (1.0 - lift) * (1.0 - w.get(x, 0.0))
         return w, None
 
     @staticmethod
-    def lookup_worth(x0: int, n: int, probs) -> int:
-        return x0
+    def lookup_worth(fixed: list, probs) -> list:
+        return fixed
 
 
 class Generation:
@@ -124,7 +142,7 @@ class Generation:
 
     def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
                  seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
-                 logprobs: int | None = None):
+                 logprobs: int | None = None, memory: Memory | None = None):
         self.vocab = vocab
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -147,8 +165,10 @@ class Generation:
         self.has_draft = has_draft
         self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
-        self.lookup = NgramIndex(self.prompt) if use_lookup else None
-        self.copy_run = 0  # emitted tokens in a row that lookup had predicted
+        # free candidates from the context and the engine's memory of past answers (``memory``)
+        self.memory = memory if dp.use_memory else None  # the answer joins it at the end
+        self.lookup = MemoryDrafts(self.prompt, self.memory, dp.lookup_k) if use_lookup else None
+        self.copy_run = 0  # emitted tokens in a row that the context's leading candidate had predicted
         self.constraint = constraint
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root
         # the tokens the constraint forces, proposed as free candidates (when it can tell them)
@@ -269,6 +289,8 @@ class Generation:
         self.stats.tokens = len(self.out)
         if self.auto is not None:
             self.stats.auto = f"{self.auto.summary()}; measured {self.stats.tokens_per_s:.2f} tokens/s"
+        if self.memory is not None:
+            self.memory.remember(self.out)  # the answer joins the engine's memory
 
     # ------------------------------------------------------------------ distributions
 
@@ -354,7 +376,7 @@ class Generation:
         sure = self._only(self._node_mask(tree, node))
         if sure < 0:
             return None
-        return Draw(_NO_DRAWS, None, {sure: 1.0}, sure, ({}, FORCED_BIN, -1))
+        return Draw(_NO_DRAWS, None, {sure: 1.0}, (sure,), ({}, [(sure, FORCED_BIN)], []))
 
     @staticmethod
     def _masked(logits, mask):
@@ -377,13 +399,13 @@ class Generation:
             if f >= 0:
                 self.auto.observe_lookup(FORCED_BIN, p_of(f))
         if self.lookup is not None:
-            # what a lookup candidate would have been accepted with, learnt for free
-            x0, match = self.lookup.propose(self.lookup.tokens[-self.lookup.max_n:])
-            if x0 >= 0 and mask is not None and not sampling.mask_allows(mask, x0):
-                x0 = -1
-            if x0 >= 0 and self.auto is not None:
-                self.auto.observe_lookup(lookup_bin(match, self.copy_run), p_of(x0))
-            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
+            # what the context's and memory's candidates would have been accepted with, learnt for free
+            fixed = self.lookup.propose((), self.copy_run)
+            if mask is not None:
+                fixed = [(x, b) for x, b in fixed if sampling.mask_allows(mask, x)]
+            if fixed and self.auto is not None:
+                self.auto.observe_fixed(fixed, p_of)
+            self.copy_run = self.copy_run + 1 if fixed and tok == fixed[0][0] else 0
         return tok
 
     def _emit(self, tokens: list[int]) -> Iterator[str]:
@@ -438,7 +460,7 @@ class Generation:
         draft_index: dict[int, int] = {}
         # under auto, the cut tree's best leaves go on along lookup and forced candidates
         tails = self.plan_ is not None and (self.lookup is not None or self.forced is not None)
-        tail = self._lookup_draw if tails else None
+        tail = self._tail_draw if tails else None
         steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree),
                         tail)
         try:
@@ -451,13 +473,26 @@ class Generation:
         return tree, {old_to_new[n]: d for n, d in draft_index.items() if n in old_to_new}
 
     def _lookup_draw(self, tree: DraftTree, node: int) -> Draw:
-        """A node with no draws: its one candidate is the certain token, else the forced or
-        lookup one (``_propose``; -1 when there is none)."""
+        """A node with no draws: its one candidate is the certain token, else the context's,
+        memory's and grammar's candidates (``_propose``; none when there is none)."""
         sure = self._certain_draw(tree, node)
         if sure is not None:
             return sure
-        x0, n = self._propose(tree, node)
-        return Draw(_NO_DRAWS, None, self.scores.weights({}, x0, n, self.dp.k)[0], x0, ({}, n, x0))
+        fixed = self._propose(tree, node)
+        w = self.scores.weights({}, fixed, self.dp.k)[0]
+        return Draw(_NO_DRAWS, None, w, tuple(x for x, _ in fixed), ({}, fixed, fixed))
+
+    def _tail_draw(self, tree: DraftTree, node: int) -> Draw | None:
+        """A lookup tail's next node: the best-scored of ``_lookup_draw``'s candidates alone
+        (a tail is a chain; a candidate without a node of its own adds nothing, since the
+        fallback emits it with the same chance), None when there is none."""
+        d = self._lookup_draw(tree, node)
+        if not d.lookup:
+            return None
+        best = max(d.lookup, key=lambda x: d.weight[x])  # ties: the first
+        guess, fixed, proposed = d.info
+        return Draw(_NO_DRAWS, None, {best: d.weight[best]}, (best,),
+                    (guess, [f for f in fixed if f[0] == best], proposed))
 
     def _certain(self, tree: DraftTree):
         """``tree.growing``'s ``certain`` callback: None without a constraint."""
@@ -491,38 +526,42 @@ class Generation:
                 want.append(j == len(chain) - 1)
         return Decode(tokens, parents, None if all(want) else np.asarray(want, bool))
 
-    def _propose(self, tree: DraftTree, node: int) -> tuple[int, int]:
-        """The deterministic candidate after ``node`` and its calibration bin: ``(token,
-        bin)``, the context-lookup one where the constraint allows it, else the token the
-        constraint forces there (``FORCED_BIN``); token -1 when neither has one.  Lookup
-        first: where the grammar forces bytes, the target's own earlier tokens after the
-        same context are a better guess at how it spells them than the grammar's
-        tokenisation (on the spelled grammar of the tests, 1.10 times auto's speed)."""
+    def _propose(self, tree: DraftTree, node: int) -> list[tuple[int, int]]:
+        """The deterministic candidates after ``node``, each with its calibration bin:
+        ``[(token, bin)]``, the context's and memory's (``memory.MemoryDrafts.propose``)
+        where the constraint allows them, then the token the constraint forces there
+        (``FORCED_BIN``) unless it is among them; empty when there is none.  Context first:
+        where the grammar forces bytes, the target's own earlier tokens after the same
+        context are a better guess at how it spells them than the grammar's tokenisation
+        (on the spelled grammar of the tests, 1.10 times auto's speed)."""
         if self.lookup is None and self.forced is None:
-            return -1, 0
+            return []
         path = []
         run, counting = 0, True
         while node > 0:
             par = tree.parent[node]
-            counting = counting and tree.tokens[node] == tree.lookup[par] and tree.info[par][1] != FORCED_BIN
+            led = tree.info[par][1] if tree.info[par] is not None else ()
+            counting = counting and bool(led) and tree.tokens[node] == led[0][0] and led[0][1] != FORCED_BIN
             run += counting
             path.append(tree.tokens[node])
             node = par
         path.reverse()
+        out: list[tuple[int, int]] = []
+        mask = None
         if self.lookup is not None:
             if counting:
                 run += self.copy_run
-            n = self.lookup.max_n
-            # the index holds the prompt and the output so far, which ends with the root
-            x0, match = self.lookup.propose((self.lookup.tokens[-n:] + path)[-n:])
-            # unless the constraint forbids it here (a function of the path, not of a draw)
-            if x0 >= 0 and (self.constraint is None or sampling.mask_allows(self._mask(tuple(path)), x0)):
-                return x0, lookup_bin(match, run)
+            out = self.lookup.propose(path, run)
+            if out and self.constraint is not None:  # unless the constraint forbids them here (a function of the path)
+                mask = self._mask(tuple(path))
+                out = [(x, b) for x, b in out if sampling.mask_allows(mask, x)]
         if self.forced is not None:
             f = self.forced.first(path)
-            if f >= 0 and sampling.mask_allows(self._mask(tuple(path)), f):
-                return f, FORCED_BIN
-        return -1, 0
+            if f >= 0 and all(x != f for x, _ in out):
+                mask = self._mask(tuple(path)) if mask is None else mask
+                if sampling.mask_allows(mask, f):
+                    out.append((f, FORCED_BIN))
+        return out
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""
@@ -535,17 +574,24 @@ class Generation:
             logits = logits[: self.vocab.n_vocab]
         if self.constraint is not None:  # q drawn from the masked row
             logits = self._masked(logits, self._node_mask(tree, node))
-        x0, n = self._propose(tree, node) if self.lookup is not None or self.forced is not None else (-1, 0)
+        proposed = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
-            ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k)
+            ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k + len(proposed))
+            fixed = self.scores.lookup_worth(proposed, probs)
+            keep = ~np.isin(ids, [x for x, _ in fixed]) if fixed else np.ones(ids.shape[0], bool)
+            ids, probs = ids[keep][:k], probs[keep][:k]  # the top K besides the candidates
             qx = dict(zip(ids.tolist(), probs.tolist()))
-            x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
-            w, guess = self.scores.weights(qx, x0, n, k)
-            return Draw(ids, None, w, x0, (guess, n, proposed))
+            w, guess = self.scores.weights(qx, fixed, k)
+            return Draw(ids, None, w, tuple(x for x, _ in fixed), (guess, fixed, proposed))
         ids, probs = self._q(logits)
-        x0, proposed = self.scores.lookup_worth(x0, n, probs), x0
+        fixed = self.scores.lookup_worth(proposed, probs)
+        if fixed:  # draw from q without the candidates (``_without``)
+            ids, probs = _without(ids, probs, [x for x, _ in fixed])
+            if not ids.shape[0]:  # the draft saw nothing but the candidates: they alone are tried
+                w, guess = self.scores.weights({}, fixed, k)
+                return Draw(_NO_DRAWS, None, w, tuple(x for x, _ in fixed), (guess, fixed, proposed))
         if self.dp.method == "rrs":
-            draws = sampling.sample_without_replacement(ids, probs, uniforms.take(k))
+            draws = sampling.sample_without_replacement(ids, probs, uniforms.take(min(k, ids.shape[0])))
             qx = {}
             ids_l = ids.tolist()
             for x in draws.tolist():
@@ -554,8 +600,8 @@ class Generation:
         else:
             draws, qd = sampling.sample_iid_q(ids, probs, uniforms.take(k))
             qx = dict(zip(draws.tolist(), qd.tolist()))  # first-draw order; a repeat has the same q
-        w, guess = self.scores.weights(qx, x0, n, k)
-        return Draw(draws, (ids, probs), w, x0, (guess, n, proposed))
+        w, guess = self.scores.weights(qx, fixed, k)
+        return Draw(draws, (ids, probs), w, tuple(x for x, _ in fixed), (guess, fixed, proposed))
 
     def _verify_tree(self, tree: DraftTree, rows) -> tuple[list[int], list[int]]:
         """Target phase.  Returns the emitted tokens and the tree nodes on the accepted path
@@ -568,14 +614,14 @@ class Generation:
             if constrained:
                 mask = self._node_mask(tree, node)
                 sure = self._only(mask)
-            draws, x0 = tree.draws[node], tree.lookup[node]
+            draws, fixed = tree.draws[node], tree.lookup[node]
             if sure >= 0:  # p is a point mass: the token is certain, no uniform is drawn
                 emitted.append(sure)
                 self._note(rows[node], sure)
                 self.copy_run = 0
                 child = tree.children[node].get(sure)
                 if draws is not None:
-                    st.count_node(tree.depth[node] + 1, x0 == sure)
+                    st.count_node(tree.depth[node] + 1, sure in fixed)
                 if draws is None or child is None:
                     return emitted, path
                 node = child
@@ -583,22 +629,21 @@ class Generation:
                 continue
             row = rows[node]
             p, top, p_of = self._target_dist(self._masked(row, mask) if constrained else row)
-            if draws is None or (len(draws) == 0 and x0 < 0):  # a leaf: bonus token from p
+            if draws is None or (len(draws) == 0 and not fixed):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))
                 self._note(row, emitted[-1])
                 self.copy_run = 0
                 return emitted, path
             if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))
-                is_lookup = x0 >= 0 and idx == 0
             else:
-                u = self.uniforms.take(len(draws) + (2 if x0 >= 0 else 1))
-                tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, x0)
-                is_lookup = x0 >= 0 and idx == 0
+                u = self.uniforms.take(len(draws) + len(fixed) + 1)
+                tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, fixed)
+            is_lookup = 0 <= idx < len(fixed)  # greedy: the candidates come first there too
             st.count_node(tree.depth[node] + 1, idx >= 0)
             if self.auto is not None:
                 self.auto.observe_node(tree, node, tok, idx >= 0, is_lookup, p, p_of, self.dp.method, self.sp.greedy)
-            self.copy_run = self.copy_run + 1 if x0 >= 0 and tok == x0 else 0
+            self.copy_run = self.copy_run + 1 if fixed and tok == fixed[0] else 0
             emitted.append(tok)
             self._note(row, tok)
             child = tree.children[node].get(tok) if idx >= 0 else None

@@ -67,7 +67,7 @@ class DraftTree:
     children: list[dict] = field(default_factory=list)  # [n] token -> child node
     draws: list = field(default_factory=list)  # [n] int64 [K] candidates, None if not expanded
     q: list = field(default_factory=list)  # [n] (ids, probs) draws came from, None if greedy/not expanded
-    lookup: list = field(default_factory=list)  # [n] context-lookup candidate checked first, -1 if none
+    lookup: list = field(default_factory=list)  # [n] deterministic candidates checked first, in order (a tuple)
     info: list = field(default_factory=list)  # [n] the drawer's notes on an expanded node (opaque here)
 
     @classmethod
@@ -85,7 +85,7 @@ class DraftTree:
         self.children.append({})
         self.draws.append(None)
         self.q.append(None)
-        self.lookup.append(-1)
+        self.lookup.append(())
         self.info.append(None)
         if parent >= 0:
             self.children[parent][int(token)] = i
@@ -94,10 +94,10 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def set_draws(self, node: int, draws: np.ndarray, q, lookup: int = -1, info=None) -> None:
+    def set_draws(self, node: int, draws: np.ndarray, q, lookup: tuple = (), info=None) -> None:
         self.draws[node] = draws
         self.q[node] = q
-        self.lookup[node] = int(lookup)
+        self.lookup[node] = tuple(lookup)
         self.info[node] = info
 
     def path_tokens(self, node: int) -> tuple[int, ...]:
@@ -109,19 +109,14 @@ class DraftTree:
         return tuple(reversed(out))
 
     def candidates(self, node: int) -> list[int]:
-        """The node's distinct candidates: the lookup candidate first, then the draws in
-        first-draw order."""
-        draws = self.draws[node].tolist()
-        if self.lookup[node] >= 0:
-            draws.insert(0, self.lookup[node])
-        return list(dict.fromkeys(draws))
+        """The node's distinct candidates: the deterministic ones first, in order, then the
+        draws in first-draw order."""
+        return list(dict.fromkeys(list(self.lookup[node]) + self.draws[node].tolist()))
 
     def add_children(self, node: int, weight: dict) -> list[int]:
         """One child per distinct candidate of an expanded node (``candidates``), scored
         ``score(node) * weight[token]``; returns the new node indices."""
-        cand = self.draws[node].tolist()
-        if self.lookup[node] >= 0:
-            cand.insert(0, self.lookup[node])
+        cand = list(self.lookup[node]) + self.draws[node].tolist()
         if len(cand) > 1:
             cand = list(dict.fromkeys(cand))  # ``candidates``
         n, first = len(cand), len(self.tokens)
@@ -135,7 +130,7 @@ class DraftTree:
         none = [None] * n
         self.draws += none
         self.q += none
-        self.lookup += [-1] * n
+        self.lookup += [()] * n
         self.info += none
         new = list(range(first, first + n))
         self.children[node].update(zip(cand, new))
@@ -188,7 +183,7 @@ class Draw(NamedTuple):
     draws: np.ndarray  # [K] int64 candidates in draw order (K may be 0 for a lookup-only node)
     q: object  # (ids, probs) the draws came from; None when greedy or K = 0
     weight: dict  # token -> score factor, for every candidate
-    lookup: int = -1  # a deterministic candidate checked before the draws, -1 if none
+    lookup: tuple = ()  # deterministic candidates checked before the draws, in order
     info: object = None  # kept with the node for the caller (e.g. what to learn from it)
 
 
@@ -212,7 +207,7 @@ DraftFn = Callable[[list[int]], Sequence]
 DrawFn = Callable[[int, object], Draw]
 # certain(node) -> the Draw of a certain node (its one token, no draws), None when it is not
 CertainFn = Callable[[int], "Draw | None"]
-# tail(tree, node) -> a no-draw Draw whose lookup candidate continues ``node`` (-1 or None: none)
+# tail(tree, node) -> a no-draw Draw whose one deterministic candidate continues ``node`` (None: none)
 TailFn = Callable[["DraftTree", int], "Draw | None"]
 
 # leaves a tail may start from (best-scored first), and tail nodes below a leaf at most
@@ -258,8 +253,8 @@ def _tails(tree: DraftTree, tail: TailFn, plan, room: int, depth: int) -> None:
         if d is None:  # a bound: ask for the candidate, and queue it at its own score
             if length < TAIL_LENGTH and tree.depth[node] < depth:
                 d = tail(tree, node)
-                if d is not None and d.lookup >= 0:
-                    heapq.heappush(open_, (neg * d.weight[d.lookup], node, length, d))
+                if d is not None and len(d.lookup) == 1:
+                    heapq.heappush(open_, (neg * d.weight[d.lookup[0]], node, length, d))
             continue
         plan.tail(-neg)
         tree.set_draws(node, d.draws, d.q, d.lookup, d.info)

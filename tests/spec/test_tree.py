@@ -107,7 +107,7 @@ def _certain_01(tree):
     the next token."""
     def certain(node):
         tok = tree.tokens[node]
-        return Draw(np.empty(0, np.int64), None, {tok + 1: 1.0}, tok + 1) if tok in (0, 1) else None
+        return Draw(np.empty(0, np.int64), None, {tok + 1: 1.0}, (tok + 1,)) if tok in (0, 1) else None
     return certain
 
 
@@ -171,7 +171,7 @@ class _LookupPlan:
 def _copy(tree, node):
     """A lookup candidate after every node: its token + 1 (mod 5), chance 0.8."""
     x = (tree.tokens[node] + 1) % 5
-    return Draw(np.zeros(0, np.int64), None, {x: 0.8}, x)
+    return Draw(np.zeros(0, np.int64), None, {x: 0.8}, (x,))
 
 
 def test_tails_continue_the_best_leaves_within_the_room_and_the_depth():
@@ -185,7 +185,7 @@ def test_tails_continue_the_best_leaves_within_the_room_and_the_depth():
     assert added and all(tree.depth[i] <= limits.depth for i in added)
     best_leaf = max((i for i in range(len(plain)) if plain.draws[i] is None), key=lambda i: plain.score[i])
     if plain.depth[best_leaf] < limits.depth:
-        assert tree.lookup[best_leaf] >= 0  # the best leaf goes on first
+        assert tree.lookup[best_leaf]  # the best leaf goes on first
     s = _Scripted(4, k=2)
     few, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, _LookupPlan(tails=2), tail=_copy)
     assert len(few) == len(plain) + 2  # the plan's word
