@@ -89,6 +89,7 @@ class Engine:
         self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib else None
         self.memory: Memory | None = Memory() if memory == "default" else memory
         self.memory_warning: str | None = None  # why a memory file could not be read (one line)
+        self.save_warning: str | None = None  # why ``close`` could not write it (one line)
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
@@ -172,10 +173,10 @@ class Engine:
     def close(self) -> None:
         """Stop the engine's runner, save the memory to its file (if it has one) and free the
         models (those of a pool stay open).  A memory file that cannot be written is one
-        line in ``memory_warning``; nothing else is lost."""
+        line in ``save_warning``; nothing else is lost."""
         if self._runner is not None:
             self._runner.stop()
-        self.save_memory()
+        self.save_warning = self.save_memory()
         if not self._owns_models:
             return
         for m in (self.target, self.draft):
@@ -184,15 +185,14 @@ class Engine:
 
     def save_memory(self) -> str | None:
         """Write the memory of past answers to its file (``ModelParams.memory``), if it has
-        one; returns, and keeps in ``memory_warning``, the one line saying why it could not
-        be written (None when it was, or there is no file)."""
+        one; returns the one line saying why it could not be written (None when it was, or
+        there is no file)."""
         if self.memory is None or self.memory.path is None:
             return None
         try:
             self.memory.save()
         except OSError as e:
-            self.memory_warning = f"memory file {self.memory.path}: not saved ({e.strerror or e})"
-            return self.memory_warning
+            return f"memory file {self.memory.path}: not saved ({e.strerror or e})"
         return None
 
     def __enter__(self):

@@ -11,6 +11,7 @@ package imports this module.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -28,10 +29,23 @@ def _note(line: str) -> None:
     print(f"resispec-gguf: {line}", file=sys.stderr)
 
 
+@contextlib.contextmanager
 def _load(model: ModelParams, *, announce: bool = False):
-    """The engine for ``model``, after the build check (``llama.buildcheck``: a crashing build
-    is one line, exit 2), saying on stderr when no draft model could be chosen, when ``-ngl``
-    layers found no device but the CPU and, with ``announce``, where the layers run."""
+    """The engine for ``model`` (a context manager that closes it), after the build check
+    (``llama.buildcheck``: a crashing build is one line, exit 2), saying on stderr when no
+    draft model could be chosen, when ``-ngl`` layers found no device but the CPU, when the
+    ``--memory`` file could not be read or written and, with ``announce``, where the layers
+    run."""
+    engine = _open(model, announce=announce)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        if engine.save_warning:
+            _note(f"warning: {engine.save_warning}")
+
+
+def _open(model: ModelParams, *, announce: bool):
     from ..engine import Engine
     from ..llama import buildcheck, devices
 
@@ -45,6 +59,8 @@ def _load(model: ModelParams, *, announce: bool = False):
     warning = devices.cpu_only_warning(layers, info, buildcheck.llama_cpp_version())
     if warning:
         _note(warning)
+    if engine.memory_warning:
+        _note(f"warning: {engine.memory_warning}")
     if announce:
         _note(devices.summary(info))
     return engine
