@@ -218,9 +218,7 @@ def _cmd_serve(args) -> int:
               f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
         return engine
 
-    print(f"listening on http://{host}:{params.port}/v1, loading the models (/health answers 503 until they are "
-          "ready)", file=sys.stderr)
-    try:
+    try:  # the port answers at once: /health is 503 "loading model" until load returns
         server.serve(params=params, load=load, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
     finally:
         for engine in loaded:
