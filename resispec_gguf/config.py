@@ -15,6 +15,7 @@ No model, no I/O, no llama_cpp here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import types
 import typing
@@ -148,6 +149,43 @@ def _bearer_key(name: str, key: str) -> None:
         raise ConfigError(name, f"{name} must be printable ASCII (an HTTP header cannot carry anything else)")
     if key != key.strip():
         raise ConfigError(name, f"{name} must not start or end with a blank")
+
+
+# the bound OpenAI sets on a logit bias; -inf (llama.cpp's ``false``) bans a token outright
+MAX_LOGIT_BIAS = 100.0
+
+
+def _bias_entry(name: str, entry: tuple) -> None:
+    """One ``(token id, bias)`` pair of ``SamplingParams.logit_bias``."""
+    tid, bias = entry
+    if tid < 0:
+        raise ConfigError(name, f"{name}: a token id is >= 0, got {tid}")
+    if not (-MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS or bias == -math.inf):
+        raise ConfigError(name, f"{name}: a bias is in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}] or -inf (the token "
+                                f"banned), got {_num(bias)} for token {tid}")
+
+
+def _bias_pairs(value) -> tuple:
+    """``logit_bias`` as ``(id, bias)`` pairs sorted by id: from a mapping ``{id: bias}`` or
+    pairs; ``ConfigError`` for another shape or an id named twice (the ranges are
+    ``_bias_entry``'s)."""
+    items = value.items() if isinstance(value, dict) else value
+    try:
+        pairs = [tuple(item) for item in items or ()]
+    except TypeError:
+        raise ConfigError("logit_bias", "logit_bias must be a mapping {token id: bias} or (token id, bias) "
+                                        "pairs") from None
+    out = []
+    for pair in pairs:
+        ok = len(pair) == 2 and isinstance(pair[0], numbers.Integral) and isinstance(pair[1], numbers.Real)
+        if not ok or isinstance(pair[0], bool) or isinstance(pair[1], bool):
+            raise ConfigError("logit_bias", f"logit_bias pairs are (token id, bias), got {pair!r}"[:160])
+        out.append((int(pair[0]), float(pair[1])))
+    out.sort()
+    for a, b in zip(out, out[1:]):
+        if a[0] == b[0]:
+            raise ConfigError("logit_bias", f"logit_bias names token {a[0]} twice")
+    return tuple(out)
 
 
 def _cors_origin(name: str, origin: str) -> None:
@@ -320,7 +358,9 @@ class SamplingParams(_Settings):
 
     ``temperature`` 0 is greedy.  ``top_k`` 0 and ``top_p`` 1 and ``min_p`` 0 disable those
     filters.  ``seed`` None draws a fresh seed per request.  ``stop``: strings that end the
-    generation (not included in the output).
+    generation (not included in the output).  ``logit_bias``: ``(token id, bias)`` pairs (or
+    a mapping ``{id: bias}``), each bias in [-100, 100] or -inf (banned), added to the
+    target's logits before the constraint's mask and every filter (``docs/verification.md``).
     """
 
     temperature: float = setting(0.8, "--temp", "--temperature", help="sampling temperature (0 = greedy)",
@@ -333,6 +373,12 @@ class SamplingParams(_Settings):
     seed: int | None = setting(None, "--seed", help="random seed (default: fresh each request)", check=Range(0),
                                unset=("none", "random", "-"))
     stop: tuple[str, ...] = setting((), "--stop", help="stop string (repeatable)", check=_non_empty)
+    logit_bias: tuple[tuple, ...] = setting((), help="(token id, bias) pairs added to the logits (-inf: banned)",
+                                            check=_bias_entry)
+
+    def __post_init__(self):
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        super().__post_init__()
 
     @property
     def greedy(self) -> bool:

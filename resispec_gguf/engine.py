@@ -17,7 +17,7 @@ import numpy as np
 from .assist import formats, reasoning
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
-from .config import TOOL_FORMATS, DraftParams, ModelParams, OneOf, SamplingParams
+from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, SamplingParams
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
@@ -384,6 +384,9 @@ class Engine:
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
         self.check_draft_params(dp)
+        if sp.logit_bias and sp.logit_bias[-1][0] >= self.n_vocab:  # sorted by id
+            raise ConfigError("logit_bias", f"logit_bias names token {sp.logit_bias[-1][0]}, outside the vocabulary "
+                                            f"(0..{self.n_vocab - 1})")
         if isinstance(prompt, str):
             tokens = self.text_tokens(prompt)
         else:

@@ -16,11 +16,13 @@ class ContextFullError(UserError):
 
 class FieldError(UserError):
     """A request field that cannot be honoured; ``param`` names it (``messages[0].content``,
-    ``tools[1].function.name``): the server's 400 carries it."""
+    ``tools[1].function.name``): the server's 400 carries it, and ``code`` (``invalid_value``,
+    or ``unsupported_value`` for something valid this server does not do)."""
 
-    def __init__(self, message: str, param: str):
+    def __init__(self, message: str, param: str, code: str = "invalid_value"):
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 class ConstraintError(UserError):

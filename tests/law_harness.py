@@ -78,10 +78,21 @@ CPU_T = CostCurve(ROWS, (1.0, 1.3, 1.7, 3.0, 3.8, 7.0))  # the 2-core CPU's targ
 CPU_D = CostCurve(ROWS, (0.44, 0.55, 0.75, 1.3, 1.7, 3.1))
 
 
+def biased(row, sp: SamplingParams):
+    """``row`` with ``sp.logit_bias`` added, the plain sampler's way (no bias: ``row`` itself)."""
+    if not sp.logit_bias:
+        return row
+    out = np.array(row, np.float32)
+    for tid, bias in sp.logit_bias:
+        out[tid] += np.float32(bias)
+    return out
+
+
 def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint) -> dict[tuple, float]:
     """``{sequence: probability}`` of the first ``n`` tokens under plain constrained sampling
-    with ``constraint`` (any object with ``allowed(history)``, the fakes' exact rule); a
-    sequence ending in EOG (sampled, or forced by a complete constraint) stops."""
+    (``sp.logit_bias`` added before the mask) with ``constraint`` (any object with
+    ``allowed(history)``, the fakes' exact rule); a sequence ending in EOG (sampled, or
+    forced by a complete constraint) stops."""
     law: dict[tuple, float] = {}
 
     def rec(prefix, prob):
@@ -93,7 +104,10 @@ def constrained_law(target, prompt, sp: SamplingParams, n: int, constraint) -> d
             law[prefix + (EOG,)] = law.get(prefix + (EOG,), 0.0) + prob
             return
         row = target.row(list(prompt) + list(prefix))
-        masked = sampling.mask_logits(row, sampling.bitmask_from_ids(allowed, V))
+        mask = sampling.bitmask_from_ids(allowed, V)
+        masked = sampling.mask_logits(biased(row, sp), mask)
+        if masked.max() == -np.inf:  # the bias banned every allowed token: the row goes unbiased
+            masked = sampling.mask_logits(row, mask)
         if sp.greedy:
             p = np.zeros(V)
             p[int(np.argmax(masked))] = 1.0
@@ -147,14 +161,15 @@ def slotted_pair(n_slots, **room):
 
 
 def exact_law(target: MarkovModel, prompt, sp: SamplingParams, n: int) -> dict[tuple, float]:
-    """``{sequence: probability}`` of the first ``n`` tokens; a sequence ending in EOG stops."""
+    """``{sequence: probability}`` of the first ``n`` tokens (``sp.logit_bias`` added to every
+    row first); a sequence ending in EOG stops."""
     law: dict[tuple, float] = {}
 
     def rec(prefix, prob):
         if len(prefix) == n:
             law[prefix] = prob
             return
-        row = target.row(list(prompt) + list(prefix))
+        row = biased(target.row(list(prompt) + list(prefix)), sp)
         if sp.greedy:
             p = np.zeros(V)
             p[int(np.argmax(row))] = 1.0

@@ -25,6 +25,13 @@ CLASSES = (SamplingParams, DraftParams, ModelParams, ServerParams)
     (SamplingParams, dict(seed=-1), "seed", ">= 0"),
     (SamplingParams, dict(stop=("a", "")), "stop", "non-empty"),
     (SamplingParams, dict(temperature="0.5"), "temperature", "a number"),
+    (SamplingParams, dict(logit_bias={3: 100.5}), "logit_bias", "in [-100, 100] or -inf"),
+    (SamplingParams, dict(logit_bias={3: float("inf")}), "logit_bias", "in [-100, 100] or -inf"),
+    (SamplingParams, dict(logit_bias=[(-1, 1.0)]), "logit_bias", ">= 0"),
+    (SamplingParams, dict(logit_bias=[(4, 1.0), (4, 2.0)]), "logit_bias", "token 4 twice"),
+    (SamplingParams, dict(logit_bias=[(4, True)]), "logit_bias", "(token id, bias)"),
+    (SamplingParams, dict(logit_bias=[("4", 1.0)]), "logit_bias", "(token id, bias)"),
+    (SamplingParams, dict(logit_bias=5), "logit_bias", "a mapping"),
     (DraftParams, dict(method="fast"), "method", "one of none, chain"),
     (DraftParams, dict(budget=config.MAX_TREE_NODES + 1), "budget", f"in [1, {config.MAX_TREE_NODES}]"),
     (DraftParams, dict(method="rrs", draws=8, draft_support=4), "draws", "draft_support"),
@@ -55,6 +62,14 @@ def test_values_are_normalised_to_the_field_types():
     assert SamplingParams().replace(top_k=0).top_k == 0
     with pytest.raises(ConfigError):
         SamplingParams().replace(top_k=-5)
+
+
+def test_a_logit_bias_is_pairs_sorted_by_token_id():
+    sp = SamplingParams(logit_bias={7: -100, 2: float("-inf"), 3: 0.5})
+    assert sp.logit_bias == ((2, float("-inf")), (3, 0.5), (7, -100.0))
+    assert SamplingParams(logit_bias=[[7, -100], (3, 0.5), (2, float("-inf"))]) == sp
+    assert sp.replace(temperature=0.0).logit_bias == sp.logit_bias and hash(sp) == hash(sp.replace())
+    assert SamplingParams().logit_bias == () and SamplingParams(logit_bias={}).logit_bias == ()
 
 
 def test_every_setting_is_described_once():

@@ -44,8 +44,8 @@ def _raise(message):
 class MessageError(FieldError):
     """A malformed message; ``param`` names the offending field, e.g. ``messages[0].content``."""
 
-    def __init__(self, message: str, param: str = "messages"):
-        super().__init__(message, param)
+    def __init__(self, message: str, param: str = "messages", code: str = "invalid_value"):
+        super().__init__(message, param, code)
 
 
 class Messages(list):
@@ -62,21 +62,40 @@ def utf8_size(text: str, where: str, error: Callable[[str, str], Exception] = Fi
         raise error(f"{where} is not valid Unicode (a lone surrogate at character {e.start})", where) from None
 
 
+# content parts a text model cannot read: refused, never dropped (the answer would be about
+# the text alone, as if the rest had been seen)
+_NOT_TEXT = {"image_url": "an image", "input_image": "an image", "image": "an image", "input_audio": "audio",
+             "audio": "audio", "file": "a file", "input_file": "a file", "video_url": "a video"}
+
+
+def _part_text(part, where: str) -> str:
+    """The text of one content part (``text``; an assistant's ``refusal``), or ``MessageError``
+    for a part the model cannot read."""
+    if not isinstance(part, dict):
+        raise MessageError(f"{where} must be an object", where)
+    kind = part.get("type")
+    key = {"text": "text", "refusal": "refusal"}.get(kind) if isinstance(kind, str) else None
+    if key is not None:
+        text = part.get(key)
+        if not isinstance(text, str):
+            raise MessageError(f"{where}.{key} must be a string", f"{where}.{key}")
+        utf8_size(text, f"{where}.{key}", MessageError)
+        return text
+    if kind in _NOT_TEXT:
+        raise MessageError(f"{where} is {_NOT_TEXT[kind]} ({kind} part): the model serves text only (this server "
+                           "has no vision or audio input); send text parts", f"{where}.type", "unsupported_value")
+    if not isinstance(kind, str):
+        raise MessageError(f"{where} must be a content part with a type (text)", f"{where}.type")
+    raise MessageError(f"{where}.type {kind[:40]!r} is not supported: only text parts are", f"{where}.type",
+                       "unsupported_value")
+
+
 def _content(m: dict, where: str) -> str:
-    """A message's content as one string: text parts joined, None as empty."""
+    """A message's content as one string: text parts joined, None as empty; any other part
+    (an image, audio, a file) is refused."""
     content = m.get("content", "")
-    if isinstance(content, list):  # OpenAI content parts: keep the text ones
-        texts = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict):
-                raise MessageError(f"{where}.content[{j}] must be an object", f"{where}.content[{j}]")
-            if part.get("type") == "text":
-                text = part.get("text")
-                if not isinstance(text, str):
-                    raise MessageError(f"{where}.content[{j}].text must be a string", f"{where}.content[{j}].text")
-                utf8_size(text, f"{where}.content[{j}].text", MessageError)
-                texts.append(text)
-        return "".join(texts)
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(_part_text(part, f"{where}.content[{j}]") for j, part in enumerate(content))
     if content is None:
         return ""
     if not isinstance(content, str):
@@ -100,8 +119,9 @@ def check_messages(messages) -> Messages:
 
     A ``developer`` message (OpenAI's newer name for the system role) becomes a ``system``
     one.  Raises ``MessageError`` naming the field for anything else: a missing or unknown role,
-    content that is not a string, null or a list of parts, a text part whose ``text`` is not a
-    string, or text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``).
+    content that is not a string, null or a list of parts, a part that is not text (an image,
+    audio, a file: the model reads text only), a text part whose ``text`` is not a string, or
+    text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``).
     """
     if isinstance(messages, Messages):
         return messages

@@ -4,6 +4,7 @@ A mask is int32 ``[ceil(n / 32)]`` words, token ``i`` allowed iff bit ``i % 32``
 ``i // 32`` is set (the layout grammar engines such as llguidance fill).  Tokens past the
 mask's end are not allowed.  ``mask_logits`` applies a mask to a logits row before any
 sampling transform; ``mask_allows`` tests one token; ``bitmask_from_ids`` builds a mask.
+``bias_logits`` adds a request's logit bias to a row, which comes before the mask.
 
 NumPy and Numba: may import ``config``, ``errors``, ``paths``, ``progress`` and other kernel
 modules (it needs none); never the grammar engine (``assist`` drives it and hands masks
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["mask_logits", "mask_allows", "bitmask_from_ids"]
+__all__ = ["mask_logits", "mask_allows", "bitmask_from_ids", "bias_arrays", "bias_logits"]
 
 
 @njit(cache=True)
@@ -64,3 +65,21 @@ def bitmask_from_ids(ids, n_vocab: int) -> np.ndarray:
     bits = np.zeros(32 * ((n_vocab + 31) // 32), np.uint8)
     bits[np.asarray(list(ids), np.int64)] = 1
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+def bias_arrays(pairs) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(ids, biases)`` (int64 and float32 ``[n]``) of ``(token id, bias)`` pairs with distinct
+    ids, or None for none."""
+    if not pairs:
+        return None
+    return np.array([i for i, _ in pairs], np.int64), np.array([b for _, b in pairs], np.float32)
+
+
+def bias_logits(logits, ids, biases) -> np.ndarray:
+    """A float32 copy of ``logits`` ``[V]`` with ``biases[j]`` added at ``ids[j]`` (distinct);
+    ids at or past ``V`` are skipped (a draft's smaller vocabulary).  A bias of -inf leaves
+    that token at -inf."""
+    out = np.array(logits, np.float32)  # a copy: the backend's rows are read-only views
+    keep = ids < out.shape[0]
+    out[ids[keep]] += biases[keep]
+    return out

@@ -39,7 +39,7 @@ from .draws import (  # noqa: F401  (re-exported)
     sample_sparse,
     sample_without_replacement,
 )
-from .masks import bitmask_from_ids, mask_allows, mask_logits  # noqa: F401  (re-exported)
+from .masks import bias_arrays, bias_logits, bitmask_from_ids, mask_allows, mask_logits  # noqa: F401  (re-exported)
 from .topk import _BLOCK, _NO_CAND, _SCAN_K_MAX, _scan, _scan_top, _top_k_ids
 
 __all__ = [

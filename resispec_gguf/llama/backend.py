@@ -277,7 +277,7 @@ class LlamaModel:
             pass
 
     def describe(self) -> dict:
-        """This model's file and settings, and the backend library, for reports."""
+        """This model's file and settings, the backend library, and ``figures()`` (as ``meta``), for reports."""
         return {
             "path": self.path,
             "n_ctx": self.n_ctx,
@@ -289,6 +289,19 @@ class LlamaModel:
             "devices": self.devices,
             "llama_cpp_python": _ll.__version__,
             "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
+            "meta": self.figures(),
+        }
+
+    def figures(self) -> dict:
+        """The model's own figures, as llama.cpp's server reports them per model: vocabulary
+        type and size, training context, embedding width, parameters and size in bytes."""
+        return {
+            "vocab_type": int(_ll.llama_vocab_type(self._vocab)),
+            "n_vocab": self.n_vocab,
+            "n_ctx_train": int(_ll.llama_model_n_ctx_train(self._model)),
+            "n_embd": int(_ll.llama_model_n_embd(self._model)),
+            "n_params": int(_ll.llama_model_n_params(self._model)),
+            "size": int(_ll.llama_model_size(self._model)),
         }
 
     def cost_key(self) -> str:

@@ -171,6 +171,7 @@ class Generation:
         self.copy_run = 0  # emitted tokens in a row that the context's leading candidate had predicted
         self.constraint = constraint
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root
+        self._bias = sampling.bias_arrays(sp.logit_bias)  # (ids, biases) or None, added to every row
         # the tokens the constraint forces, proposed as free candidates (when it can tell them)
         self.forced = ForcedTokens.of(constraint) if dp.method != "none" else None
         self.n_logprobs = logprobs
@@ -378,10 +379,16 @@ class Generation:
             return None
         return Draw(_NO_DRAWS, None, {sure: 1.0}, (sure,), ({}, [(sure, FORCED_BIN)], []))
 
-    @staticmethod
-    def _masked(logits, mask):
-        """Mask first, then every sampling transform: plain constrained sampling's law."""
-        return logits if mask is None else sampling.mask_logits(logits, mask)
+    def _masked(self, logits, mask):
+        """The logit bias, then the mask, then (the caller) every sampling transform: plain
+        sampling's law.  Where the bias leaves no token the mask allows, the row goes
+        unbiased: still a function of the row and the path alone (docs/verification.md)."""
+        out = logits if self._bias is None else sampling.bias_logits(logits, *self._bias)
+        if mask is not None:
+            out = sampling.mask_logits(out, mask)
+        if self._bias is not None and out.max() == -np.inf:  # the bias banned every allowed token
+            return logits if mask is None else sampling.mask_logits(logits, mask)
+        return out
 
     # ------------------------------------------------------------------ plain and emitted tokens
 
@@ -572,8 +579,7 @@ class Generation:
                 return sure
         if len(logits) > self.vocab.n_vocab:  # a larger draft vocabulary: its extra ids cannot be verified
             logits = logits[: self.vocab.n_vocab]
-        if self.constraint is not None:  # q drawn from the masked row
-            logits = self._masked(logits, self._node_mask(tree, node))
+        logits = self._masked(logits, self._node_mask(tree, node))  # q drawn from the biased, masked row
         proposed = self._propose(tree, node)
         if self.sp.greedy:  # the draft's top-K tokens, scored by its T=1 probabilities
             ids, probs = sampling.probs_sparse(logits, 1.0, 0, 1.0, 0.0, k + len(proposed))
@@ -628,7 +634,7 @@ class Generation:
                 path.append(node)
                 continue
             row = rows[node]
-            p, top, p_of = self._target_dist(self._masked(row, mask) if constrained else row)
+            p, top, p_of = self._target_dist(self._masked(row, mask))
             if draws is None or (len(draws) == 0 and not fixed):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))
                 self._note(row, emitted[-1])

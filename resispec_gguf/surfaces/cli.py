@@ -217,19 +217,28 @@ def _cmd_serve(args) -> int:
         params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
     key = server.api_key(params)  # an unreadable key file: one line, before anything else
     sock = server.listen(params.host, params.port)  # a taken port too
-    try:
-        with _load(model) as engine:
-            from ..llama.devices import summary
+    host = f"[{params.host}]" if ":" in params.host else params.host
+    loaded = []
 
-            host = f"[{params.host}]" if ":" in params.host else params.host
-            auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
-            cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-            slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
-            slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
-            print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
-                  f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
-            server.serve(engine, params, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
+    def load():
+        """On the server's loading thread, while /health answers 503 "loading model"."""
+        from ..llama.devices import summary
+
+        engine = _load(model)
+        loaded.append(engine)
+        auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
+        cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
+        slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
+        slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
+        print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
+              f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
+        return engine
+
+    try:  # the port answers at once: /health is 503 "loading model" until load returns
+        server.serve(params=params, load=load, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
     finally:
+        for engine in loaded:
+            engine.close()
         sock.close()
     return 0
 

@@ -13,11 +13,27 @@ SPECIALS = [("<|im_start|>", 3, False, False), ("<|im_end|>", 4, False, True), (
 def test_check_messages_joins_text_parts_and_defaults_content():
     msgs = cf.check_messages([
         {"role": "system", "content": None},
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}},
-                                     {"type": "text", "text": "b"}], "name": "x"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "name": "x"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
         {"role": "assistant"},
     ])
-    assert [m["content"] for m in msgs] == ["", "ab", ""] and msgs[1]["name"] == "x"
+    assert [m["content"] for m in msgs] == ["", "ab", "no", ""] and msgs[1]["name"] == "x"
+
+
+@pytest.mark.parametrize("part,says", [
+    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "an image (image_url part)"),
+    ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "audio (input_audio part)"),
+    ({"type": "file", "file": {"file_id": "f"}}, "a file (file part)"),
+    ({"type": "video", "video": {}}, "'video' is not supported"),
+    ({"text": "typeless"}, "with a type"),
+])
+def test_a_part_that_is_not_text_is_refused_never_dropped(part, says):
+    """An answer about the text alone would read as if the image (or audio, or file) had been
+    seen: the message is refused, naming the part."""
+    with pytest.raises(cf.MessageError) as e:
+        cf.check_messages([{"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}])
+    assert e.value.param == "messages[0].content[1].type" and says in str(e.value)
+    assert e.value.code == ("unsupported_value" if "type" in part else "invalid_value")
 
 
 def test_a_developer_message_is_a_system_message():

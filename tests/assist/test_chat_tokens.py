@@ -25,7 +25,7 @@ PLAIN = [
     [{"role": "user", "content": "Tell me a story."}],
     [{"role": "system", "content": "  Be brief.\n\n"}, {"role": "user", "content": "\n x y \n"},
      {"role": "assistant", "content": ""}, {"role": "user", "content": [{"type": "text", "text": "caf\u00e9 "},
-                                                                        {"type": "image_url"}]}],
+                                                                        {"type": "text", "text": "!"}]}],
 ]
 
 

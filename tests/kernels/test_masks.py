@@ -1,11 +1,12 @@
 """Token masks (masks.py): the packed layout (token i allowed iff bit i % 32 of int32 word
 i // 32 is set), ``bitmask_from_ids`` and ``mask_allows`` against it, and ``mask_logits``
-leaving allowed logits untouched and every other one at -inf, before any sampling filter."""
+leaving allowed logits untouched and every other one at -inf, before any sampling filter;
+``bias_logits`` against a naive loop."""
 
 import numpy as np
 import pytest
 
-from resispec_gguf.kernels.masks import bitmask_from_ids, mask_allows, mask_logits
+from resispec_gguf.kernels.masks import bias_arrays, bias_logits, bitmask_from_ids, mask_allows, mask_logits
 from resispec_gguf.kernels.sampling import probs_dense
 
 
@@ -90,3 +91,19 @@ def test_masking_comes_before_the_sampling_filters():
     p = probs_dense(mask_logits(row, bitmask_from_ids(allowed, len(row))), 1.0, 2)
     assert np.flatnonzero(p).tolist() == [3, 5]
     np.testing.assert_allclose(p[[3, 5]], np.exp([1.0, 0.0]) / np.exp([1.0, 0.0]).sum(), rtol=1e-6)
+
+
+def test_bias_logits_adds_each_bias_at_its_id_on_a_copy():
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal(50).astype(np.float32)
+    row.flags.writeable = False  # as the backend's rows are
+    pairs = ((0, -np.inf), (7, 2.5), (49, -100.0), (60, 3.0))  # 60: past this (draft's) vocabulary
+    out = bias_logits(row, *bias_arrays(pairs))
+    want = row.copy()
+    for tid, bias in pairs:
+        if tid < len(want):
+            want[tid] = np.float32(want[tid] + np.float32(bias))
+    assert out.dtype == np.float32 and out.shape == row.shape and out.flags.writeable
+    np.testing.assert_array_equal(out, want)
+    assert out[0] == -np.inf and not np.shares_memory(out, row)
+    assert bias_arrays(()) is None

@@ -201,6 +201,11 @@ def test_describe_and_cost_key(models, tiny_pair):
     assert info["path"] == str(tiny_pair[0]) and info["n_ctx"] == 256 and info["n_threads"] == 1
     assert info["rpc"] is None and info["flash_attn"] is False and info["llama_cpp_python"]
     assert info["devices"] == ["CPU"]  # read off llama.cpp's load log: no GPU here, -ngl 0
+    meta = info["meta"]  # what /v1/models reports, as llama.cpp's server does
+    assert meta == m.figures() and meta["n_vocab"] == m.n_vocab and set(meta) == {
+        "vocab_type", "n_vocab", "n_ctx_train", "n_embd", "n_params", "size"}
+    assert meta["n_ctx_train"] > 0 and meta["n_embd"] > 0 and 0 < meta["n_params"] and 0 < meta["size"]
+    assert meta["size"] <= tiny_pair[0].stat().st_size
     key = m.cost_key()
     assert str(tiny_pair[0]) in key and key == m.cost_key()
 

@@ -106,3 +106,41 @@ def test_pruning_regression_equal_draws_are_not_favoured():
     # sd of the estimate ~0.0055 at n ~ 3000: 0.94 would be 7 sd away
     z = (after_b[C] - 0.9 * n) / np.sqrt(n * 0.9 * 0.1)
     assert abs(z) < 4.5, f"P(C | B) = {after_b[C] / n:.4f}, exact 0.9 (z = {z:.1f})"
+
+
+# --------------------------------------------------------------------------- logit bias
+
+
+# a ban (-inf), a raise and a cut: the target's law moves, and the draft's q (biased alike)
+# still proposes tokens the target then finds banned where the draft's own row favours them
+BIAS = ((0, -np.inf), (2, 1.5), (3, -0.7))
+
+
+def _biased_case(method, temp):
+    if method == "auto":
+        engine, target, prompt, sp, dp, plain = auto_case("gpu", temp, "ample")
+    else:
+        engine, target, prompt, sp, dp, plain = tree_case(method, "budget", temp, "ample")
+    return engine, target, prompt, sp.replace(logit_bias=BIAS), dp, plain
+
+
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("method", ["none", "resispec", "auto"])
+def test_logit_bias_keeps_the_law_exact(method, temp):
+    """The bias is a fixed function of the token id, added to the target's row at every tree
+    node before the filters: the law is plain sampling's with the bias (docs/verification.md)."""
+    engine, target, prompt, sp, dp, plain = case = _biased_case(method, temp)
+    law = exact_law(target, prompt, sp, N_TOKENS)
+    assert not any(0 in s for s in law)  # banned
+    assert law != exact_law(target, prompt, sp.replace(logit_bias=()), N_TOKENS)
+    result = run_case(case, f"logit_bias/{method}/{temp}")
+    assert result["cells"] > 1
+
+
+@pytest.mark.parametrize("method", ["none", "chain", "resispec", "auto"])
+def test_greedy_with_a_logit_bias_is_the_biased_argmax_path(method):
+    engine, target, prompt, sp, dp, plain = _biased_case(method, "T1")
+    sp = sp.replace(temperature=0.0)
+    law = exact_law(target, prompt, sp, N_TOKENS)
+    assert len(law) == 1 and law != exact_law(target, prompt, sp.replace(logit_bias=()), N_TOKENS)
+    assert list(sample(engine, sp, dp, 3, plain)) == list(law)

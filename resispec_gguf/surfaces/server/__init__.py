@@ -14,8 +14,12 @@ every route but ``/health`` needs it.  Besides the OpenAI fields (``temperature`
 request may set ``top_k`` and ``min_p`` and override the draft parameters with ``method``,
 ``draws``, ``depth`` and ``budget``.  Responses (and the last chunk of a stream) carry an extra
 ``"speculative"`` object: the generation's ``Stats.as_dict()``.  The ``model`` field is
-ignored (one model is served); penalties, ``logit_bias`` and ``user`` are accepted and ignored;
-features that cannot be honoured (``n`` > 1, echo) are refused.  Chat requests may carry
+ignored (one model is served), and so is ``user``; ``logit_bias`` is honoured; what cannot be
+honoured is refused with a 400 naming it unless it asks for nothing: penalties and the other
+samplers this server does not run (``samplers``), image, audio and file parts (the model
+serves text only), ``n`` > 1, echo.  ``GET /health`` answers 503 ``{"status": "loading
+model"}`` and the other routes 503 while the models load (``serve(load=...)``, or
+``create_app(None)`` then ``attach``); ``/v1/models`` carries the model's figures (``meta``).  Chat requests may carry
 ``tools``/``tool_choice``/``parallel_tool_calls`` and ``response_format`` (``json_object``,
 ``json_schema``): ``assist.plan.plan_chat`` turns them into a prompt and a constraint, and
 calls in the reply come back as ``tool_calls`` (streamed as ``delta.tool_calls``).
@@ -44,7 +48,8 @@ request at once (``worker``).
 The modules: ``fields`` (request bodies into requests), ``worker`` (jobs, the queue,
 cancellation), ``app`` (routes, responses), ``streams`` (SSE), ``errors`` (what an error
 becomes on the wire), ``auth`` (the key), ``anthropic`` and ``responses`` (the translations),
-``assistants`` (their routes), ``ops`` (llama.cpp's utility routes) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
+``assistants`` (their routes), ``ops`` (llama.cpp's utility routes), ``samplers`` (the
+sampling fields beyond the settings) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
 logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
 ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
 ``n_ctx``, ``n_vocab``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,

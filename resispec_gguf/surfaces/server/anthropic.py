@@ -11,10 +11,12 @@ dropped), ``system`` (a string or text blocks), ``tools`` (``name``, ``descripti
 ``disable_parallel_tool_use``), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``,
 ``thinking`` (``enabled`` with ``budget_tokens``, ``disabled``, ``adaptive``),
 ``output_config.format`` (a JSON schema the text must follow), ``stream``; and this server's
-own ``min_p``, ``seed``, draft fields and ``speculative.*``.  A bad field is a 400 naming it,
-in Anthropic's error shape (``error_body``).
+own ``min_p``, ``seed``, draft fields and ``speculative.*``, and the fields ``samplers``
+checks (``logit_bias`` honoured, penalties refused), as on the chat route.  ``image`` and
+``document`` blocks are refused: the model serves text only.  A bad field is a 400 naming
+it, in Anthropic's error shape (``error_body``).
 
-May import ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
+May import ``server.errors``, ``server.fields`` and ``server.samplers``; never the engine, the app or ``llama``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import json
 import uuid
 
 from ...assist.chat_format import utf8_size
-from . import fields
+from . import fields, samplers
 from .errors import ApiError, bad, renamed
 from .streams import sse as _sse
 
@@ -31,7 +33,7 @@ __all__ = ["chat_body", "rename", "error_body", "message_object", "stop_reason",
 
 # fields passed to the chat request as they are
 _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "speculative")
+           "speculative", *samplers.FIELDS)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                 503: "overloaded_error"}
@@ -93,8 +95,8 @@ def _blocks(content, where: str) -> list[dict]:
 def _unsupported(block: dict, where: str):
     kind = block["type"][:40]
     if kind in ("image", "document", "search_result"):
-        return bad(f"{where} is an {kind} block: this server serves a text model", f"{where}.type",
-                   "unsupported_value")
+        return bad(f"{where} is an {kind} block: the model serves text only (this server has no vision or "
+                   "document input); send text blocks", f"{where}.type", "unsupported_value")
     return bad(f"{where}.type {kind!r} is not supported here", f"{where}.type", "unsupported_value")
 
 

@@ -19,6 +19,7 @@ import contextlib
 import errno
 import logging
 import socket
+import threading
 import time
 from typing import Callable
 
@@ -58,9 +59,13 @@ async def _wait_disconnect(receive) -> None:
 
 
 class _Server:
-    def __init__(self, engine, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams,
+    """The app's state: its settings from the start, its engine once ``attach`` gives it (until
+    then every route but ``/health`` answers 503, ``loading``)."""
+
+    def __init__(self, params: ServerParams, draft_params: DraftParams, sampling_defaults: SamplingParams,
                  reasoning: ReasoningParams):
-        self.engine = engine
+        self.engine = None
+        self.worker: Worker | None = None
         self.reasoning = reasoning
         self.model_name = params.model_name or "resispec-gguf"
         self.draft_params = draft_params
@@ -69,13 +74,21 @@ class _Server:
         self.max_queue = params.max_queue
         self.metrics = Metrics()
         self.responses = ResponseStore()
-        self.worker = Worker(getattr(engine, "n_slots", 1))
         self.tokenizer = concurrent.futures.ThreadPoolExecutor(TOKENIZER_THREADS,
                                                                thread_name_prefix="resispec-tokenize")
+        self.created = int(time.time())
+
+    def attach(self, engine) -> None:
+        """Serve ``engine`` from now on (``UserError`` when the draft parameters cannot run on
+        it); any thread may call this, once."""
+        engine.check_draft_params(self.draft_params)
+        self.worker = Worker(getattr(engine, "n_slots", 1))
         self.n_ctx = int(engine.n_ctx)
+        self.n_vocab = int(engine.n_vocab)
         self.max_prompt_bytes = int(engine.max_prompt_bytes)  # scans the vocabulary once, now
         self.has_fim = engine.fim_tokens is not None
-        self.created = int(time.time())
+        self.meta = _meta(engine, self.n_ctx, self.worker.slots)
+        self.engine = engine  # last: a request sees no engine or a ready one
 
     @staticmethod
     def _check_json(request: Request) -> None:
@@ -87,16 +100,21 @@ class _Server:
             raise ApiError(415, f"the Content-Type must be application/json, got {media_type[:60] or 'none'!r}",
                            code="unsupported_media_type")
 
-    def endpoint(self, fn: Callable, needs_key: bool = True, shape: Callable | None = None) -> Callable:
-        """``fn`` as a route: the key checked (``needs_key``), POST bodies JSON, and an
-        ``ApiError`` (or anything unexpected, logged) answered as ``shape`` makes it (default:
-        OpenAI's error object)."""
+    def endpoint(self, fn: Callable, needs_key: bool = True, shape: Callable | None = None,
+                 loading: bool = False) -> Callable:
+        """``fn`` as a route: the key checked (``needs_key``), POST bodies JSON, a 503 while
+        the models load (unless ``loading``: ``fn`` answers then too), and an ``ApiError`` (or
+        anything unexpected, logged) answered as ``shape`` makes it (default: OpenAI's error
+        object)."""
         shape = shape or ApiError.response
 
         async def handler(request: Request) -> Response:
             try:
                 if needs_key:
                     auth.check(request.headers, self.api_key)
+                if self.engine is None and not loading:
+                    raise ApiError(503, "the model is loading; retry shortly (GET /health says when it is ready)",
+                                   code="model_loading", headers={"Retry-After": "1"})
                 if request.method == "POST":
                     self._check_json(request)
                 return await fn(request)
@@ -142,6 +160,8 @@ class _Server:
         return False, None
 
     async def health(self, request: Request) -> Response:
+        if self.engine is None:
+            return JSONResponse({"status": "loading model"}, status_code=503, headers={"Retry-After": "1"})
         body = {"status": "ok", "slots": self.worker.load()}
         ram = getattr(self.engine, "prompt_cache", None)
         if ram is not None:  # the RAM prompt cache (--cache-ram); read racily, as a gauge
@@ -150,7 +170,8 @@ class _Server:
         return JSONResponse(body)
 
     def _model_card(self) -> dict:
-        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf"}
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf",
+                "meta": self.meta}
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [self._model_card()]})
@@ -179,7 +200,7 @@ class _Server:
     def parse(self, body: dict, kind: str) -> fields.Request:
         """``fields.parse`` with this server's settings."""
         return fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx,
-                            self.reasoning)
+                            self.reasoning, self.n_vocab)
 
     async def _complete(self, request: Request, kind: str) -> Response:
         req = self.parse(await self.read_body(request), kind)
@@ -285,6 +306,16 @@ class _Server:
         return relay(job, event, chunks, OpenAISink())
 
 
+def _meta(engine, n_ctx: int, slots: int) -> dict:
+    """``/v1/models``' ``meta`` (llama.cpp's server's per-model figures): the target's own
+    (``n_vocab``, ``n_ctx_train``, ``n_params``, ``size``, ...), the context each request gets
+    (``n_ctx``), the slots, and the draft model's figures (None without one)."""
+    info = engine.info() if hasattr(engine, "info") else {}
+    target, draft = info.get("target") or {}, info.get("draft")
+    return {**target.get("meta", {}), "n_ctx": n_ctx, "n_slots": slots,
+            "draft": draft.get("meta", {}) if draft else None}
+
+
 def _server_params(params: ServerParams | None, settings: dict) -> ServerParams:
     if params is not None and settings:
         raise TypeError("give a ServerParams or its fields as arguments, not both")
@@ -302,7 +333,9 @@ def create_app(
 ) -> Starlette:
     """The Starlette app serving ``engine`` as ``params`` (a ``config.ServerParams``, or its
     fields as arguments: ``model_name``, ``api_key``, ``api_key_file``, ``max_queue``,
-    ``cors_origins``) say.
+    ``cors_origins``) say.  ``engine`` None: the app answers while the models load —
+    ``/health`` 503 ``{"status": "loading model"}``, every other route 503 ``model_loading`` —
+    until ``app.state.resispec.attach(engine)`` (which ``serve``'s ``load`` does).
 
     ``draft_params``/``sampling_defaults``/``reasoning`` (a reasoning model's thinking:
     ``config.ReasoningParams``) apply to every request unless it overrides them;
@@ -319,8 +352,9 @@ def create_app(
     params = _server_params(params, settings)
     draft_params = draft_params if draft_params is not None else DraftParams()
     sampling_defaults = sampling_defaults if sampling_defaults is not None else SamplingParams()
-    engine.check_draft_params(draft_params)
-    srv = _Server(engine, params, draft_params, sampling_defaults, reasoning or ReasoningParams())
+    srv = _Server(params, draft_params, sampling_defaults, reasoning or ReasoningParams())
+    if engine is not None:
+        srv.attach(engine)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -328,7 +362,8 @@ def create_app(
             yield
         finally:
             srv.tokenizer.shutdown(wait=False, cancel_futures=True)
-            await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
+            if srv.worker is not None:
+                await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
@@ -336,7 +371,7 @@ def create_app(
                         headers=exc.headers).response()
 
     routes = [
-        Route("/health", srv.endpoint(srv.health, needs_key=False), methods=["GET"]),
+        Route("/health", srv.endpoint(srv.health, needs_key=False, loading=True), methods=["GET"]),
         Route("/v1/models", srv.endpoint(srv.models), methods=["GET"]),
         Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
         Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
@@ -377,21 +412,46 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(engine, params: ServerParams | None = None, *, sock: socket.socket | None = None,
-          draft_params: DraftParams | None = None, sampling_defaults: SamplingParams | None = None,
-          reasoning: ReasoningParams | None = None, **settings) -> None:
+def serve(engine=None, params: ServerParams | None = None, *, load: Callable | None = None,
+          sock: socket.socket | None = None, draft_params: DraftParams | None = None,
+          sampling_defaults: SamplingParams | None = None, reasoning: ReasoningParams | None = None,
+          **settings) -> None:
     """Serve ``engine`` with uvicorn until interrupted, on ``params``' host and port (or
-    ``sock``, a socket from ``listen``); the rest as ``create_app``.  When this returns no
-    request uses the engine any more, so the caller may close it."""
+    ``sock``, a socket from ``listen``); the rest as ``create_app``.  Or give ``load``, a
+    function returning the engine, instead: the server answers at once (``/health`` 503
+    ``{"status": "loading model"}``) while ``load`` runs on a thread of its own, and serves
+    the engine from when it returns; an exception it raises stops the server and is raised
+    here.  Stopped while loading, this waits for ``load`` to return.  When this returns no
+    request uses the engine any more, so the caller may close it (``load``'s engine too)."""
     import uvicorn
 
+    if (engine is None) == (load is None):
+        raise TypeError("give serve an engine or a load function, not both")
     params = _server_params(params, settings)
     app = create_app(engine, params, draft_params=draft_params, sampling_defaults=sampling_defaults,
                      reasoning=reasoning)
+    srv = app.state.resispec
     sock = sock if sock is not None else listen(params.host, params.port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    failed: list[BaseException] = []
+
+    def loading() -> None:
+        try:
+            srv.attach(load())
+        except BaseException as e:  # SystemExit too: the caller's to raise, on its thread
+            failed.append(e)
+            server.should_exit = True
+
+    loader = threading.Thread(target=loading, name="resispec-load", daemon=True) if load is not None else None
     try:
+        if loader is not None:
+            loader.start()
         server.run(sockets=[sock])
     finally:
+        if loader is not None:
+            loader.join()  # the model finishes loading (a second Ctrl-C leaves at once)
         sock.close()
-        app.state.resispec.worker.shutdown()
+        if srv.worker is not None:
+            srv.worker.shutdown()
+    if failed:
+        raise failed[0]

@@ -2,7 +2,7 @@
 ``{"error": {"message", "type", "param", "code"}}``) and the one mapping from an error
 (``user_error``) or a job's final event (``event_error``) to it.
 
-May import ``errors`` and ``assist`` (the error types it maps); never the engine or
+May import ``errors``, ``config`` and ``assist`` (the error types it maps); never the engine or
 ``llama``, nor the other server modules.
 """
 
@@ -13,6 +13,7 @@ import re
 from starlette.responses import JSONResponse
 
 from ...assist.grammar import GrammarError
+from ...config import ConfigError
 from ...errors import ConstraintError, ContextFullError, FieldError, UserError
 
 __all__ = ["ApiError", "bad", "internal", "cancelled", "user_error", "event_error", "failure_error", "failure_body",
@@ -64,7 +65,9 @@ def user_error(exc: UserError, req) -> ApiError:
     if isinstance(exc, GrammarError):
         return bad(str(exc), exc.param or req.constraint_param, "invalid_value")
     if isinstance(exc, FieldError):
-        return bad(str(exc), exc.param, "invalid_value")
+        return bad(str(exc), exc.param, exc.code)
+    if isinstance(exc, ConfigError):  # a setting the engine checks (logit_bias against the vocabulary)
+        return bad(str(exc), exc.field, "invalid_value")
     return bad(str(exc))
 
 

@@ -3,10 +3,11 @@ type-checked here and turned into a ``Request`` (settings dataclasses, the promp
 options), or refused with a 400 naming the field.
 
 Prompts that cannot fit the context whatever their text (more UTF-8 bytes than the limit)
-are refused here, before anything is tokenized.  Ranges are the settings' own
-(``config``; a ``ConfigError`` names its field).  May import ``config``, ``errors``,
-``assist`` (message and option checks) and ``server.errors``; never the engine, ``llama``,
-the worker or the app.
+are refused here, before anything is tokenized, and so are the samplers this server does not
+run; ``logit_bias`` is checked against the vocabulary (``samplers``).  Ranges are the
+settings' own (``config``; a ``ConfigError`` names its field).  May import ``config``,
+``errors``, ``assist`` (message and option checks), ``server.errors`` and
+``server.samplers``; never the engine, ``llama``, the worker or the app.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ...assist.chat_format import Messages, check_messages, utf8_size
 from ...assist.plan import ChatOptions, check_chat_options
 from ...config import ConfigError, DraftParams, ReasoningParams, SamplingParams
 from ...errors import FieldError
+from . import samplers
 from .errors import ApiError, bad
 
 __all__ = ["Infill", "Request", "parse", "parse_json", "parse_tokenize", "parse_detokenize", "integer", "number",
@@ -72,16 +74,18 @@ class Request:
 
 
 def parse(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int,
-          rp0: ReasoningParams | None = None) -> Request:
+          rp0: ReasoningParams | None = None, n_vocab: int | None = None) -> Request:
     """A ``kind`` ("chat", "completion" or "infill") request from its JSON body, or the 400
     naming its first bad field.  ``sp0``/``dp0``/``rp0``: the server's settings, which fields
-    override; ``limit``: prompts of more UTF-8 bytes cannot fit ``n_ctx`` tokens."""
+    override; ``limit``: prompts of more UTF-8 bytes cannot fit ``n_ctx`` tokens;
+    ``n_vocab``: ``logit_bias`` may name tokens below it (None: the engine checks)."""
     try:
+        samplers.refuse_unhonoured(body)
         if kind == "infill":
-            return _parse_infill(body, sp0, dp0, limit, n_ctx)
-        return _parse_request(body, kind, sp0, dp0, limit, n_ctx, rp0)
+            return _parse_infill(body, sp0, dp0, limit, n_ctx, n_vocab)
+        return _parse_request(body, kind, sp0, dp0, limit, n_ctx, rp0, n_vocab)
     except FieldError as e:  # messages, tools, response_format, text that is not Unicode
-        raise bad(str(e), e.param, "invalid_value") from None
+        raise bad(str(e), e.param, e.code) from None
 
 
 def _reject_constant(name: str):
@@ -287,10 +291,11 @@ def _input_extra(body: dict, limit: int, n_ctx: int) -> tuple:
     return tuple(out)
 
 
-def _sampling_fields(body: dict) -> dict:
+def _sampling_fields(body: dict, n_vocab: int | None) -> dict:
     """The sampling settings a request may set (None: not given), type-checked; their ranges
     are the settings' own."""
     return {
+        "logit_bias": samplers.logit_bias(body, n_vocab),
         "temperature": _number(body, "temperature"),
         "top_p": _number(body, "top_p"),
         "min_p": _number(body, "min_p"),
@@ -378,13 +383,13 @@ def _stream_fields(body: dict) -> tuple[bool, bool]:
 
 
 def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int,
-                   rp0: ReasoningParams | None = None) -> Request:
+                   rp0: ReasoningParams | None, n_vocab: int | None) -> Request:
     """A chat or completion request: every field, in a fixed order (the first bad one is
     named)."""
     chat = kind == "chat"
     _refuse_unsupported(body, chat)
     prompt = _chat_prompt(body, limit, n_ctx) if chat else _completion_prompt(body, limit, n_ctx)
-    sampling = {**_sampling_fields(body), "max_tokens": _integer(body, "max_tokens", MAX_TOKENS_LIMIT)}
+    sampling = {**_sampling_fields(body, n_vocab), "max_tokens": _integer(body, "max_tokens", MAX_TOKENS_LIMIT)}
     renamed = {}
     if chat and (mct := _integer(body, "max_completion_tokens", MAX_TOKENS_LIMIT)) is not None:
         sampling["max_tokens"] = mct
@@ -402,12 +407,14 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     return Request(kind, prompt, sp, dp, stream, include_usage, options, logprobs=_logprobs_option(body, chat))
 
 
-def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int) -> Request:
+def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int, n_ctx: int,
+                  n_vocab: int | None) -> Request:
     """llama.cpp's ``/infill`` fields: ``input_prefix``, ``input_suffix`` (required),
     ``input_extra``, ``prompt`` (text after the prefix), ``n_predict`` (-1: until the context
     is full), ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``,
-    ``stream``, ``response_fields``, and this server's draft parameters.  Other llama.cpp
-    fields (``n_indent``, ``samplers``, ``cache_prompt``, ``t_max_*_ms``, ...) are ignored."""
+    ``logit_bias``, ``stream``, ``response_fields``, and this server's draft parameters.  The
+    samplers it does not run are refused (``samplers``); other llama.cpp fields (``n_indent``,
+    ``samplers``, ``cache_prompt``, ``t_max_*_ms``, ...) are ignored."""
     prefix = _text_field(body, "input_prefix", limit, n_ctx, required=True)
     suffix = _text_field(body, "input_suffix", limit, n_ctx, required=True)
     middle = _text_field(body, "prompt", limit, n_ctx, required=False) or ""
@@ -418,7 +425,7 @@ def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int,
     fields = body.get("response_fields")
     if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
         raise bad("response_fields must be a list of strings", "response_fields", "invalid_type")
-    sampling = {**_sampling_fields(body), "max_tokens": n_ctx if n_predict == -1 else n_predict}
+    sampling = {**_sampling_fields(body, n_vocab), "max_tokens": n_ctx if n_predict == -1 else n_predict}
     draft, renamed = _draft_fields(body)
     sp, dp = _settings(sp0, dp0, sampling, draft, {"max_tokens": "n_predict", **renamed})
     prompt = Infill(prefix, suffix, middle, extra, repo_level=True)

@@ -13,11 +13,12 @@ Request: ``input`` (a string, or items: messages with ``input_text``/``output_te
 and ``previous_response_id``: a stored response's conversation (its input and output, not
 its instructions) goes before this input.  ``ResponseStore`` keeps the last
 ``STORED_RESPONSES`` stored responses in memory, first in first out.  This server's own
-``top_k``, ``min_p``, ``seed``, draft fields and ``speculative.*`` pass through.  Hosted tools,
-files, images, ``conversation``, ``prompt`` and ``background`` are refused with a 400 naming
-the field.
+``top_k``, ``min_p``, ``seed``, draft fields and ``speculative.*`` pass through, and so do
+the fields ``samplers`` checks (``logit_bias`` honoured, penalties refused).  Hosted tools,
+files, images (``input_image``, ``input_file``: the model serves text only),
+``conversation``, ``prompt`` and ``background`` are refused with a 400 naming the field.
 
-May import ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
+May import ``server.errors``, ``server.fields`` and ``server.samplers``; never the engine, the app or ``llama``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 import uuid
 
 from ...assist.chat_format import utf8_size
-from . import fields
+from . import fields, samplers
 from .errors import ApiError, bad, renamed
 from .streams import sse as _sse
 
@@ -37,7 +38,7 @@ __all__ = ["STORED_RESPONSES", "ResponseStore", "Turn", "chat_body", "rename", "
 
 STORED_RESPONSES = 256
 _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "speculative", "parallel_tool_calls")
+           "speculative", "parallel_tool_calls", *samplers.FIELDS)
 _REFUSED = {"conversation": "conversations are not kept here; chain turns with previous_response_id",
             "prompt": "stored prompt templates are not supported", "background": "background responses are not supported"}
 _STATIC_NAMES = [
@@ -115,8 +116,8 @@ def _parts(content, where: str) -> str:
         elif kind == "refusal":
             texts.append(_text(part.get("refusal"), f"{w}.refusal"))
         elif isinstance(kind, str):
-            raise bad(f"{w}.type {kind[:40]!r} is not supported: this server serves a text model", f"{w}.type",
-                      "unsupported_value")
+            raise bad(f"{w}.type {kind[:40]!r} is not supported: the model serves text only (this server has no "
+                      "vision, audio or file input); send input_text parts", f"{w}.type", "unsupported_value")
         else:
             raise bad(f"{w} must be a content part object with a type", w, "invalid_type")
     return "".join(texts)
