@@ -38,6 +38,7 @@ from ..kernels.verify import verify, verify_greedy
 from .autotune import Auto
 from .calibration import FORCED_BIN
 from .forced import ForcedTokens, only_token
+from .candidates import FixedScores, without
 from .memory import Memory, MemoryDrafts
 from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
@@ -49,8 +50,6 @@ __all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
 
 _PLAIN = DraftParams(method="none")
 _NO_DRAWS = np.empty(0, np.int64)
-# score factor of a lookup candidate under the fixed methods (auto learns its own)
-_LOOKUP_WEIGHT = 0.5
 # a target p with more tokens than this is verified densely
 _SPARSE_P_MAX = 4096
 # pending draft tokens past which the draft is re-synced instead of fed them as a chain
@@ -97,40 +96,6 @@ class Commit:
     draft: list[int] | None = None
 
 
-def _without(ids: np.ndarray, probs: np.ndarray, fixed: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """q with the node's deterministic candidates removed and renormalised: the law a node's
-    draws come from when candidates are tried first.  The verifier's target after their
-    rejection gives them nothing, so a draw landing on one would be wasted; q without them
-    is fixed before the draws (the candidates are), so it is a law like any other for the
-    draws (``docs/verification.md``).  Empty when q has no mass elsewhere."""
-    keep = ~np.isin(ids, fixed)
-    if keep.all():
-        return ids, probs
-    ids, probs = ids[keep], probs[keep]
-    total = probs.sum()
-    if not total > 0.0:
-        return ids[:0], probs[:0]
-    return ids, probs / total
-
-
-class _FixedScores:
-    """Candidate scores under a fixed method: the draft's probabilities (EAGLE-2), the
-    context's and memory's candidates raised by ``_LOOKUP_WEIGHT`` (the first) and half as
-    much (the others); nothing learnt."""
-
-    @staticmethod
-    def weights(qx: dict, fixed: list, k: int) -> tuple[dict, None]:
-        w = dict(qx)
-        for i, (x, _bin) in enumerate(fixed):
-            lift = _LOOKUP_WEIGHT if i == 0 else _LOOKUP_WEIGHT / 2
-            w[x] = 1.0 - (1.0 - lift) * (1.0 - w.get(x, 0.0))
-        return w, None
-
-    @staticmethod
-    def lookup_worth(fixed: list, probs) -> list:
-        return fixed
-
-
 class Generation:
     """One request: its RNG, constraint, text assembly and stats; plans and absorbs steps.
 
@@ -147,7 +112,7 @@ class Generation:
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
         self.auto = auto
-        self.scores = auto if auto is not None else _FixedScores()
+        self.scores = auto if auto is not None else FixedScores()
         self.plan_ = None  # auto's StepPlan for the current step
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -591,8 +556,8 @@ class Generation:
             return Draw(ids, None, w, tuple(x for x, _ in fixed), (guess, fixed, proposed))
         ids, probs = self._q(logits)
         fixed = self.scores.lookup_worth(proposed, probs)
-        if fixed:  # draw from q without the candidates (``_without``)
-            ids, probs = _without(ids, probs, [x for x, _ in fixed])
+        if fixed:  # draw from q without the candidates (``candidates.without``)
+            ids, probs = without(ids, probs, [x for x, _ in fixed])
             if not ids.shape[0]:  # the draft saw nothing but the candidates: they alone are tried
                 w, guess = self.scores.weights({}, fixed, k)
                 return Draw(_NO_DRAWS, None, w, tuple(x for x, _ in fixed), (guess, fixed, proposed))
