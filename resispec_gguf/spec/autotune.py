@@ -67,6 +67,12 @@ from .calibration import FORCED_BIN, MEMORY_BINS, Calibration, lookup_bin  # noq
 from .costs import CostCurve, cost_table
 from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
 
+# pending draft tokens past which the draft is brought up to date by one prefill (a re-sync)
+# instead of being fed them as a chain in the step's first draft call
+DRAFT_CATCH_UP = 32
+# output tokens a catch-up is judged over, at most (what it costs must be won back within them)
+CATCH_UP_HORIZON = 256
+
 # --------------------------------------------------------------------------- the arms
 
 
@@ -236,10 +242,44 @@ class AutoTuner:
 
     # -------------------------------------------------------------- choice per step
 
-    def choose(self, pending: int = 1, forced: int = 0) -> StepPlan | None:
+    def catch_up_s(self, pending: int) -> float:
+        """Predicted seconds for the draft to read ``pending`` tokens it lacks, in chunks of
+        ``TABLE_ROWS``."""
+        if self.draft is None:
+            return float("inf")
+        full, rest = divmod(int(pending), TABLE_ROWS)
+        return full * self.draft(TABLE_ROWS) + self.draft(rest)
+
+    def catch_up_pays(self, pending: int, remaining: int) -> bool:
+        """Whether bringing a draft ``pending`` tokens behind up to date pays within the
+        reply's next ``min(remaining, CATCH_UP_HORIZON)`` tokens: the best draft arm's rate
+        (its learnt rate if it ran, else its projection on the footing of what ran) against
+        the best without the draft (plain, or the lookup arm's learnt rate), the seconds it
+        would save there against ``catch_up_s``."""
+        drafted = {n: a for n, a in self.arms.items() if n != "lookup"}
+        if not drafted:
+            return False
+        lookup = self.arms.get("lookup")
+        without = max(self.plain_rate * self.margin, lookup.rate if lookup is not None and lookup.steps else 0.0)
+        best = max(a.rate if a.steps else self.expected_case(n, 1) * self.footing() for n, a in drafted.items())
+        if best <= without:
+            return False
+        horizon = min(max(int(remaining), 0), CATCH_UP_HORIZON)
+        return horizon * (1.0 / without - 1.0 / best) > self.catch_up_s(pending)
+
+    def choose(self, pending: int = 1, forced: int = 0, remaining: int = CATCH_UP_HORIZON) -> StepPlan | None:
         """The next step's plan, or None for a plain step.  ``forced``: the tokens the
-        constraint forces at the step's root (0: none, or no constraint)."""
-        drafted = [a for n, a in self.arms.items() if n != "lookup"]
+        constraint forces at the step's root (0: none, or no constraint).  ``pending``: the
+        tokens the draft has not read; past ``DRAFT_CATCH_UP`` (a lazy start, a long plain
+        stretch) a draft step first brings it up to date, so draft arms are considered only
+        where that pays within the ``remaining`` tokens the reply may still have
+        (``catch_up_pays``), and a step of theirs is then planned from an up-to-date draft."""
+        arms = self.arms
+        if pending > DRAFT_CATCH_UP:
+            if not self.catch_up_pays(pending, remaining):
+                arms = {n: a for n, a in self.arms.items() if n == "lookup"}
+            pending = 1
+        drafted = [a for n, a in arms.items() if n != "lookup"]
         if forced and self.grammar is not None and (not drafted or any(a.steps for a in drafted)):
             # against what the draft arms have shown (their rates, waiting or not: a draft tree
             # continues past the forced run, through the free tokens after it); before any has
@@ -255,24 +295,24 @@ class AutoTuner:
         # at the start the first arm (the chain: it learns the draft's acceptance exactly at
         # every node) is probed once; every other only if what has been learnt promises that
         # it beats what ran
-        ran = max([self.plain_rate * self.margin] + [a.rate for a in self.arms.values() if a.steps])
-        first = next(iter(self.arms), None)
-        for name, arm in self.arms.items():
+        ran = max([self.plain_rate * self.margin] + [a.rate for a in arms.values() if a.steps])
+        first = next(iter(arms), None)
+        for name, arm in arms.items():
             if arm.steps == 0 and not arm.due and arm.wait == 0:
                 if name == first or self.expected_case(name, pending) * self.footing() > ran:
                     return self._plan(name, pending, f"probe {name}")
                 arm.wait = arm.backoff  # judged again when its wait runs out
         # an arm that lost its last step waits a stretch (doubling after each loss) while the
         # others, or plain decoding, run; then it is due to be tried again
-        for arm in self.arms.values():
+        for arm in arms.values():
             if arm.wait > 0:
                 arm.wait -= 1
                 arm.due = arm.wait == 0
         best, best_rate = None, self.plain_rate * self.margin
-        for name, arm in self.arms.items():
+        for name, arm in arms.items():
             if arm.wait == 0 and not arm.due and arm.rate > best_rate:
                 best, best_rate = name, arm.rate
-        for name, arm in self.arms.items():
+        for name, arm in arms.items():
             if not arm.due:
                 continue
             # chain and lookup acceptances are learnt whatever runs, and so is a tree's wherever
@@ -292,7 +332,7 @@ class AutoTuner:
             arm.due = False  # what it has learnt says it cannot win: wait the next stretch out too
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
-        for name, arm in self.arms.items():  # the losers wait for their next try
+        for name, arm in arms.items():  # the losers wait for their next try
             if name != best and arm.wait == 0:
                 arm.wait = arm.backoff
         if best is not None:
@@ -465,9 +505,9 @@ class Auto:
         """Whether any of its steps may call the draft model (``AutoTuner.drafts``)."""
         return self.tuner.drafts
 
-    def choose(self, pending: int, forced: int = 0) -> StepPlan | None:
+    def choose(self, pending: int, forced: int = 0, remaining: int = CATCH_UP_HORIZON) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
-        return self.tuner.choose(pending, forced)
+        return self.tuner.choose(pending, forced, remaining)
 
     def share_step(self, background: Background | None) -> None:
         """The next plans grow their trees within a step that also serves the requests

@@ -35,7 +35,7 @@ from ..config import MAX_TREE_NODES, DraftParams, SamplingParams
 from ..errors import ConstraintFault, ContextFullError
 from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
-from .autotune import Auto
+from .autotune import DRAFT_CATCH_UP, Auto
 from .calibration import FORCED_BIN
 from .forced import ForcedTokens, only_token
 from .candidates import FixedScores, without
@@ -52,8 +52,6 @@ _PLAIN = DraftParams(method="none")
 _NO_DRAWS = np.empty(0, np.int64)
 # a target p with more tokens than this is verified densely
 _SPARSE_P_MAX = 4096
-# pending draft tokens past which the draft is re-synced instead of fed them as a chain
-_DRAFT_CATCH_UP = 32
 
 
 @dataclass(frozen=True)
@@ -165,13 +163,21 @@ class Generation:
         if len(self.prompt) + 1 > n_ctx:
             raise ContextFullError(f"the prompt ({len(self.prompt)} tokens) does not fit the context ({n_ctx} tokens)")
 
-    def started(self, reused: int, seconds: float) -> None:
-        """The prompt is in the models' caches (``reused`` of its tokens were already)."""
+    @property
+    def lazy_draft(self) -> bool:
+        """Whether the draft may be left without the prompt at the start (``auto`` brings it
+        up to date when a step first calls it, and only where that pays: ``AutoTuner.choose``);
+        a loop that does so says ``started(..., draft_synced=False)``."""
+        return self.auto is not None and self.uses_draft
+
+    def started(self, reused: int, seconds: float, draft_synced: bool = True) -> None:
+        """The prompt is in the target's cache (``reused`` of its tokens were already), and in
+        the draft's unless ``draft_synced`` is False (``lazy_draft``)."""
         self.stats.prompt_reused = reused
         self.stats.prompt_tokens = len(self.prompt)
         self.stats.prompt_time = seconds
         if self.uses_draft:
-            self.draft_pending = [self.prompt[-1]]
+            self.draft_pending = [self.prompt[-1]] if draft_synced else list(self.prompt)
 
     def plan(self, room: Room) -> Generator[DraftSync | Decode, Sequence, Decode | None]:
         """This step's draft calls (yielded; send back each ``Decode``'s rows, None after a
@@ -188,7 +194,7 @@ class Generation:
                 self.forced.new_step()
         if self.auto is not None:
             forced = len(self.forced.tokens(())) if self.forced is not None else 0
-            self.plan_ = self.auto.choose(len(self.draft_pending), forced)
+            self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out))
             self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
         self._tree, self._draft_index = None, None
         if self.dp.method == "none":
@@ -200,7 +206,7 @@ class Generation:
             kind = "draft" if self.has_draft and self.dp.use_draft else "lookup"
         self._kind = kind
         draft_past = room.draft_past
-        if kind == "draft" and len(self.draft_pending) > _DRAFT_CATCH_UP:  # after plain steps
+        if kind == "draft" and len(self.draft_pending) > DRAFT_CATCH_UP:  # after plain steps, or a lazy start
             seq = self.prompt + self.out
             yield DraftSync(seq)
             draft_past = len(seq) - 1

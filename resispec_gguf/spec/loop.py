@@ -27,14 +27,16 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cance
     what a new prompt evicts is saved there, and a prompt found there is restored."""
     gen.check_fits(target.n_ctx)
     t0 = time.perf_counter()
+    # under auto the draft reads the prompt only when a step first calls it (``lazy_draft``)
+    eager = gen.uses_draft and not gen.lazy_draft
     if ram is not None:
         reuse_slot(ram, target, "target", 0, gen.prompt[:-1])
-        if gen.uses_draft:
+        if eager:
             reuse_slot(ram, draft, "draft", 0, gen.prompt[:-1])
     reused = target.sync_prefix(gen.prompt)
-    if gen.uses_draft:
+    if eager:
         draft.sync_prefix(gen.prompt)
-    gen.started(reused, time.perf_counter() - t0)
+    gen.started(reused, time.perf_counter() - t0, draft_synced=eager or not gen.uses_draft)
     t_start = time.perf_counter()
     try:
         try:
@@ -76,8 +78,10 @@ def _draft_calls(plan, draft: ModelBackend | None, stats) -> Decode | None:
     try:
         call = next(plan)
         while True:
-            if isinstance(call, DraftSync):
+            if isinstance(call, DraftSync):  # a catch-up: the draft's share of prompt work
+                t = time.perf_counter()
                 draft.sync_prefix(call.tokens)
+                stats.draft_sync_time += time.perf_counter() - t
                 call = plan.send(None)
                 continue
             t = time.perf_counter()

@@ -42,6 +42,7 @@ class Stats:
     accepted_by_depth: list[int] = field(default_factory=list)
     reached_by_depth: list[int] = field(default_factory=list)
     draft_time: float = 0.0
+    draft_sync_time: float = 0.0  # the draft catching up: a prompt it skipped at a lazy start, or after plain steps
     target_time: float = 0.0
     total_time: float = 0.0
     steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" / "grammar" -> steps
@@ -51,7 +52,7 @@ class Stats:
 
     @property
     def overhead_time(self) -> float:
-        return max(0.0, self.total_time - self.draft_time - self.target_time)
+        return max(0.0, self.total_time - self.draft_time - self.draft_sync_time - self.target_time)
 
     @property
     def tau(self) -> float | None:
@@ -92,7 +93,7 @@ class Stats:
 
     def merge(self, other: "Stats") -> None:
         for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "eos_tokens", "steps", "target_calls",
-                     "draft_calls", "tree_nodes", "draft_time", "target_time", "total_time"):
+                     "draft_calls", "tree_nodes", "draft_time", "draft_sync_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.mask_seconds += other.mask_seconds
         for mine, theirs in ((self.steps_by_kind, other.steps_by_kind), (self.tokens_by_kind, other.tokens_by_kind)):
@@ -122,6 +123,7 @@ class Stats:
             "reached_by_depth": list(self.reached_by_depth),
             "nodes_per_step": self.nodes_per_step,
             "draft_time_s": self.draft_time,
+            "draft_sync_time_s": self.draft_sync_time,
             "target_time_s": self.target_time,
             "overhead_time_s": self.overhead_time,
             "total_time_s": self.total_time,
