@@ -21,7 +21,7 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
-from .spec import autotune, costs, loop
+from .spec import autotune, costs, loop, suffix
 from .spec import batch as batching
 from .spec.memory import Memory, vocab_key
 from .spec.promptcache import PromptCache
@@ -159,7 +159,7 @@ class Engine:
         ``report(done, total)`` callback, or True for a "preparing kernels" bar on stderr,
         erased when done, when stderr is a terminal (a script's or a server's log gets no
         bar)."""
-        steps = [*warmup.warm_ups(), autotune.warm_up, self._auto_curves, self._auto_row_seconds]
+        steps = [*warmup.warm_ups(), autotune.warm_up, suffix.warm_up, self._auto_curves, self._auto_row_seconds]
         report = progress_steps("preparing kernels") if progress is True else progress or None
         if report:
             report(0, len(steps))

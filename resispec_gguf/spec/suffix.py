@@ -479,3 +479,8 @@ def warm_up() -> None:
     index.top(cursor, 2)
     index.top(cursor, _k.TOP_CACHED + 1)
     index.remove(2)
+    # a long sequence makes the node table, the hash and the arena grow (rehash, has_room)
+    grown = SuffixIndex(max_depth=8)
+    grown.add(0, (np.arange(6000) * 7919 % 5003).tolist())
+    grown.extend(0, [1, 2, 3])
+    grown.top(grown.match([1, 2]), 3)

@@ -93,7 +93,7 @@ _CHILD = textwrap.dedent("""
 HOT = {
     "topk._scan_top", "topk._top_k_ids", "sampling._probs_row", "sampling._probs_sparse",
     "draws._sample_iid", "draws._sample_iid_q", "draws._sample_without_replacement", "draws._sample_dense",
-    "draws._sample_by_id", "verify._verify", "verify._verify_with_candidate", "verify._verify_sparse",
+    "draws._sample_by_id", "verify._verify", "verify._verify_with_candidates", "verify._verify_sparse",
     "acceptance._acceptance_profile", "acceptance._draw_chances", "acceptance._common_mins", "acceptance._values_at",
     "masks._apply_mask",
 }

@@ -47,7 +47,7 @@ def test_one_option_per_setting_with_its_flags_default_and_help(cls):
 
 def test_fields_without_flags_get_none():
     assert {f.name for f in dataclasses.fields(DraftParams)} - {f.name for f in config.settings(DraftParams)} \
-        == {"use_draft"}
+        == {"use_draft", "use_memory"}  # use_memory: per request (--memory-size 0 for a whole run)
     assert "use_draft" not in _options(_parser(DraftParams))
     assert "n_batch" not in _options(_parser(ModelParams))
 
