@@ -60,8 +60,8 @@ def engine(tiny_pair):
     from resispec_gguf.engine import Engine
 
     with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=512, n_threads=1, flash_attn=False,
-                     progress=False) as e:
-        yield e
+                     progress=False, memory_size=0) as e:
+        yield e  # no memory of past answers: many tests compare seeded replies made one after another
 
 
 @pytest.fixture(scope="session")

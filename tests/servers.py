@@ -46,7 +46,8 @@ def load(pair) -> Engine:
     target, draft = pair
     # one thread: on a busy machine llama.cpp's threads wait for each other for ages (a 4-token
     # reply took 1.6 s with two threads beside two other busy processes, 2 ms with one)
-    return Engine.load(str(target), str(draft), n_ctx=512, n_threads=1, progress=False)
+    # no memory of past answers: the server tests compare seeded replies made one after another
+    return Engine.load(str(target), str(draft), n_ctx=512, n_threads=1, progress=False, memory_size=0)
 
 
 class SlowEngine:

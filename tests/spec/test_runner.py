@@ -29,7 +29,9 @@ def _alone(prompt, sp, dp):
 
 
 def test_threads_streaming_at_once_each_get_their_own_reply():
-    engine = Engine(*slotted_pair(2))  # six requests, two slots: four wait their turn
+    # six requests, two slots: four wait their turn (no memory: each reply is compared with the
+    # same request alone, whatever ran before it)
+    engine = Engine(*slotted_pair(2), memory=None)
     jobs = [(PROMPT if i % 2 else LOOKUP_PROMPT, T1.replace(seed=i, max_tokens=16), DPS[i % 4]) for i in range(6)]
     got = [None] * len(jobs)
 

@@ -241,6 +241,14 @@ def doctored(ctx: int):
     return check
 
 
+def saved_memory(name: str, then):
+    """``then``'s checks, and the ``--memory`` file ``name`` written on exit."""
+    def check(r, tmp):
+        then(r, tmp)
+        assert (tmp / name).is_file() and (tmp / name).stat().st_size > 0
+    return check
+
+
 def served(r, tmp):
     """Checked in ``_serve``, which sends the request."""
 
@@ -256,15 +264,15 @@ def worked(cache: str | None = None):
 # Every model flag set away from its default, in two spellings.
 # (--threads is in every case: see cases().)
 MODEL_A = ("--ctx", "256", "-ngl", "1", "-ngld", "0", "--no-flash-attn", "--verbose", "--tool-format", "hermes",
-           "--parallel", "2", "--cache-ram", "64")
+           "--parallel", "2", "--cache-ram", "64", "--memory-size", "5000")
 MODEL_B = ("--ctx", "300", "--n-gpu-layers", "1", "--n-gpu-layers-draft", "0", "--flash-attn", "--verbose",
-           "--tool-format", "llama3", "--parallel", "3", "--cache-ram", "0")
+           "--tool-format", "llama3", "--parallel", "3", "--cache-ram", "0", "--memory-size", "0")
 SAMPLING_A = ("--temperature", "0.5", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1", "-n", "4", "--seed", "3")
 SAMPLING_B = ("--temp", "1.5", "--top-k", "5", "--top-p", "0.8", "--min-p", "0", "--max-tokens", "3", "--seed", "7")
 DRAFT_A = ("--method", "resispec", "-K", "2", "--depth", "2", "--budget", "4", "--draft-support", "8", "--policy",
-           "static", "--lookup")
+           "static", "--lookup", "--lookup-k", "2")
 DRAFT_B = ("--method", "specinfer", "--draws", "3", "--depth", "3", "--budget", "6", "--draft-support", "16",
-           "--policy", "static", "--lookup")
+           "--policy", "static", "--lookup", "--lookup-k", "4")
 
 
 def cases(target: str, draft: str, tmp: Path) -> list[Case]:
@@ -278,7 +286,8 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),
         Case("generate-every-flag", ("generate", *pair, *MODEL_A, *SAMPLING_A, "--stop", "zq", "--stop", "qz",
                                      *DRAFT_A, "--chat", "--reasoning-format", "none", "--reasoning-budget", "4",
-                                     "Once upon a time"), generated("resispec", 4)),
+                                     "--memory", str(tmp / "memory.npz"), "Once upon a time"),
+             saved_memory("memory.npz", generated("resispec", 4))),
         Case("generate-schema", ("generate", *pair, "-n", "6", "--json-schema", '{"type": "object"}', "Data:"),
              constrained("{", 6)),
         Case("generate-grammar", ("generate", *pair, "-n", "6", "--grammar", str(tmp / "yes-no.gbnf"), "Answer:"),
@@ -565,7 +574,7 @@ def _out_of_range(f) -> list[str]:
 
 
 # Settings whose check is a function: a value it refuses.
-REFUSED_TEXT = {"stop": "", "api_key": "", "cors_origins": "evil.example/", "rpc": "127.0.0.1"}
+REFUSED_TEXT = {"stop": "", "api_key": "", "cors_origins": "evil.example/", "rpc": "127.0.0.1", "memory": ""}
 # Settings and options refused only when the command runs (model resolution, binding, reading):
 # the value and a word of the one-line error.
 REFUSED_AT_RUN = {

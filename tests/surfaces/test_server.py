@@ -146,6 +146,15 @@ def test_stop_strings(client):
         assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_the_memory_field_is_a_boolean(client):
+    """``"memory": false`` leaves the server's memory of past answers out of one request."""
+    r = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, extra_body={"memory": False})
+    assert r.choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, extra_body={"memory": "off"})
+    assert e.value.body["param"] == "memory"
+
+
 def test_seed_determinism_and_draft_overrides(client):
     kw = dict(model="tiny", messages=MESSAGES, temperature=1.0, seed=1234, max_tokens=30)
     a = client.chat.completions.create(**kw)

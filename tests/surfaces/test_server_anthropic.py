@@ -259,7 +259,7 @@ def test_bad_requests_raise_the_clients_errors(client):
 @pytest.fixture(scope="module")
 def think_url(open_think_pair):
     engine = Engine.load(str(open_think_pair[0]), str(open_think_pair[1]), n_ctx=512, n_threads=1, flash_attn=False,
-                         progress=False)
+                         progress=False, memory_size=0)  # seeded replies are compared: no memory of past answers
     app = create_app(engine, model_name="think", draft_params=DraftParams(), sampling_defaults=SamplingParams(),
                      reasoning=ReasoningParams(reasoning_budget=5))
     with serving(app) as u:

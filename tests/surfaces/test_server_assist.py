@@ -27,7 +27,9 @@ from servers import MESSAGES, api_error, serving  # noqa: E402
 def _load(pair) -> Engine:
     """One thread (see servers.load); flash attention off, so that a tree decode's rows
     equal the sequential reference's to ~1e-5 (on the CPU it rounds through F16)."""
-    return Engine.load(str(pair[0]), str(pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False)
+    # no memory of past answers: these tests compare seeded replies made one after another
+    return Engine.load(str(pair[0]), str(pair[1]), n_ctx=512, n_threads=1, flash_attn=False, progress=False,
+                       memory_size=0)
 
 
 def _served(engine, name):

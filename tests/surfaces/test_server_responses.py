@@ -40,8 +40,9 @@ class Answer(BaseModel):
 
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
-    # the tiny vocabulary spells text byte by byte: tools in the prompt need the room
-    e = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False)
+    # the tiny vocabulary spells text byte by byte: tools in the prompt need the room; no
+    # memory of past answers, so that a seed picked for its reply keeps it
+    e = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False, memory_size=0)
     yield e
     e.close()
 
