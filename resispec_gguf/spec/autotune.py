@@ -267,15 +267,17 @@ class AutoTuner:
         horizon = min(max(int(remaining), 0), CATCH_UP_HORIZON)
         return horizon * (1.0 / without - 1.0 / best) > self.catch_up_s(pending)
 
-    def choose(self, pending: int = 1, forced: int = 0, remaining: int = CATCH_UP_HORIZON) -> StepPlan | None:
+    def choose(self, pending: int = 1, forced: int = 0, remaining: int = CATCH_UP_HORIZON,
+               stale: bool = False) -> StepPlan | None:
         """The next step's plan, or None for a plain step.  ``forced``: the tokens the
         constraint forces at the step's root (0: none, or no constraint).  ``pending``: the
-        tokens the draft has not read; past ``DRAFT_CATCH_UP`` (a lazy start, a long plain
-        stretch) a draft step first brings it up to date, so draft arms are considered only
+        tokens the draft has not read; past ``DRAFT_CATCH_UP`` (a long plain stretch), or
+        when the draft holds another sequence (``stale``: a lazy start), a draft step first
+        brings it up to date, so draft arms are considered only
         where that pays within the ``remaining`` tokens the reply may still have
         (``catch_up_pays``), and a step of theirs is then planned from an up-to-date draft."""
         arms = self.arms
-        if pending > DRAFT_CATCH_UP:
+        if stale or pending > DRAFT_CATCH_UP:
             if not self.catch_up_pays(pending, remaining):
                 arms = {n: a for n, a in self.arms.items() if n == "lookup"}
             pending = 1
@@ -290,8 +292,8 @@ class AutoTuner:
             if promise > rival:
                 return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
                                                       f"> {rival:.2f}")
-        if self.background is not None and self.arms:
-            return self._choose_in_step(pending)
+        if self.background is not None and arms:
+            return self._choose_in_step(pending, arms)
         # at the start the first arm (the chain: it learns the draft's acceptance exactly at
         # every node) is probed once; every other only if what has been learnt promises that
         # it beats what ran
@@ -365,14 +367,14 @@ class AutoTuner:
         return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept, then=chain.accept,
                             rows=max(1.0, arm.width or arm.k), depth=lim.max_depth, **price)
 
-    def _choose_in_step(self, pending: int) -> StepPlan | None:
+    def _choose_in_step(self, pending: int, arms: dict) -> StepPlan | None:
         """Beside other requests: the arm (or plain) with the best projected rate of the
         whole step (``in_step_case``).  The arms' own rates are those of a request alone (a
         step's rows cost far more alone), so they do not steer this choice; nor does the
         probing: every draft arm's acceptance is learnt at every drafted node, and
         lookup's at every step."""
         best, best_rate = None, self.in_step_case(None, pending) * self.margin
-        for name in self.arms:
+        for name in arms:
             rate = self.in_step_case(name, pending)
             if rate > best_rate:
                 best, best_rate = name, rate
@@ -505,9 +507,10 @@ class Auto:
         """Whether any of its steps may call the draft model (``AutoTuner.drafts``)."""
         return self.tuner.drafts
 
-    def choose(self, pending: int, forced: int = 0, remaining: int = CATCH_UP_HORIZON) -> StepPlan | None:
+    def choose(self, pending: int, forced: int = 0, remaining: int = CATCH_UP_HORIZON,
+               stale: bool = False) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
-        return self.tuner.choose(pending, forced, remaining)
+        return self.tuner.choose(pending, forced, remaining, stale)
 
     def share_step(self, background: Background | None) -> None:
         """The next plans grow their trees within a step that also serves the requests

@@ -235,7 +235,7 @@ class Batch:
         req = Request(gen, slot, order=self._admissions)
         req.reused = req.filled = reuse_slot(self.ram, self.target, "target", slot, gen.prompt[:-1])
         self.target.sync_slot(slot, gen.prompt[: req.filled + 1])  # nothing after the reused prefix
-        if gen.uses_draft:
+        if gen.uses_draft and not gen.lazy_draft:  # under auto the draft catches up when a step calls it
             req.d_filled = reuse_slot(self.ram, self.draft, "draft", slot, gen.prompt[:-1])
             self.draft.sync_slot(slot, gen.prompt[: req.d_filled + 1])
         self.slots[slot] = req
@@ -268,14 +268,14 @@ class Batch:
         return self._step(running, waiting) if running else []
 
     def _start(self, r: Request) -> None:
-        r.gen.started(r.reused, r.prefill_s)
+        r.gen.started(r.reused, r.prefill_s, draft_synced=not r.gen.lazy_draft)
         r.started, r.t_start = True, time.perf_counter()
 
     def _held(self, r: Request) -> bool:
         """Whether ``r``'s slots hold all of its prompt before its root (its prefill decodes
         nothing)."""
         last = len(r.gen.prompt) - 1
-        return r.filled == last and (r.d_filled == last or not r.gen.uses_draft)
+        return r.filled == last and (r.d_filled == last or not _prefills_draft(r.gen))
 
     def _chunks(self, model: SlotBackend, waiting: list[Request], fill: str, room: int) -> dict[int, list[int]]:
         """The prompt tokens ``model`` takes this step, ``{slot: tokens}``: ``chunk`` at most in
@@ -285,7 +285,7 @@ class Batch:
         for r in waiting:
             if budget <= 0:
                 break
-            if fill == "d_filled" and not r.gen.uses_draft:
+            if fill == "d_filled" and not _prefills_draft(r.gen):
                 continue
             have, last = getattr(r, fill), len(r.gen.prompt) - 1
             take = min(last - have, budget)
@@ -526,3 +526,8 @@ def background_of(others: list[Request], levels: int = 0) -> Background:
                       draft_rows=max(draft_rows, 1 if levels else 0),
                       draft_levels=max([levels] + [int(round(c)) for c in calls]))
 
+
+def _prefills_draft(gen: Generation) -> bool:
+    """Whether the draft's slot is given the prompt before the request starts (not under
+    ``auto``, whose steps bring the draft up to date when they call it: ``lazy_draft``)."""
+    return gen.uses_draft and not gen.lazy_draft

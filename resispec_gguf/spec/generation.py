@@ -127,6 +127,8 @@ class Generation:
         self.uses_draft = dp.method != "none" and dp.use_draft and has_draft and (auto is None or auto.drafts)
         self.has_draft = has_draft
         self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
+        # the draft's sequence is not this request's (a lazy start): its first step re-syncs it
+        self.draft_stale = False
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         # free candidates from the context and the engine's memory of past answers (``memory``)
         self.memory = memory if dp.use_memory else None  # the answer joins it at the end
@@ -178,6 +180,7 @@ class Generation:
         self.stats.prompt_time = seconds
         if self.uses_draft:
             self.draft_pending = [self.prompt[-1]] if draft_synced else list(self.prompt)
+            self.draft_stale = not draft_synced
 
     def plan(self, room: Room) -> Generator[DraftSync | Decode, Sequence, Decode | None]:
         """This step's draft calls (yielded; send back each ``Decode``'s rows, None after a
@@ -194,7 +197,8 @@ class Generation:
                 self.forced.new_step()
         if self.auto is not None:
             forced = len(self.forced.tokens(())) if self.forced is not None else 0
-            self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out))
+            self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out),
+                                          stale=self.draft_stale)
             self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
         self._tree, self._draft_index = None, None
         if self.dp.method == "none":
@@ -206,11 +210,13 @@ class Generation:
             kind = "draft" if self.has_draft and self.dp.use_draft else "lookup"
         self._kind = kind
         draft_past = room.draft_past
-        if kind == "draft" and len(self.draft_pending) > DRAFT_CATCH_UP:  # after plain steps, or a lazy start
+        if kind == "draft" and (self.draft_stale or len(self.draft_pending) > DRAFT_CATCH_UP):
+            # after plain steps, or at a lazy start
             seq = self.prompt + self.out
             yield DraftSync(seq)
             draft_past = len(seq) - 1
             self.draft_pending = [seq[-1]]
+            self.draft_stale = False
         max_nodes = min(MAX_TREE_NODES, room.tree_nodes, room.target_ctx - room.target_past - 1)
         max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
         self._tree, self._draft_index = yield from self._grow_tree(kind, max_nodes, max_expanded)

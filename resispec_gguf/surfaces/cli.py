@@ -224,7 +224,7 @@ def _cmd_serve(args) -> int:
         """On the server's loading thread, while /health answers 503 "loading model"."""
         from ..llama.devices import summary
 
-        engine = _load(model)
+        engine = _open(model, announce=False)
         loaded.append(engine)
         auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
         cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
@@ -238,7 +238,9 @@ def _cmd_serve(args) -> int:
         server.serve(params=params, load=load, sock=sock, draft_params=dp, sampling_defaults=sp, reasoning=reasoning)
     finally:
         for engine in loaded:
-            engine.close()
+            engine.close()  # and the --memory file saved
+            if engine.save_warning:
+                _note(f"warning: {engine.save_warning}")
         sock.close()
     return 0
 
