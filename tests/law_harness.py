@@ -216,12 +216,13 @@ class _ScriptedTuner(AutoTuner):
     """Stands in for auto's tuner: plain decoding for the first steps, then one tree shape."""
 
     drafts = True  # its trees call the draft, whatever the arms its flat costs would keep
+    lazy_start = False  # the draft reads the prompt first: its trees then follow a pending chain
 
     def __init__(self, plain_steps, dp):
         super().__init__(FLAT, FLAT, dp)
         self.left, self.dp = plain_steps, dp
 
-    def choose(self, pending=1, forced=0):
+    def choose(self, pending=1, forced=0, remaining=0, stale=False):
         if self.left > 0:
             self.left -= 1
             return None

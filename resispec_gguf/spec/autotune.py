@@ -140,6 +140,10 @@ def _draws_of(arm: str) -> int:
 class AutoTuner:
     """Per request: choose plain decoding or a ``StepPlan`` for each step (module docstring)."""
 
+    # the draft may be left without the prompt at the start: ``choose`` brings it up to date
+    # when a draft step first pays for it (``catch_up_pays``)
+    lazy_start = True
+
     def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
                  has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.95,
                  margin: float = 1.0):
@@ -506,6 +510,11 @@ class Auto:
     def drafts(self) -> bool:
         """Whether any of its steps may call the draft model (``AutoTuner.drafts``)."""
         return self.tuner.drafts
+
+    @property
+    def lazy_start(self) -> bool:
+        """Whether the draft may skip the prompt at the start (``AutoTuner.lazy_start``)."""
+        return self.tuner.lazy_start
 
     def choose(self, pending: int, forced: int = 0, remaining: int = CATCH_UP_HORIZON,
                stale: bool = False) -> StepPlan | None:

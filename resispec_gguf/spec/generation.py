@@ -170,7 +170,7 @@ class Generation:
         """Whether the draft may be left without the prompt at the start (``auto`` brings it
         up to date when a step first calls it, and only where that pays: ``AutoTuner.choose``);
         a loop that does so says ``started(..., draft_synced=False)``."""
-        return self.auto is not None and self.uses_draft
+        return self.auto is not None and self.uses_draft and self.auto.lazy_start
 
     def started(self, reused: int, seconds: float, draft_synced: bool = True) -> None:
         """The prompt is in the target's cache (``reused`` of its tokens were already), and in

@@ -241,11 +241,13 @@ def doctored(ctx: int):
     return check
 
 
-def saved_memory(name: str, then):
-    """``then``'s checks, and the ``--memory`` file ``name`` written on exit."""
+def saved_memory(name: str, then, saved: bool = True):
+    """``then``'s checks, and the ``--memory`` file ``name`` written on exit (not written
+    when ``saved`` is False: ``--memory-size 0``, no memory to keep)."""
     def check(r, tmp):
         then(r, tmp)
-        assert (tmp / name).is_file() and (tmp / name).stat().st_size > 0
+        assert (tmp / name).is_file() == saved
+        assert not saved or (tmp / name).stat().st_size > 0
     return check
 
 
@@ -296,7 +298,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
         Case("chat-every-flag", ("chat", *pair, *MODEL_B, *SAMPLING_B, *DRAFT_B, "--system", "Answer briefly.",
                                 "--reasoning-format", "none", "--reasoning-budget", "4", "--memory",
                                 str(tmp / "chat-memory.npz")),
-             saved_memory("chat-memory.npz", chatted(2, "specinfer", 3)), stdin="Hello\n/stats\nAgain\n"),
+             saved_memory("chat-memory.npz", chatted(2, "specinfer", 3), saved=False), stdin="Hello\n/stats\nAgain\n"),
         Case("serve-defaults", ("serve", *pair, "--port", PORT), served),
         Case("serve-api-key-file", ("serve", *pair, "--port", PORT, "--api-key-file", str(tmp / "key.txt")), served),
         Case("serve-every-flag", ("serve", *pair, *MODEL_A, *SAMPLING_B, *DRAFT_A, "--host", "localhost", "--port",
