@@ -93,22 +93,21 @@ def stdlib_sources(names=FILES) -> list[tuple[str, str]]:
 
 def trim_source(text: str, max_chars: int = MAX_CHARS) -> str:
     """``text`` cut before the last top-level statement that keeps it within ``max_chars``
-    (the whole text when it fits) and the comments right above it, so that what is left
-    still parses; at least its first statement."""
+    (the whole text when it fits), with the comments right above that statement, so that
+    what is left still parses; at least its first statement."""
     if len(text) <= max_chars:
         return text
     lines = text.splitlines(keepends=True)
-    tree = ast.parse(text)
-    starts = [_first_line(node) - 1 for node in tree.body[1:]]  # 0-based line of each statement after the first
-    cut = len(lines)
-    for start in reversed(starts):
-        if sum(len(ln) for ln in lines[:start]) <= max_chars:
-            cut = start
-            break
-    else:
-        cut = starts[0] if starts else len(lines)
+    starts = [_first_line(node) - 1 for node in ast.parse(text).body[1:]]  # 0-based, each statement after the first
+    kept = [_before(lines, start) for start in starts] or [text]
+    return next((k for k in reversed(kept) if len(k) <= max_chars), kept[0])
+
+
+def _before(lines: list[str], cut: int) -> str:
+    """The lines before ``cut``, less the blank and comment lines that end them (the comments
+    above the statement cut off go with it)."""
     while cut > 1 and (not lines[cut - 1].strip() or lines[cut - 1].lstrip().startswith("#")):
-        cut -= 1  # the comments above the statement cut off go with it
+        cut -= 1
     return "".join(lines[:cut])
 
 
