@@ -1,7 +1,10 @@
 """``bench`` and ``analyze``: measure methods on the user's own pair and hardware.
 
 ``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
-warm-up, so the ratios it prints hold on a noisy machine.  ``analyze`` samples answers with
+warm-up, so the ratios it prints hold on a noisy machine; a tool loop (the ``agent``
+workload) runs method by method instead, each method's sequence after the engine's memory
+of past answers is emptied, so that every method sees the same history.  Beside the decode
+speed it reports the end-to-end speed and where a request's time went (``format_phases``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.

@@ -18,7 +18,7 @@ from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Stats
 from resispec_gguf.errors import UserError
 from resispec_gguf.surfaces import agent_workload as aw
-from resispec_gguf.surfaces import bench, bench_prompts, workloads
+from resispec_gguf.surfaces import bench, workloads
 
 ITEMS = workloads.WORKLOADS["agent"]
 
@@ -107,28 +107,6 @@ def test_an_agent_workload_without_files_is_a_clear_error(monkeypatch):
         bench.select_prompts(None, "code,agent")
 
 
-def test_a_prompt_file_may_hold_tool_requests(tmp_path):
-    f = tmp_path / "loop.jsonl"
-    f.write_text("".join(json.dumps(item) + "\n" for item in ITEMS[:2]), encoding="utf-8")
-    back = bench.parse_prompts(str(f))
-    assert back == ITEMS[:2] and bench.is_sequential(back)
-    bad = dict(ITEMS[0], tools=[{"type": "function", "function": {"name": "bad name"}}])
-    f.write_text(json.dumps(bad) + "\n", encoding="utf-8")
-    with pytest.raises(UserError, match=r"loop.jsonl:1: .*tools\[0\]"):
-        bench.parse_prompts(str(f))
-    f.write_text(json.dumps(dict(ITEMS[0], max_tokens=0)) + "\n", encoding="utf-8")
-    with pytest.raises(UserError, match="max_tokens must be a whole number >= 1"):
-        bench.parse_prompts(str(f))
-
-
-def test_run_order_interleaves_or_runs_each_variant_s_sequence():
-    assert bench_prompts.run_order(2, 2, False) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert bench_prompts.run_order(2, 2, True) == [(0, 0), (1, 0), (0, 1), (1, 1)]
-    assert bench_prompts.is_sequential(ITEMS) and not bench_prompts.is_sequential(workloads.WORKLOADS["chat"])
-    assert not bench_prompts.is_sequential([])
-    bench_prompts.forget(object())  # an engine without a memory: nothing to empty
-
-
 class _Memory:
     def __init__(self, log):
         self.log = log
@@ -182,11 +160,6 @@ def test_bench_runs_a_tool_loop_method_by_method_with_the_memory_emptied(monkeyp
     table = bench.format_table(out)
     assert ("each method's sequence in turn" in table) == (kind == "agent")
     assert "where a request's time went" in table and "prompt tgt s" in table and "e2e tok/s" in table
-
-
-def test_without_max_tokens_lets_the_command_line_set_every_reply():
-    stripped = bench.without_max_tokens({"agent": ITEMS})["agent"]
-    assert all("max_tokens" not in item for item in stripped) and all("max_tokens" in item for item in ITEMS)
 
 
 def test_bench_n_sets_every_reply_else_the_items_ask_their_own():
