@@ -11,8 +11,9 @@ llama.cpp tries the n-grams first) and ``ngram-cache`` where the build has it, e
 llama.cpp's own defaults; they get the requests over ``/v1/chat/completions`` (rendered by
 llama.cpp's template, so a prompt's token count may differ from ours by a few tokens; the
 table shows both).  Ours runs them as ``bench --workload agent`` does: each method's whole
-sequence in turn, its memory of past answers emptied first, so that every system sees the
-same history; a fresh server does the same for llama.cpp.
+sequence in turn, started cold (its memory of past answers emptied, its prompt caches
+dropped), so that every system sees the same history; a fresh server does the same for
+llama.cpp.  The replies are kept in the JSON report (llama-server's text and calls).
 
 Per system: the mean prompt length and cached prefix, the total prompt and decode seconds
 (ours: prompt split into target and draft), output tokens, decode tokens/s, end-to-end

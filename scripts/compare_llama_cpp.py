@@ -42,7 +42,7 @@ and a cached prefill.
 ``write_file`` call or JSON as the answer) sent in order over ``/v1/chat/completions`` to a
 fresh ``llama-server`` per speculative type (``none``, ``draft-simple``, ``ngram-mod``,
 ``draft-simple,ngram-mod``, and ``ngram-cache`` where the build has it), and run by our
-engine one method's whole sequence at a time with its memory emptied first; the table gives
+engine one method's whole sequence at a time, started cold as a fresh server; the table gives
 prompt and decode seconds and end-to-end tokens/s, which long agent prompts dominate.
 
 Chat prompts are rendered to text with our engine's chat template and passed to
@@ -598,7 +598,7 @@ def run_agent(a, cfg) -> int:
     llama = cfg["llama"]
     print(compare_agent.format_agent_table(out["blocks"]))
     print(f"llama.cpp {llama.version}; threads {out['threads']}; {len(cfg['workloads']['agent'])} agent requests in "
-          f"sequence per system (a fresh llama-server per row, our memory emptied per method); top-k {a.top_k} "
+          f"sequence per system (a fresh llama-server per row, ours started cold per method); top-k {a.top_k} "
           f"top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
     print("seconds are totals over the sequence; prompt s: prompt processing (ours: tgt s target, dft s draft); "
           "e2e tok/s: output tokens over prompt + decode seconds; accept: accepted/drafted tokens.")

@@ -212,7 +212,8 @@ class LlamaServer:
 
     def chat(self, body: dict) -> dict:
         """One non-streamed ``/v1/chat/completions``: ``parse_completion`` of its reply, with
-        ``e2e`` (seconds, as the client sees them) and the ``finish_reason``."""
+        ``e2e`` (seconds, as the client sees them), the ``finish_reason``, the ``content`` and
+        the ``tool_calls`` parsed (``{name, arguments}`` each)."""
         t0 = time.perf_counter()
         try:
             status, text = self._request("POST", "/v1/chat/completions", dict(body, stream=False),
@@ -225,7 +226,10 @@ class LlamaServer:
         try:
             reply = json.loads(text)
             choice = reply["choices"][0]
-            return {**parse_completion(reply), "e2e": e2e, "finish_reason": choice.get("finish_reason")}
+            message = choice.get("message") or {}
+            calls = [c["function"] for c in message.get("tool_calls") or []]
+            return {**parse_completion(reply), "e2e": e2e, "finish_reason": choice.get("finish_reason"),
+                    "content": message.get("content"), "tool_calls": calls}
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise ServerError(f"{self.name}: not a chat completion ({e})") from None
 

@@ -2,9 +2,10 @@
 
 ``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
 warm-up, so the ratios it prints hold on a noisy machine; a tool loop (the ``agent``
-workload) runs method by method instead, each method's sequence after the engine's memory
-of past answers is emptied, so that every method sees the same history.  Beside the decode
-speed it reports the end-to-end speed and where a request's time went (``format_phases``).  ``analyze`` samples answers with
+workload) runs method by method instead, each method's sequence started cold (the engine's
+memory of past answers emptied, its prompt caches dropped), so that every method sees the
+same history.  Beside the decode speed it reports the end-to-end speed and where a
+request's time went (``format_phases``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.
@@ -115,8 +116,8 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
                  reasoning: ReasoningParams | None = None):
     """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, after
     one warm-up generation each: in turn per prompt and seed, or, for a tool loop
-    (``is_sequential``), each variant's whole sequence in turn with the engine's memory of
-    past answers emptied before it (``run_order``, ``forget``).  A chat prompt runs as
+    (``is_sequential``), each variant's whole sequence in turn, started cold: the engine's
+    memory of past answers emptied and its prompt caches dropped (``run_order``, ``forget``).  A chat prompt runs as
     planned (``prompt_plan``, ``as_run``); an item's own ``max_tokens`` replaces ``sp``'s.
     The first variant is the baseline of ``speedup_vs_none``.  Returns ``[{"workload",
     "temperature", "methods": {name: summary}, "runs": {name: [(key, Stats)]}}]``."""

@@ -116,10 +116,12 @@ def without_max_tokens(workloads: dict) -> dict:
 
 
 def prompt_tokens(engine, item) -> list[int]:
-    if "infill" in item:  # laid out as /infill does
+    """An item's prompt: an infill laid out as ``/infill`` does, a chat request as
+    ``prompt_plan`` renders it (its tools and earlier calls included), text as it is."""
+    if "infill" in item:
         return engine.infill_tokens(item["infill"]["input_prefix"], item["infill"]["input_suffix"], repo_level=True)[0]
     if "messages" in item:
-        return engine.chat_tokens(item["messages"])
+        return prompt_plan(engine, item)[0]
     return engine.text_tokens(item["prompt"])
 
 
@@ -157,14 +159,22 @@ def run_order(n_items: int, n_variants: int, sequential: bool) -> list[tuple[int
     """``(item, variant)`` in the order they run: each item by every variant in turn
     (interleaved, so that a noisy machine slows all alike), or, ``sequential``, each
     variant's whole sequence of items in turn, so that a memory of earlier answers sees the
-    same history under every variant."""
+    same history under every variant (``forget`` before each)."""
     if sequential:
         return [(i, v) for v in range(n_variants) for i in range(n_items)]
     return [(i, v) for i in range(n_items) for v in range(n_variants)]
 
 
 def forget(engine) -> None:
-    """Empty the engine's memory of past answers (shared across requests), if it keeps one."""
+    """Start a sequence cold: empty the engine's memory of past answers (shared across
+    requests) if it keeps one, the models' caches and the RAM prompt cache, so that no
+    method finds the prompts or the answers of the method that ran before it."""
     memory = getattr(engine, "memory", None)
     if memory is not None:
         memory.clear()
+    for model in (getattr(engine, "target", None), getattr(engine, "draft", None)):
+        if model is not None:
+            model.reset()
+    cache = getattr(engine, "prompt_cache", None)
+    if cache is not None:
+        cache.clear()

@@ -451,8 +451,9 @@ def _add_prompt_sets(p) -> None:
     p.add_argument("--workload", type=_checked_by("parse_workloads"), default="code,edit,chat",
                    help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
                         "fill-in-the-middle tokens), agent (a coding agent's tool-loop requests on files of Python's "
-                        "standard library; in bench each method runs the whole sequence in turn, the engine's "
-                        "memory of past answers emptied before it, so every method sees the same history) "
+                        "standard library; in bench each method runs the whole sequence in turn, started cold: the "
+                        "engine's memory of past answers emptied and its prompt caches dropped, so every method "
+                        "sees the same history) "
                         "(default: code,edit,chat; one table each)")
     p.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} (with "
                                                    "\"tools\", \"tool_choice\", \"response_format\") or "

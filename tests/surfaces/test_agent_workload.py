@@ -1,6 +1,6 @@
 """The ``agent`` workload: tool-loop chat requests on real standard-library files, valid as
 requests, in a fixed order; and bench running a tool loop method by method, the engine's
-memory emptied before each method's sequence (a fake memory records it)."""
+memory emptied and its caches dropped before each method's sequence (fakes record it)."""
 
 from __future__ import annotations
 
@@ -107,20 +107,27 @@ def test_an_agent_workload_without_files_is_a_clear_error(monkeypatch):
         bench.select_prompts(None, "code,agent")
 
 
-class _Memory:
-    def __init__(self, log):
-        self.log = log
+class _Logged:
+    """A memory, model or prompt cache that logs being emptied."""
+
+    def __init__(self, log, name):
+        self.log, self.name = log, name
 
     def clear(self):
-        self.log.append("clear")
+        self.log.append(self.name)
+
+    reset = clear
 
 
 class _Engine:
-    """What ``run_variants`` calls: ``generate``, logged in order beside the memory's clears."""
+    """What ``run_variants`` calls: ``generate``, logged in order beside the memory being
+    emptied and the caches dropped."""
 
     def __init__(self):
         self.log = []
-        self.memory = _Memory(self.log)
+        self.memory = _Logged(self.log, "memory")
+        self.target, self.draft = _Logged(self.log, "target"), _Logged(self.log, "draft")
+        self.prompt_cache = _Logged(self.log, "ram")
 
     def generate(self, tokens, sp, dp, constraint=None):
         self.log.append((tokens[0], dp.method, sp.max_tokens, sp.seed))
@@ -145,9 +152,10 @@ def test_bench_runs_a_tool_loop_method_by_method_with_the_memory_emptied(monkeyp
     out = bench.run_variants(engine, {"w": items}, variants, [0.0], SamplingParams(max_tokens=5, seed=3),
                              progress=False)
     warm = [(0, "none", 8, 0), (0, "chain", 8, 0)]
+    cold = ["memory", "target", "draft", "ram"]
     if kind == "agent":
-        assert engine.log == warm + ["clear", (0, "none", 7, 3), (1, "none", 5, 4), (2, "none", 5, 5),
-                                     "clear", (0, "chain", 7, 3), (1, "chain", 5, 4), (2, "chain", 5, 5)]
+        assert engine.log == warm + cold + [(0, "none", 7, 3), (1, "none", 5, 4), (2, "none", 5, 5)] + cold + [
+            (0, "chain", 7, 3), (1, "chain", 5, 4), (2, "chain", 5, 5)]
     else:
         assert engine.log == warm + [(0, "none", 7, 3), (0, "chain", 7, 3), (1, "none", 5, 4), (1, "chain", 5, 4),
                                      (2, "none", 5, 5), (2, "chain", 5, 5)]

@@ -1,5 +1,5 @@
 """``surfaces.bench_prompts``: prompt files with tool requests, the order a workload's items
-run in (a tool loop method by method), the memory emptied before a sequence, ``-n`` against
+run in (a tool loop method by method), a sequence started cold, ``-n`` against
 the items' own budgets, and a plan's own constraint when bench adds none."""
 
 from __future__ import annotations
@@ -41,14 +41,24 @@ def test_without_max_tokens_lets_the_command_line_set_every_reply():
     assert all("max_tokens" not in item for item in stripped) and all("max_tokens" in item for item in ITEMS)
 
 
-def test_forget_empties_the_memory_the_engine_keeps():
-    cleared = []
+def test_forget_starts_a_sequence_cold_on_the_tiny_pair(engine):
+    """The models' caches and the RAM prompt cache emptied: the next prompt is prefilled whole."""
+    from resispec_gguf.config import DraftParams, SamplingParams
+    from resispec_gguf.spec.promptcache import PromptCache
 
-    class Engine:
-        memory = type("Memory", (), {"clear": lambda self: cleared.append(1)})()
-
-    bench_prompts.forget(Engine())
-    assert cleared == [1]
+    prompt = engine.text_tokens("A prompt the models will hold.")
+    sp = SamplingParams(temperature=0.0, max_tokens=2, seed=0)
+    engine.generate(prompt, sp, DraftParams(method="chain"))
+    assert engine.generate(prompt, sp, DraftParams(method="chain")).stats.prompt_reused == len(prompt) - 1
+    ram = PromptCache(1 << 20)
+    ram.put("target", [1] * 64, b"state", 5)
+    engine.prompt_cache, saved = ram, engine.prompt_cache
+    try:
+        bench_prompts.forget(engine)  # the tiny pair's engine keeps no memory (yet): the rest still goes
+    finally:
+        engine.prompt_cache = saved
+    assert len(ram) == 0 and ram.used_bytes == 0
+    assert engine.generate(prompt, sp, DraftParams(method="chain")).stats.prompt_reused == 0
 
 
 def test_a_plan_s_own_constraint_runs_unless_bench_gives_one():

@@ -176,6 +176,7 @@ def test_server_starts_answers_and_stops(fake_server):
         c = server.chat(srv.chat_body(chat, n=6, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0))
         assert (c["tokens"], c["prompt_tokens"], c["prompt_cached"], c["finish_reason"]) == (6, 25, 5, "tool_calls")
         assert c["prompt_s"] == 0.25 and c["decode_s"] == 1.0 and c["e2e"] > 0
+        assert c["content"] == "x" and c["tool_calls"] == []
         s = server.stream(_body([5, 6], 6, seed=1))
         assert s["tokens"] == 6 and s["prompt_tokens"] == 2 and 0 <= s["ttft"] <= s["e2e"]
         with pytest.raises(srv.ServerError, match="HTTP 400: invalid prompt"):
