@@ -37,6 +37,14 @@ system serves the workload once, untimed, at the top level: so no system finds t
 cold because it happened to run first, and the time to first token mostly measures queueing
 and a cached prefill.
 
+``--workload agent`` compares a coding agent's tool loop instead (``compare_agent``): the
+``bench`` agent workload's chat requests (tools, a source file in a tool result, a
+``write_file`` call or JSON as the answer) sent in order over ``/v1/chat/completions`` to a
+fresh ``llama-server`` per speculative type (``none``, ``draft-simple``, ``ngram-mod``,
+``draft-simple,ngram-mod``, and ``ngram-cache`` where the build has it), and run by our
+engine one method's whole sequence at a time, started cold as a fresh server; the table gives
+prompt and decode seconds and end-to-end tokens/s, which long agent prompts dominate.
+
 Chat prompts are rendered to text with our engine's chat template and passed to
 speculative-simple with ``-p`` verbatim (it applies no template of its own; special tokens in
 the text are parsed).  llama.cpp's speculative decoding drafts greedily (the draft's top token)
@@ -52,7 +60,7 @@ turned off, because on a CPU-only build it made speculative-simple about 20x slo
 each binary's ``--help`` (they moved across llama.cpp versions).
 
     python scripts/compare_llama_cpp.py --llama-cpp-bin /tmp/llama-build/bin \\
-        [--target default] [--draft ...] [--workload code,edit,chat | --prompts FILE.jsonl] \\
+        [--target default] [--draft ...] [--workload code,edit,chat | agent | --prompts FILE.jsonl] \\
         [--n-prompts N] [--temperature 1.0 0.6] [--chain-depth 5] \\
         [--max-tokens 128] [--threads N] [--ctx 4096] [--seed 0] [--draft-max N [N ...]] \\
         [--methods none,resispec,auto] [--no-spec-simple] [--concurrency 1,4 [--rounds R]] [--json OUT]
@@ -78,13 +86,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import llama_server_client as srv  # noqa: E402  (the sibling script's helpers)
+import compare_agent  # noqa: E402  (the sibling scripts' helpers)
+import llama_server_client as srv  # noqa: E402
 
 SPEC_BIN = "llama-speculative-simple"
 BENCH_BIN = "llama-bench"
 BENCH_D0 = "llama.cpp llama-bench tg d=0"
 BENCH_AT = "llama.cpp llama-bench tg d=prompt"
 SERVER_ROW = "llama.cpp llama-server"
+DEFAULT_TOKENS = 128
 
 _NUM = r"([-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf))"
 
@@ -221,6 +231,7 @@ class LlamaCpp:
         self.server_draft_max_flag = _draft_max_flag(server_help, self.server.name)
         self.spec_type = help_has(help_text, "--spec-type")
         self.server_spec_type = help_has(server_help, "--spec-type")
+        self.server_spec_types = compare_agent.spec_types(server_help)
         self.no_backend_sampling = "--no-spec-draft-backend-sampling" if help_has(help_text, "--no-spec-draft-backend-sampling") else None
         self.server_no_backend_sampling = ("--no-spec-draft-backend-sampling"
                                            if help_has(server_help, "--no-spec-draft-backend-sampling") else None)
@@ -265,15 +276,19 @@ class LlamaCpp:
         return cmd
 
     def server_cmd(self, target, *, draft=None, draft_max=None, parallel=1, ctx, threads,
-                   backend_sampling=False) -> list[str]:
+                   backend_sampling=False, spec_types=None) -> list[str]:
         """``llama-server`` with ``parallel`` slots of ``ctx`` tokens each over one unified KV
-        cache (as ours), with ``draft`` as its draft model when given."""
+        cache (as ours), with ``draft`` as its draft model when given; ``spec_types``: its
+        ``--spec-type`` list (default with a draft: draft-simple)."""
         cmd = [str(self.server), "-m", str(target), "-c", str(ctx * parallel), "-np", str(parallel)]
         if self.server_kv_unified:
             cmd.append("--kv-unified")
         if draft is not None:
             cmd += ["-md", str(draft)] + _draft_args(self.server_draft_max_flag, draft_max, self.server_spec_type,
-                                                      self.server_no_backend_sampling, backend_sampling)
+                                                      self.server_no_backend_sampling, backend_sampling,
+                                                      spec_types or "draft-simple")
+        elif spec_types is not None and self.server_spec_type:  # draft-free types (n-grams)
+            cmd += ["--spec-type", spec_types]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
         return cmd
@@ -420,12 +435,16 @@ def _parse_args(argv):
                    help="directory with llama-speculative-simple, llama-bench and llama-server")
     p.add_argument("--target", default="default", help="target: path, hf: spec or preset (default: default)")
     p.add_argument("--draft", default=None, help="draft: path, hf: spec or preset (default: the target preset's draft)")
-    p.add_argument("--workload", default="code,edit,chat", help="built-in prompt sets, as for `bench` (default: all)")
+    p.add_argument("--workload", default="code,edit,chat",
+                   help="built-in prompt sets, as for `bench` (default: code,edit,chat); agent runs alone: a tool "
+                        "loop against llama-server's speculative types")
     p.add_argument("--prompts", metavar="FILE.jsonl", help="prompts, as for `bench` (instead of --workload)")
     p.add_argument("--n-prompts", type=int, default=None, metavar="N", help="only the first N prompts of each workload")
     p.add_argument("--chain-depth", type=int, default=5, help="depth of our fixed `chain` method (default 5)")
     p.add_argument("--temperature", type=float, nargs="+", default=[1.0, 0.6])
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help=f"tokens per reply, for every prompt (default {DEFAULT_TOKENS}; the agent workload's items "
+                        "ask their own)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--min-p", type=float, default=0.05)
@@ -454,7 +473,7 @@ def _parse_args(argv):
 
 
 def _check_args(a) -> None:
-    if a.max_tokens < 1:
+    if a.max_tokens is not None and a.max_tokens < 1:
         raise CompareError(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.threads is not None and a.threads < 1:
         raise CompareError(f"--threads must be >= 1, got {a.threads}")
@@ -476,14 +495,15 @@ def _check_args(a) -> None:
             raise CompareError(f"--temperature must be in [0, 100], got {t}")
 
 
-def _draft_args(max_flag: str, draft_max, spec_type: bool, no_backend_sampling, backend_sampling: bool) -> list[str]:
+def _draft_args(max_flag: str, draft_max, spec_type: bool, no_backend_sampling, backend_sampling: bool,
+                types: str = "draft-simple") -> list[str]:
     """The flags that set a llama.cpp binary's draft (speculative-simple's or the server's,
-    each with its own flag names): ``draft_max`` tokens a step when given, the plain draft
-    model where the build has speculation types, and its backend sampling off unless
-    ``backend_sampling``."""
+    each with its own flag names): ``draft_max`` tokens a step when given, the speculation
+    ``types`` (default the plain draft model) where the build has speculation types, and its
+    backend sampling off unless ``backend_sampling``."""
     args = [max_flag, str(draft_max)] if draft_max is not None else []
     if spec_type:
-        args += ["--spec-type", "draft-simple"]
+        args += ["--spec-type", types]
     if no_backend_sampling and not backend_sampling:
         args.append(no_backend_sampling)
     return args
@@ -535,6 +555,12 @@ def _setup(a) -> dict:
     levels = concurrency.parse_levels(a.concurrency) if a.concurrency is not None else None
     methods = bench.parse_methods(a.methods or ("none,auto" if levels else "none,resispec,auto"))
     workloads = {w: ps[: a.n_prompts] for w, ps in bench.select_prompts(a.prompts, a.workload).items()}
+    if a.max_tokens is not None:  # for every item; else the agent items ask their own
+        workloads = bench.without_max_tokens(workloads)
+    a.max_tokens = a.max_tokens or DEFAULT_TOKENS
+    agent = [w for w, items in workloads.items() if bench.is_sequential(items)]
+    if agent and (len(workloads) > 1 or levels):
+        raise CompareError(f"--workload {agent[0]} (a tool loop) runs alone, without --concurrency")
     kind, _ = models.parse_model_spec(a.target)
     draft_spec = a.draft if a.draft is not None else (a.target if kind == "preset" else None)
     if not draft_spec:
@@ -548,7 +574,7 @@ def _setup(a) -> dict:
         raise CompareError(str(e)) from None
     _note(f"llama.cpp {llama.version} from {Path(a.llama_cpp_bin).expanduser().resolve()}")
     return dict(llama=llama, levels=levels, methods=methods, workloads=workloads, target=target, draft=draft,
-                sp0=sp0)
+                sp0=sp0, agent=bool(agent))
 
 
 def _server_body(a, tokens, *, temp, seed, stream=False) -> dict:
@@ -560,7 +586,28 @@ def run(a) -> int:
     cfg = _setup(a)
     if cfg["levels"]:
         return run_concurrency(a, cfg)
+    if cfg["agent"]:
+        return run_agent(a, cfg)
     return run_single(a, cfg)
+
+
+def run_agent(a, cfg) -> int:
+    """``--workload agent``: the tool loop on llama-server's speculative types and our
+    methods, each in sequence (``compare_agent``)."""
+    out = compare_agent.run_agent(a, cfg, _method_params, _note)
+    llama = cfg["llama"]
+    print(compare_agent.format_agent_table(out["blocks"]))
+    print(f"llama.cpp {llama.version}; threads {out['threads']}; {len(cfg['workloads']['agent'])} agent requests in "
+          f"sequence per system (a fresh llama-server per row, ours started cold per method); top-k {a.top_k} "
+          f"top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
+    print("seconds are totals over the sequence; prompt s: prompt processing (ours: tgt s target, dft s draft); "
+          "e2e tok/s: output tokens over prompt + decode seconds; accept: accepted/drafted tokens.")
+    if a.json:
+        _write_json(a, cfg, out["threads"], {"llama_cpp": {"version": llama.version, "server_cmds": out["server_cmds"]},
+                                             "results": [{k: b[k] for k in ("temperature", "rows")}
+                                                         for b in out["blocks"]],
+                                             "runs": out["blocks"]})
+    return 0
 
 
 def run_single(a, cfg) -> int:

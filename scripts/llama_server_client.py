@@ -2,6 +2,7 @@
 
 Starts the server on a free local port, waits for ``/health``, sends ``/completion``
 requests (the prompt as token ids, so llama.cpp decodes exactly the tokens our engine does)
+or ``/v1/chat/completions`` requests (a tool loop's, rendered by llama.cpp's own template)
 and always stops the process again.  Also runs a concurrency level against it the way
 ``bench --concurrency`` runs one against our engine: c client threads share the prompts
 (client i takes prompts i, i + c, ...) and send them back to back, streamed, so that the time
@@ -36,6 +37,15 @@ class ServerError(Exception):
 # --------------------------------------------------------------------------- pure helpers
 
 
+def chat_body(item: dict, *, n, temp, top_k, top_p, min_p, seed) -> dict:
+    """The ``/v1/chat/completions`` request for a chat item (``messages`` with its ``tools``,
+    ``tool_choice`` and ``response_format``): ``n`` tokens at most, our sampling settings."""
+    body = {"messages": item["messages"], "max_tokens": int(n), "temperature": float(temp), "top_k": int(top_k),
+            "top_p": float(top_p), "min_p": float(min_p), "seed": int(seed), "samplers": SAMPLERS,
+            "stream": False, "cache_prompt": True}
+    return body | {k: item[k] for k in ("tools", "tool_choice", "response_format") if item.get(k) is not None}
+
+
 def completion_body(tokens, *, n, temp, top_k, top_p, min_p, seed, stream=False) -> dict:
     """The ``/completion`` request for prompt token ids ``tokens``: ``n`` tokens at most, our
     sampling settings, the same seed rule as ours (the caller passes seed + prompt index)."""
@@ -47,8 +57,10 @@ def completion_body(tokens, *, n, temp, top_k, top_p, min_p, seed, stream=False)
 def parse_completion(reply: dict) -> dict:
     """From a final ``/completion`` reply (or the last streamed event): ``tokens_per_s``
     (``timings.predicted_per_second``: decode speed, prompt processing excluded), ``tokens``,
-    ``prompt_tokens`` (processed + cached: the depth the decode ran at), and ``drafted`` /
-    ``accepted`` (0 without a draft).  Raises ``ValueError`` when the timings are missing."""
+    ``prompt_tokens`` (processed + cached: the depth the decode ran at), ``prompt_cached``,
+    ``prompt_s`` and ``decode_s`` (its prompt processing and decode times), and ``drafted`` /
+    ``accepted`` (0 without a draft).  A ``/v1/chat/completions`` reply carries the same
+    ``timings``.  Raises ``ValueError`` when the timings are missing."""
     t = reply.get("timings") if isinstance(reply, dict) else None
     if not isinstance(t, dict) or "predicted_per_second" not in t or "predicted_n" not in t:
         raise ValueError("the reply has no timings.predicted_per_second")
@@ -56,6 +68,9 @@ def parse_completion(reply: dict) -> dict:
         "tokens_per_s": float(t["predicted_per_second"]),
         "tokens": int(t["predicted_n"]),
         "prompt_tokens": int(t.get("prompt_n", 0)) + int(t.get("cache_n", 0)),
+        "prompt_cached": int(t.get("cache_n", 0)),
+        "prompt_s": float(t.get("prompt_ms", 0.0)) / 1000.0,
+        "decode_s": float(t.get("predicted_ms", 0.0)) / 1000.0,
         "drafted": int(t.get("draft_n", 0)),
         "accepted": int(t.get("draft_n_accepted", 0)),
     }
@@ -194,6 +209,29 @@ class LlamaServer:
             return parse_completion(json.loads(text))
         except (ValueError, json.JSONDecodeError) as e:
             raise ServerError(f"{self.name}: {e}") from None
+
+    def chat(self, body: dict) -> dict:
+        """One non-streamed ``/v1/chat/completions``: ``parse_completion`` of its reply, with
+        ``e2e`` (seconds, as the client sees them), the ``finish_reason``, the ``content`` and
+        the ``tool_calls`` parsed (``{name, arguments}`` each)."""
+        t0 = time.perf_counter()
+        try:
+            status, text = self._request("POST", "/v1/chat/completions", dict(body, stream=False),
+                                         self.request_timeout)
+        except OSError as e:
+            raise ServerError(f"{self.name}: request failed ({e}); {self.last_log_line()}") from None
+        e2e = time.perf_counter() - t0
+        if status != 200:
+            raise ServerError(f"{self.name}: HTTP {status}: {_error_message(text)}")
+        try:
+            reply = json.loads(text)
+            choice = reply["choices"][0]
+            message = choice.get("message") or {}
+            calls = [c["function"] for c in message.get("tool_calls") or []]
+            return {**parse_completion(reply), "e2e": e2e, "finish_reason": choice.get("finish_reason"),
+                    "content": message.get("content"), "tool_calls": calls}
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise ServerError(f"{self.name}: not a chat completion ({e})") from None
 
     def stream(self, body: dict) -> dict:
         """One streamed ``/completion``: ``parse_completion`` of its last event, with ``ttft``

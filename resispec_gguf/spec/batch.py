@@ -80,6 +80,8 @@ class Request:
     reused: int = 0
     order: int = 0  # admission count: the waiting prompts are prefilled in this order
     prefill_s: float = 0.0  # seconds of the decodes that carried a chunk of its prompt
+    prefill_target_s: float = 0.0  # ... of those decodes, the target's
+    prefill_draft_s: float = 0.0  # ... the draft's
     fed: bool = False  # the step's decodes carried a chunk of its prompt
     started: bool = False
     done: bool = False
@@ -269,6 +271,7 @@ class Batch:
 
     def _start(self, r: Request) -> None:
         r.gen.started(r.reused, r.prefill_s, draft_synced=not r.gen.lazy_draft)
+        r.gen.stats.prompt_target_time, r.gen.stats.prompt_draft_time = r.prefill_target_s, r.prefill_draft_s
         r.started, r.t_start = True, time.perf_counter()
 
     def _held(self, r: Request) -> bool:
@@ -298,8 +301,9 @@ class Batch:
         """A decode of ``model`` holding nothing but the waiting prompts' chunks."""
         chunks = self._chunks(model, waiting, fill, model.n_batch)
         if chunks:
+            t = time.perf_counter()
             model.decode_slots([], [], [], prefill=chunks)
-            _took(waiting, chunks, fill)
+            _took(waiting, chunks, fill, time.perf_counter() - t)
 
     def _prefilled(self, waiting: list[Request], seconds: float) -> None:
         """After a decode that carried the waiting prompts' chunks: its time to the prompts it
@@ -414,7 +418,7 @@ class Batch:
             t = time.perf_counter()
             rows = self.draft.decode_slots(tokens, parents, slots, want, prefill=chunks)
             dt = time.perf_counter() - t
-            _took(pending, chunks, "d_filled")
+            _took(pending, chunks, "d_filled", dt)
             pending = []
             n_draft += len(tokens)
             for r in order:
@@ -450,7 +454,7 @@ class Batch:
             t = time.perf_counter()
             rows = self.target.decode_slots(tokens, parents, slots, prefill=chunks)
             dt = time.perf_counter() - t
-            _took(waiting, chunks, "filled")
+            _took(waiting, chunks, "filled", dt)
             for r, start in tmap.items():
                 r.gen.stats.target_time += dt
                 try:
@@ -488,12 +492,14 @@ class Batch:
         self.slots[r.slot] = None
 
 
-def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str) -> None:
-    """After a decode that held ``chunks`` (``Batch._chunks``): each request's ``fill`` grows
-    by its chunk."""
+def _took(waiting: list[Request], chunks: dict[int, list[int]], fill: str, seconds: float) -> None:
+    """After a decode of ``seconds`` that held ``chunks`` (``Batch._chunks``): each request's
+    ``fill`` grows by its chunk, and its model's prefill time by the decode's."""
+    spent = "prefill_target_s" if fill == "filled" else "prefill_draft_s"
     for r in waiting:
         if r.slot in chunks:
             setattr(r, fill, getattr(r, fill) + len(chunks[r.slot]))
+            setattr(r, spent, getattr(r, spent) + seconds)
             r.fed = True
 
 

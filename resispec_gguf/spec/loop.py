@@ -2,7 +2,7 @@
 
 A step reads top to bottom: ``plan`` (the draft calls it yields, made here) → one target
 decode of the nodes it returns → ``absorb`` (verify) → the commits it asks for → ``emit``.
-Times of model calls are added to the generation's ``Stats`` here.
+Times of model calls are added to the generation's ``Stats`` here, the prompt's per model.
 """
 
 from __future__ import annotations
@@ -27,16 +27,18 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cance
     what a new prompt evicts is saved there, and a prompt found there is restored."""
     gen.check_fits(target.n_ctx)
     t0 = time.perf_counter()
-    # under auto the draft reads the prompt only when a step first calls it (``lazy_draft``)
+    reused = _prefill(gen, target, "target", ram)
+    t_target = time.perf_counter() - t0
+    t_draft = 0.0
+    # under auto the draft reads the prompt only when a step first calls it (``lazy_draft``):
+    # that catch-up is counted in ``Stats.draft_sync_time``
     eager = gen.uses_draft and not gen.lazy_draft
-    if ram is not None:
-        reuse_slot(ram, target, "target", 0, gen.prompt[:-1])
-        if eager:
-            reuse_slot(ram, draft, "draft", 0, gen.prompt[:-1])
-    reused = target.sync_prefix(gen.prompt)
     if eager:
-        draft.sync_prefix(gen.prompt)
+        t = time.perf_counter()
+        _prefill(gen, draft, "draft", ram)
+        t_draft = time.perf_counter() - t
     gen.started(reused, time.perf_counter() - t0, draft_synced=eager or not gen.uses_draft)
+    gen.stats.prompt_target_time, gen.stats.prompt_draft_time = t_target, t_draft
     t_start = time.perf_counter()
     try:
         try:
@@ -48,6 +50,14 @@ def run(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cance
             yield tail
     finally:
         gen.closed(time.perf_counter() - t_start)
+
+
+def _prefill(gen: Generation, model: ModelBackend, role: str, ram: PromptCache | None) -> int:
+    """``model``'s cache made to hold ``gen``'s prompt (restored from ``ram`` where that saves
+    work); returns the prompt tokens it held already."""
+    if ram is not None:
+        reuse_slot(ram, model, role, 0, gen.prompt[:-1])
+    return model.sync_prefix(gen.prompt)
 
 
 def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel) -> Iterator[str]:

@@ -118,6 +118,11 @@ class PromptCache:
         self.hits += 1
         self.hit_tokens += int(tokens)
 
+    def clear(self) -> None:
+        """Drop every saved state (its counters stay)."""
+        self._entries.clear()
+        self.used_bytes = 0
+
     def _drop(self, key: int) -> None:
         self.used_bytes -= self._entries.pop(key).nbytes
 

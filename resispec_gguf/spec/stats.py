@@ -25,6 +25,10 @@ class Stats:
     rate per depth.  ``steps_by_kind``/``tokens_by_kind``: steps of each kind (plain "none",
     "draft" model trees, context "lookup" chains, "grammar"-forced chains) and the output tokens
     they gave (summing to ``tokens``), which says which candidate source paid.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    ``prompt_time`` is the prompt's processing before the first step (``total_time`` and the
+    decode speed leave it out); ``prompt_target_time``/``prompt_draft_time`` are its target's
+    and draft's parts (prefill, or a prompt-cache restore), the rest (``prompt_host_time``)
+    host work between them.
     Kernels are compiled and ``auto``'s costs measured at load (``Engine.prepare``), so no
     time here is start-up.
     """
@@ -33,6 +37,8 @@ class Stats:
     prompt_tokens: int = 0
     prompt_reused: int = 0  # prompt tokens whose KV cache was reused from the previous call
     prompt_time: float = 0.0
+    prompt_target_time: float = 0.0
+    prompt_draft_time: float = 0.0
     tokens: int = 0
     eos_tokens: int = 0
     steps: int = 0
@@ -53,6 +59,20 @@ class Stats:
     @property
     def overhead_time(self) -> float:
         return max(0.0, self.total_time - self.draft_time - self.draft_sync_time - self.target_time)
+
+    @property
+    def prompt_host_time(self) -> float:
+        return max(0.0, self.prompt_time - self.prompt_target_time - self.prompt_draft_time)
+
+    @property
+    def end_to_end_time(self) -> float:
+        """Prompt processing and decoding: what a request waits for its whole reply."""
+        return self.prompt_time + self.total_time
+
+    @property
+    def end_to_end_tokens_per_s(self) -> float:
+        """Output tokens per second of ``end_to_end_time`` (``tokens_per_s`` is decode only)."""
+        return self.tokens / self.end_to_end_time if self.end_to_end_time > 0 else 0.0
 
     @property
     def tau(self) -> float | None:
@@ -92,8 +112,9 @@ class Stats:
         self.accepted_by_depth[depth - 1] += int(accepted)
 
     def merge(self, other: "Stats") -> None:
-        for name in ("prompt_tokens", "prompt_reused", "prompt_time", "tokens", "eos_tokens", "steps", "target_calls",
-                     "draft_calls", "tree_nodes", "draft_time", "draft_sync_time", "target_time", "total_time"):
+        for name in ("prompt_tokens", "prompt_reused", "prompt_time", "prompt_target_time", "prompt_draft_time",
+                     "tokens", "eos_tokens", "steps", "target_calls", "draft_calls", "tree_nodes", "draft_time",
+                     "draft_sync_time", "target_time", "total_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.mask_seconds += other.mask_seconds
         for mine, theirs in ((self.steps_by_kind, other.steps_by_kind), (self.tokens_by_kind, other.tokens_by_kind)):
@@ -128,6 +149,10 @@ class Stats:
             "overhead_time_s": self.overhead_time,
             "total_time_s": self.total_time,
             "prompt_time_s": self.prompt_time,
+            "prompt_target_time_s": self.prompt_target_time,
+            "prompt_draft_time_s": self.prompt_draft_time,
+            "prompt_host_time_s": self.prompt_host_time,
+            "end_to_end_tokens_per_s": self.end_to_end_tokens_per_s,
             "steps_by_kind": dict(self.steps_by_kind),
             "tokens_by_kind": dict(self.tokens_by_kind),
             "masks": len(self.mask_seconds),

@@ -1,7 +1,11 @@
 """``bench`` and ``analyze``: measure methods on the user's own pair and hardware.
 
 ``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
-warm-up, so the ratios it prints hold on a noisy machine.  ``analyze`` samples answers with
+warm-up, so the ratios it prints hold on a noisy machine; a tool loop (the ``agent``
+workload) runs method by method instead, each method's sequence started cold (the engine's
+memory of past answers emptied, its prompt caches dropped), so that every method sees the
+same history.  Beside the decode speed it reports the end-to-end speed and where a
+request's time went (``format_phases``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.
@@ -23,59 +27,11 @@ import numpy as np
 from ..config import METHODS, DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..engine import Stats
 from ..errors import UserError
-from .workloads import WORKLOADS
-
-# --------------------------------------------------------------------------- inputs
-
-
-def parse_prompts(path: str) -> list[dict]:
-    """Read a JSONL prompt file: one ``{"prompt": str}``, ``{"messages": [...]}`` or
-    ``{"input_prefix": str, "input_suffix": str}`` (an infill) per line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise UserError(f"cannot read prompt file {path}: {e.strerror}") from None
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise UserError(f"{path}:{n}: expected an object with 'prompt' or 'messages'")
-        if isinstance(obj.get("prompt"), str) and obj["prompt"]:
-            out.append({"kind": obj.get("kind", "prompt"), "prompt": obj["prompt"]})
-        elif isinstance(obj.get("input_prefix"), str) and isinstance(obj.get("input_suffix"), str):
-            out.append({"kind": obj.get("kind", "infill"),
-                        "infill": {"input_prefix": obj["input_prefix"], "input_suffix": obj["input_suffix"]}})
-        elif isinstance(obj.get("messages"), list) and obj["messages"]:
-            if not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in obj["messages"]):
-                raise UserError(f"{path}:{n}: every message needs a role and string content")
-            out.append({"kind": obj.get("kind", "chat"), "messages": obj["messages"]})
-        else:
-            raise UserError(f"{path}:{n}: expected a non-empty 'prompt' string, a 'messages' list or "
-                            "'input_prefix' and 'input_suffix' strings")
-    if not out:
-        raise UserError(f"{path}: no prompts")
-    return out
-
-
-def parse_workloads(text: str) -> list[str]:
-    names = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in names if w not in WORKLOADS]
-    if bad or not names:
-        raise UserError(f"unknown workload {bad[0] if bad else text!r}; choose from {', '.join(WORKLOADS)}")
-    return list(dict.fromkeys(names))
-
-
-def select_prompts(prompts_file: str | None, workload: str) -> dict[str, list[dict]]:
-    """``{workload: prompts}``: the ``--prompts`` file as one workload, else the built-in sets."""
-    if prompts_file:
-        return {os.path.splitext(os.path.basename(prompts_file))[0] or "prompts": parse_prompts(prompts_file)}
-    return {w: WORKLOADS[w] for w in parse_workloads(workload)}
+# the inputs (and the built-in workloads), importable from here as before
+from .bench_prompts import (as_run, forget, is_sequential, parse_prompts, parse_workloads,  # noqa: F401
+                            planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts,
+                            without_max_tokens)
+from .workloads import WORKLOADS  # noqa: F401
 
 
 def parse_methods(text: str) -> list[str]:
@@ -85,36 +41,6 @@ def parse_methods(text: str) -> list[str]:
         raise UserError(f"unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
     return ["none"] + [m for m in dict.fromkeys(names) if m != "none"]
 
-
-def prompt_tokens(engine, item) -> list[int]:
-    if "infill" in item:  # laid out as /infill does
-        return engine.infill_tokens(item["infill"]["input_prefix"], item["infill"]["input_suffix"], repo_level=True)[0]
-    if "messages" in item:
-        return engine.chat_tokens(item["messages"])
-    return engine.text_tokens(item["prompt"])
-
-
-def prompt_plan(engine, item, reasoning: ReasoningParams | None = None):
-    """``(tokens, plan)``: a chat item planned as a chat request is (``plan.plan_chat``: on a
-    reasoning model, its thinking's budget applies), plan None for the others."""
-    if "messages" in item:
-        from ..assist.plan import plan_chat
-
-        plan = plan_chat(engine, item["messages"], reasoning=reasoning)
-        return plan.prompt, plan
-    return prompt_tokens(engine, item), None
-
-
-def planned_prompts(engine, workloads: dict, reasoning) -> dict:
-    """``{workload: [(tokens, plan)]}`` (``prompt_plan``)."""
-    return {w: [prompt_plan(engine, p, reasoning) for p in items] for w, items in workloads.items()}
-
-
-def as_run(plan, constraint):
-    """``constraint`` as a prompt's plan runs it (after the thinking of a reasoning model)."""
-    return constraint if plan is None else plan.constrain(constraint)
-
-
 # --------------------------------------------------------------------------- bench
 
 
@@ -123,18 +49,24 @@ def _peak_rss_mb() -> float:
     return kb / 1024 if sys.platform != "darwin" else kb / 2**20
 
 
-def summarise(runs: list, baseline: dict) -> dict:
+def summarise(runs: list, baseline: dict, e2e_baseline: dict | None = None) -> dict:
     """Aggregate one method's runs (``(prompt_index, Stats)``) against the baseline's
-    tokens/s per prompt run."""
+    tokens/s per prompt run (``e2e_baseline``: its end-to-end tokens/s, prompt included).
+    The ``*_s`` figures are seconds per request, means over the runs: the prompt's target,
+    draft and host parts, then the decode's (``Stats``)."""
     st = [s for _, s in runs]
     total = Stats()
     for s in st:
         total.merge(s)
     steps = total.steps or 1
+    n = len(st) or 1
     speedups = [s.tokens_per_s / baseline[key] for key, s in runs if baseline.get(key)]
+    e2e = [s.end_to_end_tokens_per_s / e2e_baseline[key] for key, s in runs if (e2e_baseline or {}).get(key)]
     return {
         "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
         "speedup_vs_none": statistics.median(speedups) if speedups else None,
+        "end_to_end_tokens_per_s": statistics.median(s.end_to_end_tokens_per_s for s in st),
+        "end_to_end_vs_none": statistics.median(e2e) if e2e else None,
         "tau": total.tau,
         "accept_by_depth": total.acceptance_by_depth,
         "acceptance_rate": total.acceptance_rate,
@@ -143,6 +75,16 @@ def summarise(runs: list, baseline: dict) -> dict:
         "target_ms_per_step": 1000 * total.target_time / steps,
         "overhead_ms_per_step": 1000 * total.overhead_time / steps,
         "overhead_fraction": total.overhead_time / max(1e-12, total.total_time),
+        "prompt_tokens": total.prompt_tokens / n,
+        "prompt_reused": total.prompt_reused / n,
+        "prompt_target_s": total.prompt_target_time / n,
+        # the draft's prompt work: at the start, or (auto) where a step first calls the draft
+        "prompt_draft_s": (total.prompt_draft_time + total.draft_sync_time) / n,
+        "prompt_host_s": total.prompt_host_time / n,
+        "decode_s": total.total_time / n,
+        "decode_draft_s": total.draft_time / n,
+        "decode_target_s": total.target_time / n,
+        "decode_host_s": total.overhead_time / n,
         "tokens": total.tokens,
         "runs": len(st),
         "mask_ms_median": 1000 * statistics.median(total.mask_seconds) if total.mask_seconds else None,
@@ -173,11 +115,13 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
 
 def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingParams, repeat=1, progress=True,
                  reasoning: ReasoningParams | None = None):
-    """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, in turn
-    per prompt and seed, after one warm-up generation each; a chat prompt runs as planned
-    (``prompt_plan``, ``as_run``).  The first variant is the baseline of ``speedup_vs_none``.
-    Returns ``[{"workload", "temperature", "methods": {name: summary}, "runs": {name: [(key,
-    Stats)]}}]``."""
+    """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, after
+    one warm-up generation each: in turn per prompt and seed, or, for a tool loop
+    (``is_sequential``), each variant's whole sequence in turn, started cold: the engine's
+    memory of past answers emptied and its prompt caches dropped (``run_order``, ``forget``).  A chat prompt runs as
+    planned (``prompt_plan``, ``as_run``); an item's own ``max_tokens`` replaces ``sp``'s.
+    The first variant is the baseline of ``speedup_vs_none``.  Returns ``[{"workload",
+    "temperature", "methods": {name: summary}, "runs": {name: [(key, Stats)]}}]``."""
     from tqdm import tqdm
 
     toks = planned_prompts(engine, workloads, reasoning)
@@ -190,18 +134,23 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
     base = variants[0][0]
     out = []
     for w, prompt_toks in toks.items():
+        items, sequential = workloads[w], is_sequential(workloads[w])
         for t in temperatures:
             runs: dict[str, list] = {name: [] for name, _, _ in variants}
             for r in range(repeat):
-                for i, (pt, plan) in enumerate(prompt_toks):
-                    seed = (sp.seed or 0) + 1000 * r + i
-                    for name, d, c in variants:
-                        res = engine.generate(pt, sp.replace(temperature=t, seed=seed), d, constraint=as_run(plan, c))
-                        runs[name].append(((r, i), res.stats))
-                        bar.update(1)
+                for i, v in run_order(len(prompt_toks), len(variants), sequential):
+                    if sequential and i == 0:
+                        forget(engine)
+                    (pt, plan), (name, d, c) = prompt_toks[i], variants[v]
+                    item_sp = sp.replace(temperature=t, seed=(sp.seed or 0) + 1000 * r + i,
+                                         max_tokens=items[i].get("max_tokens", sp.max_tokens))
+                    res = engine.generate(pt, item_sp, d, constraint=as_run(plan, c))
+                    runs[name].append(((r, i), res.stats))
+                    bar.update(1)
             baseline = {key: s.tokens_per_s for key, s in runs[base]}
-            summary = {name: summarise(runs[name], baseline) for name, _, _ in variants}
-            out.append({"workload": w, "temperature": t, "methods": summary, "runs": runs})
+            e2e = {key: s.end_to_end_tokens_per_s for key, s in runs[base]}
+            summary = {name: summarise(runs[name], baseline, e2e) for name, _, _ in variants}
+            out.append({"workload": w, "temperature": t, "sequential": sequential, "methods": summary, "runs": runs})
     bar.close()
     return out
 
@@ -344,33 +293,59 @@ def format_sweep(results, params, model: ModelParams, sp: SamplingParams) -> str
     return "\n".join(lines)
 
 
+def _x(value, spec: str) -> str:
+    return format(value, spec) if value is not None else "-"
+
+
 def format_table(results) -> str:
+    """Per workload: a row per temperature and method (decode-only and end-to-end speeds,
+    the draft's figures), then where a request's time went (``format_phases``)."""
     lines = []
     width = max([13] + [len(name) for block in results for name in block["methods"]])
-    head = f"{'T':>4} {'method':<{width}} {'tok/s':>7} {'vs none':>8} {'tau':>5} {'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth"
+    head = (f"{'T':>4} {'method':<{width}} {'tok/s':>7} {'vs none':>8} {'e2e tok/s':>9} {'e2e vs':>7} {'tau':>5} "
+            f"{'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth")
     workload = None
-    for block in results:
+    for n, block in enumerate(results):
         if block.get("workload") != workload:
             workload = block.get("workload")
             if lines:
                 lines.append("")
-            lines.append(f"workload: {workload}")
-            lines.append(head)
-            lines.append("-" * len(head))
+            order = ", each method's sequence in turn" if block.get("sequential") else ""
+            lines += [f"workload: {workload}{order}", head, "-" * len(head)]
         for name, m in block["methods"].items():
             by_depth = " ".join(f"{a:.2f}" if a is not None else "-" for a in m["accept_by_depth"][:6])
             if m.get("mask_ms_median") is not None:
                 free = m.get("speedup_vs_free")
                 by_depth += f"  [mask {m['mask_ms_median']:.3f} ms/node" + (f", {free:.3f}x unconstrained]"
                                                                            if free is not None else "]")
-            acc = f"{m['acceptance_rate']:.3f}" if m["acceptance_rate"] is not None else "-"
-            sp = f"{m['speedup_vs_none']:.3f}" if m["speedup_vs_none"] is not None else "-"
-            tau = f"{m['tau']:.2f}" if m["tau"] is not None else "-"
             lines.append(
-                f"{block['temperature']:>4} {name:<{width}} {m['tokens_per_s']:>7.2f} {sp:>8} {tau:>5} {acc:>7} "
-                f"{m['nodes_per_step']:>6.1f} {m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  {by_depth}"
+                f"{block['temperature']:>4} {name:<{width}} {m['tokens_per_s']:>7.2f} {_x(m['speedup_vs_none'], '.3f'):>8} "
+                f"{_x(m.get('end_to_end_tokens_per_s'), '.2f'):>9} {_x(m.get('end_to_end_vs_none'), '.3f'):>7} "
+                f"{_x(m['tau'], '.2f'):>5} {_x(m['acceptance_rate'], '.3f'):>7} {m['nodes_per_step']:>6.1f} "
+                f"{m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  "
+                f"{by_depth}"
             )
+        if n + 1 == len(results) or results[n + 1].get("workload") != workload:
+            lines += format_phases([b for b in results if b.get("workload") == workload], width)
     return "\n".join(lines)
+
+
+def format_phases(blocks, width: int = 13) -> list[str]:
+    """Where a request's time went, seconds per request: the prompt's processing (target,
+    draft, host work between them) and the decode (draft calls, target calls, host work)."""
+    head = (f"{'T':>4} {'method':<{width}} {'prompt tok':>10} {'reused':>7} {'prompt tgt s':>12} {'prompt dft s':>12} "
+            f"{'prompt host s':>13} {'decode s':>9} {'dec dft s':>9} {'dec tgt s':>9} {'dec host s':>10}")
+    lines = ["where a request's time went (seconds per request):", head]
+    for block in blocks:
+        for name, m in block["methods"].items():
+            if "prompt_target_s" not in m:
+                continue
+            lines.append(
+                f"{block['temperature']:>4} {name:<{width}} {m['prompt_tokens']:>10.0f} {m['prompt_reused']:>7.0f} "
+                f"{m['prompt_target_s']:>12.3f} {m['prompt_draft_s']:>12.3f} {m['prompt_host_s']:>13.3f} "
+                f"{m['decode_s']:>9.3f} {m['decode_draft_s']:>9.3f} {m['decode_target_s']:>9.3f} "
+                f"{m['decode_host_s']:>10.3f}")
+    return lines if len(lines) > 2 else []
 
 
 def machine_info(engine) -> dict:

@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 
-from . import flags
+from . import agent_workload, flags
 from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
 from ..errors import UserError
 
@@ -255,9 +255,8 @@ def _cmd_bench(args) -> int:
     if args.concurrency is not None:
         return _bench_concurrency(args)
     methods = bench.parse_methods(args.methods or _BENCH_METHODS)
-    prompts = bench.select_prompts(args.prompts, args.workload)
+    prompts, sp = _bench_inputs(args)
     model = flags.from_args(ModelParams, args)
-    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
     schema = _constraint_args(args).get("json_schema")
     if args.plot:  # before the run, not after minutes of it
@@ -268,6 +267,19 @@ def _cmd_bench(args) -> int:
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep,
                             reasoning=reasoning)
     return 0
+
+
+def _bench_inputs(args):
+    """bench's ``(workloads, SamplingParams)``: ``-n`` for every item when given, else
+    ``_BENCH_TOKENS`` for the items that do not ask their own."""
+    from . import bench
+
+    prompts = bench.select_prompts(args.prompts, args.workload)
+    if args.max_tokens is not None:
+        prompts = bench.without_max_tokens(prompts)
+    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0],
+                         max_tokens=args.max_tokens or _BENCH_TOKENS)
+    return prompts, sp
 
 
 def _bench_pairs(args) -> int:
@@ -281,9 +293,8 @@ def _bench_pairs(args) -> int:
              if value is not None]
     if given:
         raise UserError(f"--pairs runs plain and auto per pair: no {given[0]}")
-    prompts = bench.select_prompts(args.prompts, args.workload)
+    prompts, sp = _bench_inputs(args)
     model = flags.from_args(ModelParams, args)
-    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
     dp = flags.from_args(DraftParams, args)
     if args.plot:  # before the run, not after minutes of it
         bench.require_pyplot()
@@ -304,9 +315,8 @@ def _bench_concurrency(args) -> int:
     methods = bench.parse_methods(args.methods or "none,auto")
     model = flags.from_args(ModelParams, args)
     model = model.replace(n_slots=max(model.n_slots, max(levels)))
-    sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0])
+    prompts, sp = _bench_inputs(args)
     dp = flags.from_args(DraftParams, args)
-    prompts = bench.select_prompts(args.prompts, args.workload)
     reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
         rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp, reasoning)
@@ -422,12 +432,16 @@ def _command(sub, name: str, func, help: str, defaults=None) -> argparse.Argumen
     return p
 
 
-def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=None) -> None:
-    flags.add_settings(p, SamplingParams, "sampling", skip=skip_sampling, defaults=defaults)
+def _speculation_flags(p, *, skip_sampling=("stop",), skip_draft=(), defaults=None, helps=None) -> None:
+    flags.add_settings(p, SamplingParams, "sampling", skip=skip_sampling, defaults=defaults, helps=helps)
     flags.add_settings(p, DraftParams, "speculation", skip=skip_draft)
 
 
 _BENCH_METHODS = "none,chain,specinfer,rrs,resispec,auto"
+_BENCH_TOKENS = 128
+_BENCH_TOKENS_HELP = (f"maximum tokens per reply, for every item (default: {_BENCH_TOKENS}; the agent workload's "
+                      f"items, run by bench alone, ask their own: {agent_workload.EDIT_TOKENS} for a whole edited file, "
+                      f"{agent_workload.EXTRACT_TOKENS} for an extraction)")
 # requests ``serve`` runs at once unless --parallel says otherwise (llama.cpp's server has 4 slots)
 SERVE_SLOTS = 4
 
@@ -463,9 +477,16 @@ def _add_prompt_sets(p) -> None:
     """bench's and analyze's ``--workload`` and ``--prompts``."""
     p.add_argument("--workload", type=_checked_by("parse_workloads"), default="code,edit,chat",
                    help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
-                        "fill-in-the-middle tokens) (default: code,edit,chat; one table each)")
-    p.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} or "
-                                                   "{\"input_prefix\": ..., \"input_suffix\": ...} per line "
+                        "fill-in-the-middle tokens), agent (a coding agent's tool-loop requests on files of Python's "
+                        "standard library; in bench each method runs the whole sequence in turn, started cold: the "
+                        "engine's memory of past answers emptied and its prompt caches dropped, so every method "
+                        "sees the same history) "
+                        "(default: code,edit,chat; one table each)")
+    p.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...}, {\"messages\": [...]} (with "
+                                                   "\"tools\", \"tool_choice\", \"response_format\") or "
+                                                   "{\"input_prefix\": ..., \"input_suffix\": ...} per line, each "
+                                                   "with an optional \"max_tokens\"; lines all of \"kind\": "
+                                                   "\"agent\" run in sequence as the agent workload does "
                                                    "(instead of --workload)")
 
 
@@ -478,7 +499,7 @@ def _add_temperatures(p) -> None:
 def _add_bench(sub) -> None:
     b = _command(sub, "bench", _cmd_bench, "measure methods against plain decoding on this machine")
     _speculation_flags(b, skip_sampling=("temperature", "stop"), skip_draft=("method",),
-                       defaults={"max_tokens": 128, "seed": 0})
+                       defaults={"max_tokens": None, "seed": 0}, helps={"max_tokens": _BENCH_TOKENS_HELP})
     flags.add_settings(b, ReasoningParams, "reasoning (the chat prompts of a reasoning model)",
                        skip=("reasoning_format",))
     _add_prompt_sets(b)

@@ -55,9 +55,10 @@ def _added(cls) -> str:
     return f"_settings_{cls.__name__}"
 
 
-def add_settings(parser, cls, title: str, *, skip=(), defaults=None) -> None:
+def add_settings(parser, cls, title: str, *, skip=(), defaults=None, helps=None) -> None:
     """Add a group ``title`` with a flag for every setting of ``cls`` not in ``skip``;
-    ``defaults`` overrides field defaults for this command."""
+    ``defaults`` overrides field defaults for this command, ``helps`` their help texts (which
+    then say the default themselves)."""
     group = parser.add_argument_group(title)
     added = list(offered(parser, cls))
     for f in config.settings(cls):
@@ -71,7 +72,7 @@ def add_settings(parser, cls, title: str, *, skip=(), defaults=None) -> None:
         help_text = meta["help"]
         if overridden or "default:" not in help_text:  # else the help says what None means
             help_text = help_text.split(" (default:")[0] + f" (default: {_shown(default)})"
-        kw = dict(dest=f.name, help=help_text)
+        kw = dict(dest=f.name, help=(helps or {}).get(f.name, help_text))
         if k.base is bool:
             kw.update(action=argparse.BooleanOptionalAction, default=default)
         else:

@@ -1,4 +1,4 @@
-"""Built-in benchmark workloads: what people ask a local model to do, in four kinds.
+"""Built-in benchmark workloads: what people ask a local model to do, in five kinds.
 
 * ``code`` — code completion: raw source text the model continues (no chat template).
 * ``edit`` — rewrite or modify given code: the answer copies much of its context.
@@ -6,10 +6,14 @@
 * ``infill`` — editor completion: code files held back from the other sets, each cut at two
   random points (seeded): the model fills in the lines between a prefix and a suffix, as
   through ``/infill`` (needs a model with fill-in-the-middle tokens).
+* ``agent`` — a coding agent's tool loop: chat requests with tools, each holding a source file
+  of the running Python's standard library, answered by a ``write_file`` call or JSON
+  (``agent_workload``); they run in sequence (``bench_prompts.run_order``).
 
 Each item is ``{"prompt": str}``, ``{"messages": [...]}`` or ``{"infill": {"input_prefix": str,
 "input_suffix": str}}``, as in a ``--prompts`` file.  The texts live in ``workloads.json``
-beside this module (package data); this module only shapes them into items.  Data only:
+beside this module (package data), the agent's files in the standard library; this module
+only shapes them into items.  Data only:
 nothing here is tuned on by the engine.
 """
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 import json
 import random
 from importlib import resources
+
+from .agent_workload import agent_items
 
 __all__ = ["WORKLOADS", "infill_items"]
 
@@ -60,4 +66,5 @@ WORKLOADS: dict[str, list[dict]] = {
     "edit": [_user(item["ask"] + "\n\n" + _QUOTED[item["quote"]]) for item in _DATA["edit"]],
     "chat": [_user(text) for text in _DATA["chat"]],
     "infill": infill_items(_INFILL_FILES),
+    "agent": agent_items(),
 }

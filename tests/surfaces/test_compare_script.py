@@ -244,3 +244,138 @@ def test_commands_use_the_flags_this_build_has(tmp_path):
 def test_a_bench_without_depth_runs_at_depth_0(tmp_path):
     llama = cmp.LlamaCpp(str(_fake_bins(tmp_path, bench_help=OLD_BENCH_HELP)))
     assert "-d" not in llama.bench_cmd("t.gguf", n=48, threads=2, reps=1, depths=(0, 161))
+
+
+# ------------------------------------------------------------------ --workload agent
+
+agent = load_script("compare_agent")
+
+# the --spec-type line of the real build 0c1e570's llama-server --help
+FULL_SPEC_TYPES = ("--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,"
+                   "ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache\n")
+
+
+def _rows(tmp_path, server_help):
+    d = _fake_bins(tmp_path)
+    _fake_bin(d, "llama-server", server_help)
+    llama = cmp.LlamaCpp(str(d))
+    return {name: cmd for name, cmd in agent.server_rows(llama, "t.gguf", "d.gguf", ctx=2048, threads=2)}
+
+
+def test_the_agent_rows_are_the_speculative_types_this_build_has(tmp_path):
+    assert agent.spec_types(FULL_SPEC_TYPES) >= {"none", "draft-simple", "ngram-mod", "ngram-cache"}
+    assert agent.spec_types("-m, --model FNAME\n") == set()
+    rows = _rows(tmp_path, SERVER_HELP.replace("--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,"
+                                               "draft-dspark,ngram-simple,ngram-map-k\n", FULL_SPEC_TYPES))
+    assert list(rows) == ["llama-server none", "llama-server draft-simple", "llama-server ngram-mod",
+                          "llama-server draft-simple,ngram-mod", "llama-server ngram-cache"]
+    assert "--spec-type" not in rows["llama-server none"] and "-md" not in rows["llama-server none"]
+    mod = rows["llama-server ngram-mod"]
+    assert mod[mod.index("--spec-type") + 1] == "ngram-mod" and "-md" not in mod
+    both = rows["llama-server draft-simple,ngram-mod"]
+    assert both[both.index("--spec-type") + 1] == "draft-simple,ngram-mod" and both[both.index("-md") + 1] == "d.gguf"
+    assert all(cmd[cmd.index("-np") + 1] == "1" for cmd in rows.values())
+    # the trimmed help above lists no n-gram types: only what the build has
+    assert list(_rows(tmp_path, SERVER_HELP)) == ["llama-server none", "llama-server draft-simple"]
+    old = _rows(tmp_path, SERVER_HELP.replace("--spec-type", "--spec-other"))  # a build before --spec-type
+    assert list(old) == ["llama-server none", "llama-server draft-simple"]
+    assert "--spec-type" not in old["llama-server draft-simple"] and "-md" in old["llama-server draft-simple"]
+
+
+@pytest.mark.parametrize("argv", [["--workload", "agent,code"], ["--workload", "agent", "--concurrency", "1"]])
+def test_the_agent_workload_runs_alone(tmp_path, capsys, argv):
+    assert cmp.main(["--llama-cpp-bin", str(_fake_bins(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs alone" in err[0]
+
+
+def test_a_sequence_summary_and_table():
+    from resispec_gguf.engine import Stats
+
+    ours = agent.ours_record(Stats(tokens=10, prompt_tokens=100, prompt_reused=40, prompt_time=2.0,
+                                   prompt_target_time=1.5, prompt_draft_time=0.4, total_time=3.0,
+                                   accepted_by_depth=[3], reached_by_depth=[6]))
+    assert (ours["e2e"], ours["prompt_cached"], ours["accepted"], ours["drafted"]) == (5.0, 40, 3, 6)
+    s = agent.summarise_sequence([ours, dict(ours, tokens=20)])
+    assert s["tokens"] == 30 and s["prompt_s"] == 4.0 and s["decode_s"] == 6.0 and s["wall_s"] == 10.0
+    assert s["decode_tokens_per_s"] == 5.0 and s["e2e_tokens_per_s"] == 3.0 and s["acceptance"] == 0.5
+    assert s["prompt_target_s"] == 3.0 and s["prompt_tokens"] == 100
+    server = agent.summarise_sequence([{"tokens": 30, "prompt_tokens": 90, "prompt_cached": 0, "prompt_s": 1.0,
+                                        "decode_s": 5.0, "e2e": 6.2, "drafted": 0, "accepted": 0}])
+    assert server["prompt_target_s"] is None and server["acceptance"] is None and server["e2e_tokens_per_s"] == 5.0
+    table = agent.format_agent_table([{"temperature": 0.0, "rows": {"ours none": s, "llama-server none": server}}])
+    line = next(ln for ln in table.splitlines() if "llama-server none" in ln)
+    assert "1.667" in line and line.split()[6:8] == ["-", "-"]  # e2e 5.0 / 3.0 against ours none; no tgt/dft split
+
+
+# a llama-server answering /v1/chat/completions, logging the seeds it was sent to --log
+FAKE_CHAT_SERVER = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = sys.argv[1:]
+port, log = int(args[args.index("--port") + 1]), args[args.index("--log") + 1]
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({"status": "ok"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open(log, "a") as f:
+            f.write(json.dumps([body["seed"], body["max_tokens"], body["messages"][-1]["content"]]) + "\n")
+        n = body["max_tokens"]
+        self._send({"choices": [{"finish_reason": "length", "message": {"content": "x"}}],
+                    "timings": {"cache_n": 0, "prompt_n": 7, "prompt_ms": 100.0, "predicted_n": n,
+                                "predicted_ms": 200.0, "predicted_per_second": n / 0.2}})
+
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def test_an_agent_comparison_runs_every_system_through_the_sequence(tmp_path, tiny_pair):
+    from types import SimpleNamespace
+
+    from resispec_gguf.config import SamplingParams
+    from resispec_gguf.surfaces import bench
+
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!{sys.executable}\n{FAKE_CHAT_SERVER}")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "requests.log"
+    llama = SimpleNamespace(server_spec_type=True, server_spec_types={"none", "draft-simple", "ngram-mod"},
+                            server_cmd=lambda target, **kw: [str(exe), "--log", str(log), "--types",
+                                                             kw["spec_types"] or "none"])
+    items = [{"kind": "agent", "messages": [{"role": "user", "content": f"task {i}"}], "max_tokens": 3 + i}
+             for i in range(3)]
+    a = SimpleNamespace(ctx=512, threads=1, temperature=[0.0], draft_max=None, llama_backend_sampling=False,
+                        timeout=60, seed=5, top_k=40, top_p=0.95, min_p=0.05, max_tokens=8, chain_depth=3)
+    cfg = {"llama": llama, "methods": bench.parse_methods("chain"), "target": tiny_pair[0], "draft": tiny_pair[1],
+           "sp0": SamplingParams(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, max_tokens=8, seed=5),
+           "workloads": {"agent": items}}
+    notes = []
+    out = agent.run_agent(a, cfg, cmp._method_params, notes.append)
+    (block,) = out["blocks"]
+    assert list(block["rows"]) == ["llama-server none", "llama-server draft-simple", "llama-server ngram-mod",
+                                   "llama-server draft-simple,ngram-mod", "ours none", "ours chain"]
+    sent = [json.loads(ln) for ln in log.read_text().splitlines()]
+    per_server = [[5, 4, "Say OK."], [5, 3, "task 0"], [6, 4, "task 1"], [7, 5, "task 2"]]
+    assert sent == per_server * 4  # each fresh server: a warm-up, then the items in order
+    assert all(len(runs) == 3 for runs in block["runs"].values())
+    assert block["rows"]["llama-server ngram-mod"]["tokens"] == 3 + 4 + 5
+    ours = block["rows"]["ours chain"]
+    assert ours["requests"] == 3 and ours["prompt_target_s"] > 0 and ours["prompt_draft_s"] > 0
+    assert all(r["tokens"] <= 3 + i for i, r in enumerate(block["runs"]["ours none"]))  # the items' own max_tokens
+    assert agent.format_agent_table(out["blocks"]).count("\n") == 7 and len(notes) == 5

@@ -43,7 +43,19 @@ def test_completion_body_sends_our_tokens_and_filters():
 
 def test_parse_completion():
     r = srv.parse_completion(REPLY)
-    assert r == {"tokens_per_s": 15.876, "tokens": 8, "prompt_tokens": 31, "drafted": 0, "accepted": 0}
+    assert r == {"tokens_per_s": 15.876, "tokens": 8, "prompt_tokens": 31, "prompt_cached": 0, "drafted": 0,
+                 "accepted": 0, "prompt_s": pytest.approx(1.8432), "decode_s": pytest.approx(0.5039)}
+
+
+def test_chat_body_carries_the_item_s_tools_and_format():
+    item = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}], "tool_choice": "none",
+            "response_format": {"type": "json_object"}, "max_tokens": 99, "kind": "agent"}
+    body = srv.chat_body(item, n=12, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=4)
+    assert body["messages"] == item["messages"] and body["tools"] == item["tools"] and body["tool_choice"] == "none"
+    assert body["response_format"] == {"type": "json_object"} and body["max_tokens"] == 12 and body["seed"] == 4
+    assert "kind" not in body and body["samplers"] == srv.SAMPLERS and body["stream"] is False
+    plain = srv.chat_body({"messages": item["messages"]}, n=3, temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    assert "tools" not in plain and "response_format" not in plain
 
 
 @pytest.mark.parametrize("reply", [{}, {"timings": {}}, {"timings": {"predicted_n": 3}}, [], None])
@@ -111,6 +123,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/v1/chat/completions":
+            n = body["max_tokens"]
+            timings = {"cache_n": 5, "prompt_n": 10 * len(body["messages"]), "prompt_ms": 250.0, "predicted_n": n,
+                       "predicted_ms": 1000.0, "predicted_per_second": n / 1.0}
+            reason = "tool_calls" if body.get("tool_choice") == "required" else "stop"
+            return self._send(200, {"choices": [{"index": 0, "finish_reason": reason,
+                                                 "message": {"role": "assistant", "content": "x"}}],
+                                    "timings": timings})
         prompt = body.get("prompt")
         if not isinstance(prompt, list) or not prompt:
             return self._send(400, {"error": {"code": 400, "message": "invalid prompt", "type": "invalid_request_error"}})
@@ -150,7 +170,13 @@ def test_server_starts_answers_and_stops(fake_server):
         proc = server._proc
         assert proc.poll() is None
         r = server.complete(_body([5, 6, 7], 4, seed=3))
-        assert r == {"tokens_per_s": 103.0, "tokens": 4, "prompt_tokens": 3, "drafted": 8, "accepted": 4}
+        assert {k: r[k] for k in ("tokens_per_s", "tokens", "prompt_tokens", "drafted", "accepted")} == {
+            "tokens_per_s": 103.0, "tokens": 4, "prompt_tokens": 3, "drafted": 8, "accepted": 4}
+        chat = {"messages": [{"role": "user", "content": "hi"}] * 2, "tool_choice": "required"}
+        c = server.chat(srv.chat_body(chat, n=6, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0))
+        assert (c["tokens"], c["prompt_tokens"], c["prompt_cached"], c["finish_reason"]) == (6, 25, 5, "tool_calls")
+        assert c["prompt_s"] == 0.25 and c["decode_s"] == 1.0 and c["e2e"] > 0
+        assert c["content"] == "x" and c["tool_calls"] == []
         s = server.stream(_body([5, 6], 6, seed=1))
         assert s["tokens"] == 6 and s["prompt_tokens"] == 2 and 0 <= s["ttft"] <= s["e2e"]
         with pytest.raises(srv.ServerError, match="HTTP 400: invalid prompt"):
