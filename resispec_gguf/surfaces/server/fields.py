@@ -103,16 +103,8 @@ def parse_json(raw: bytes) -> dict:
 
 
 def _number(body: dict, name: str) -> float | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise bad(f"{name} must be a number, got {json.dumps(v)[:80]}", name, "invalid_type")
-    try:
-        f = float(v)
-    except OverflowError:
-        f = math.inf
-    if not math.isfinite(f):
+    f = samplers.number(body, name)
+    if f is not None and not math.isfinite(f):
         raise bad(f"{name} must be a finite number", name, "invalid_value")
     return f
 

@@ -49,7 +49,8 @@ _OTHER = ("ignore_eos", "grammar", "json_schema", "audio", "modalities")
 FIELDS = ("logit_bias", *_NUMERIC, *_OTHER)
 
 
-def _number(body: dict, name: str) -> float | None:
+def number(body: dict, name: str) -> float | None:
+    """A number field (None: not given; a JSON integer beyond any float: inf), else a 400."""
     v = body.get(name)
     if v is None:
         return None
@@ -69,7 +70,7 @@ def refuse_unhonoured(body: dict) -> None:
     """A 400 naming the first field of ``body`` that asks for something this server does not
     do (the module docstring's list); their no-op values pass."""
     for name, (no_op, value, why) in _NUMERIC.items():
-        v = _number(body, name)
+        v = number(body, name)
         if v is not None and not no_op(v):
             _refuse(name, f"{why}; only {value} (off) is accepted, got {v:g}")
     if body.get("ignore_eos") not in (None, False):
