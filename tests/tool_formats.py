@@ -120,7 +120,8 @@ def family_engine(tmp_path_factory, family: str, special: bool = True):
     from resispec_gguf.engine import Engine
 
     target, draft = write_family_pair(tmp_path_factory.mktemp(family), family, special)
-    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, flash_attn=False, progress=False) as e:
+    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, flash_attn=False, progress=False,
+                     memory_size=0) as e:  # seeded replies are compared: no memory of past answers
         yield e
 
 

@@ -41,7 +41,8 @@ def family(request, tmp_path_factory):
     from resispec_gguf.engine import Engine
 
     target, draft = tf.write_family_pair(tmp_path_factory.mktemp(name), name, special)
-    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, flash_attn=False, progress=False) as e:
+    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, flash_attn=False, progress=False,
+                     memory_size=0) as e:  # replies are compared streamed and not: no memory of past answers
         yield name, e
 
 
@@ -142,7 +143,7 @@ def test_the_openai_client_gets_forced_calls_on_text_markers(tmp_path_factory):
     from servers import serving
 
     target, draft = tf.write_family_pair(tmp_path_factory.mktemp("r1text"), "deepseek_r1", special=False)
-    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, progress=False) as engine, \
+    with Engine.load(str(target), str(draft), n_ctx=1024, n_threads=1, progress=False, memory_size=0) as engine, \
             serving(create_app(engine)) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="none")
         kw = dict(model="m", messages=tf.MSGS, tools=[PICK_TOOL], tool_choice="required", max_tokens=400, seed=3,

@@ -33,7 +33,8 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
 @pytest.fixture(scope="module")
 def engine(tiny_pair):
     # the tiny vocabulary spells text byte by byte: tools in the prompt need the room
-    e = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False)
+    e = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False,
+                    memory_size=0)  # seeded replies are compared: no memory of past answers
     yield e
     e.close()
 

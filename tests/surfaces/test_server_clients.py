@@ -83,7 +83,8 @@ SEEDS = [1, 2]
 
 @pytest.fixture(scope="module")
 def served(tiny_pair):
-    engine = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False)
+    engine = Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=4096, n_threads=1, progress=False,
+                         memory_size=0)  # seeded replies are compared: no memory of past answers
     app = create_app(engine, model_name="tiny", draft_params=DraftParams(method="resispec"),
                      sampling_defaults=SamplingParams(max_tokens=1500))
     with serving(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120) as client:
