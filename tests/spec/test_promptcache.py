@@ -61,3 +61,12 @@ def test_a_cache_of_no_bytes_keeps_nothing():
     assert len(cache) == 0 and cache.best("target", list(range(100))) == (None, 0)
     with pytest.raises(ValueError):
         PromptCache(-1)
+
+
+def test_clear_drops_every_state():
+    cache = PromptCache(1 << 20, min_tokens=2, min_gain=1)
+    cache.put("target", [1, 2, 3], b"abc", 3)
+    cache.put("draft", [1, 2, 3], b"abc", 3)
+    assert len(cache) == 2 and cache.used_bytes == 6
+    cache.clear()
+    assert len(cache) == 0 and cache.used_bytes == 0 and cache.best("target", [1, 2, 3]) == (None, 0)

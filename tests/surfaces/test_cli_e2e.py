@@ -108,8 +108,12 @@ def bench_table(workloads, temperatures, methods):
         blocks = r.stdout.split("workload: ")[1:]
         assert [b.splitlines()[0] for b in blocks] == list(workloads), r.stdout
         for block in blocks:
-            rows = [line.split() for line in block.splitlines()[3:] if line.strip()]
-            assert [(float(row[0]), row[1]) for row in rows] == [(t, m) for t in temperatures for m in methods], block
+            speeds, phases = block.split("where a request's time went", 1)
+            want = [(t, m) for t in temperatures for m in methods]
+            rows = [line.split() for line in speeds.splitlines()[3:] if line.strip()]
+            assert [(float(row[0]), row[1]) for row in rows] == want, block
+            rows = [line.split() for line in phases.splitlines()[2:] if line.strip()]
+            assert [(float(row[0]), row[1]) for row in rows] == want, block
     return check
 
 

@@ -379,3 +379,21 @@ def test_an_agent_comparison_runs_every_system_through_the_sequence(tmp_path, ti
     assert ours["requests"] == 3 and ours["prompt_target_s"] > 0 and ours["prompt_draft_s"] > 0
     assert all(r["tokens"] <= 3 + i for i, r in enumerate(block["runs"]["ours none"]))  # the items' own max_tokens
     assert agent.format_agent_table(out["blocks"]).count("\n") == 7 and len(notes) == 5
+
+
+def test_the_agent_mode_prints_the_table_and_writes_the_report(tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    row = agent.summarise_sequence([{"tokens": 8, "prompt_tokens": 90, "prompt_cached": 0, "prompt_s": 1.0,
+                                     "decode_s": 1.0, "e2e": 2.1}])
+    out = {"blocks": [{"temperature": 0.0, "rows": {"ours none": row}, "runs": {"ours none": []}}],
+           "server_cmds": {"llama-server none": ["llama-server"]}, "threads": 1}
+    monkeypatch.setattr(cmp.compare_agent, "run_agent", lambda a, cfg, params, note: out)
+    a = cmp._parse_args(["--llama-cpp-bin", str(tmp_path), "--workload", "agent", "--json", str(tmp_path / "r.json")])
+    cfg = {"llama": SimpleNamespace(version="v1"), "workloads": {"agent": [{}, {}]}, "target": "t", "draft": "d"}
+    assert cmp.run_agent(a, cfg) == 0
+    printed = capsys.readouterr().out
+    assert "ours none" in printed and "2 agent requests in sequence per system" in printed
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["results"] == [{"temperature": 0.0, "rows": {"ours none": row}}]
+    assert report["llama_cpp"]["server_cmds"] == out["server_cmds"]
