@@ -54,7 +54,8 @@ def test_the_wrappers_are_gone_afterwards(rows):
     from resispec_gguf.llama import backend
     from resispec_gguf.spec import generation, tree
 
-    assert isinstance(generation.Generation.__dict__["_masked"], staticmethod)
+    masked = generation.Generation.__dict__["_masked"]  # a method since it adds the request's logit_bias
+    assert masked.__qualname__ == "Generation._masked" and not hasattr(masked, "__wrapped__")
     assert backend.LlamaModel.decode.__qualname__ == "LlamaModel.decode"
     assert generation.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
 
