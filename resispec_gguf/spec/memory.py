@@ -98,16 +98,18 @@ class Memory:
         return {"answers": s["sequences"], "tokens": s["tokens"], "nodes": s["nodes"], "bytes": s["bytes"]}
 
 
-def _top(index: SuffixIndex, cursor, k: int, min_length: int):
-    """``(tokens, counts, count, length)`` at the longest suffix of the cursor's match, at
-    least ``min_length`` tokens, whose node has children (the context's own occurrence at
-    the end of the sequence, or the depth limit, may leave the longest without any)."""
+def _top(index: SuffixIndex, cursor, k: int, min_length: int) -> tuple[list[int], list[float], int]:
+    """``(tokens, shares, length)``: the ``k`` most frequent next tokens, with their shares of
+    those counts, at the longest suffix of the cursor's match, at least ``min_length`` tokens,
+    whose node has children (the context's own occurrence at the end of the sequence, or the
+    depth limit, may leave the longest without any); empty lists when there is none."""
     while cursor.length >= min_length:
-        tokens, counts, count = index.top(cursor, k)
+        tokens, counts, _count = index.top(cursor, k)
         if tokens.size:
-            return tokens, counts, count, cursor.length
+            total = max(int(counts.sum()), 1)
+            return tokens.tolist(), [c / total for c in counts.tolist()], cursor.length
         cursor = index.shorten(cursor)
-    return None
+    return [], [], 0
 
 
 class MemoryDrafts:
@@ -162,21 +164,13 @@ class MemoryDrafts:
 
     def _propose(self, path: tuple, run: int) -> list[tuple[int, int]]:
         loc, mem = self._cursor(path)
-        out: list[tuple[int, int]] = []
-        got = _top(self.local, loc, self.k, _MIN_LOCAL)
-        if got is not None:
-            tokens, counts, count, length = got
-            total = max(int(counts.sum()), 1)
-            for i, (t, c) in enumerate(zip(tokens.tolist(), counts.tolist())):
-                out.append((t, lookup_bin(length, run) if i == 0 else alternate_bin(c / total)))
+        tokens, shares, length = _top(self.local, loc, self.k, _MIN_LOCAL)
+        out = [(t, lookup_bin(length, run) if i == 0 else alternate_bin(share))
+               for i, (t, share) in enumerate(zip(tokens, shares))]
         if mem is not None:
-            got = _top(self.memory.index, mem, self.k, _MIN_MEMORY)
-            if got is not None:
-                tokens, counts, count, length = got
-                total = max(int(counts.sum()), 1)
-                seen = {t for t, _ in out}
-                out += [(t, memory_bin(length, c / total)) for t, c in zip(tokens.tolist(), counts.tolist())
-                        if t not in seen]
+            tokens, shares, length = _top(self.memory.index, mem, self.k, _MIN_MEMORY)
+            seen = {t for t, _ in out}
+            out += [(t, memory_bin(length, share)) for t, share in zip(tokens, shares) if t not in seen]
         return out
 
 
