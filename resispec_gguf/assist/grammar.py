@@ -241,10 +241,12 @@ class Grammar:
     ``n_vocab``: the model's vocabulary size (the logits row length).  Compiling tries the
     grammar a few tokens deep (``PROBE_DEPTH``) and times those masks, so that a limit of the
     grammar engine or a constraint too slow for the budget is a ``GrammarError`` now rather
-    than a failure in the middle of a reply.  ``clock``: the mask timer (a test's fake).
+    than a failure in the middle of a reply.  ``clock``: the mask timer (a test's fake).  It
+    is the calling thread's CPU time: the limits are on the grammar's cost, and a mask that
+    waited for a core on a busy machine (other slots decoding) did not cost more.
     """
 
-    def __init__(self, tokenizer, grammar: str, n_vocab: int, clock=time.perf_counter):
+    def __init__(self, tokenizer, grammar: str, n_vocab: int, clock=time.thread_time):
         llg = _llg()
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
         if is_error:
