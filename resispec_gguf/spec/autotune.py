@@ -63,7 +63,7 @@ import numpy as np
 from ..config import DraftParams
 from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
-from .calibration import FORCED_BIN, MEMORY_BINS, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
+from .calibration import FORCED_BIN, Calibration, is_memory_bin, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
 from .costs import CostCurve, cost_table
 from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
 
@@ -573,7 +573,7 @@ class Auto:
         if not fixed or probs.shape[0] == 0:
             return fixed
         cal, accept = self.tuner.calibration, self.tuner.accept
-        return [(x, b) for x, b in fixed if b < MEMORY_BINS and cal.lookup(b) >= accept]
+        return [(x, b) for x, b in fixed if not is_memory_bin(b) and cal.lookup(b) >= accept]
 
     # ------------------------------------------------------------------ observations
 

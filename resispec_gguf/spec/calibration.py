@@ -12,29 +12,44 @@ import bisect
 
 import numpy as np
 
-__all__ = ["Calibration", "FORCED_BIN", "MEMORY_BINS", "alternate_bin", "lookup_bin", "memory_bin"]
+__all__ = ["Calibration", "FORCED_BIN", "MEMORY_BINS", "alternate_bin", "is_memory_bin", "lookup_bin", "memory_bin"]
 
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
 # a context candidate (the request's own prompt and output, ``spec.memory``) that leads its
 # node's counts is binned by the copy run it continues (tokens in a row that the context
-# predicted, 0..3+) when its context match is at least 2 tokens long; bin 4: a 1-token match;
+# predicted: 0, 1, 2, 3-7 and, bins 14-15, 8-15 and 16+: the chance climbs along a long copy,
+# and a step's chain is only as deep as it is believed) when its context match is at least 2
+# tokens long; bin 4: a 1-token match;
 # bin 5 (``FORCED_BIN``): a token the constraint forces (``spec.forced``), accepted unless the
 # target prefers another tokenisation of the same bytes; bins 6-7: the context's other
 # candidates at a node, by their share of its counts (>= 1/3, less); bins 8-13: candidates
 # from the engine's memory of past answers, by match (< 4 tokens, more) and share (< 1/3,
 # < 2/3, more)
-_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9, 0.25, 0.08, 0.08, 0.2, 0.35, 0.15, 0.4, 0.7)
+_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9, 0.25, 0.08, 0.08, 0.2, 0.35, 0.15, 0.4, 0.7, 0.8, 0.85)
 FORCED_BIN = 5
 _ALTERNATE_BIN = 6
 MEMORY_BINS = 8  # the first bin of the memory's candidates
+_LONG_RUN_BIN = 14  # copy runs of 8-15; 15: 16 and more
+_MEMORY_END = _LONG_RUN_BIN
+# the bins of a context candidate that leads its node, bar the long runs' (``mean_lookup``)
+_LEADING = np.array([0, 1, 2, 3, 4])
+
+
+def is_memory_bin(b: int) -> bool:
+    """Whether bin ``b`` holds candidates from the memory of past answers."""
+    return MEMORY_BINS <= b < _MEMORY_END
 
 
 def lookup_bin(match: int, run: int) -> int:
     """The calibration bin of a context candidate that leads its node: ``match`` tokens of
     context matched, and the ``run`` tokens before it were each what the context predicted."""
-    return min(run, 3) if match >= 2 else 4
+    if match < 2:
+        return 4
+    if run < 8:
+        return min(run, 3)
+    return _LONG_RUN_BIN + (run >= 16)
 
 
 def alternate_bin(share: float) -> int:
@@ -98,8 +113,10 @@ class Calibration:
 
     def mean_lookup(self) -> float:
         """The acceptance chance of a context candidate that leads its node, over its bins as
-        they were seen (the forced bin is the grammar's, not the context's)."""
-        return float(self.look_acc[:FORCED_BIN].sum() / self.look_seen[:FORCED_BIN].sum())
+        they were seen (the forced bin is the grammar's, not the context's).  The long
+        runs' bins are left out: they are where a copy has already gone on for a while, and
+        their priors would lift the mean of a request that never copies."""
+        return float(self.look_acc[_LEADING].sum() / self.look_seen[_LEADING].sum())
 
     def node_lookup(self) -> float:
         """The chance that a node's context and memory candidates, all of them, hold the

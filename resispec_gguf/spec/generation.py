@@ -44,7 +44,7 @@ from .protocol import ConstraintState
 from .stats import Result, Stats, TokenLogprob
 from .textstream import TextAssembler
 from .uniforms import Uniforms
-from .tree import DraftTree, Draw, GrowthLimits, grow, growing
+from .tree import DraftTree, Draw, GrowthLimits, grow, grow_free, growing
 
 __all__ = ["Commit", "Decode", "DraftSync", "Generation", "Room"]
 
@@ -392,6 +392,19 @@ class Generation:
             self.copy_run = self.copy_run + 1 if fixed and tok == fixed[0][0] else 0
         return tok
 
+    def _copy_run_after(self, path, mask, tok: int) -> int:
+        """The copy run once ``tok`` follows ``path`` at a node that proposed nothing (a
+        leaf): one longer where the context's leading candidate there (as ``_propose`` would
+        give it) is ``tok``.  A chain accepted to its end is still copying; counting its
+        bonus token keeps the next step's candidates in the long-run bins, so its chain can
+        grow as deep as the copy goes."""
+        if self.lookup is None:
+            return 0
+        fixed = self.lookup.propose(path, self.copy_run)
+        if mask is not None:
+            fixed = [(x, b) for x, b in fixed if sampling.mask_allows(mask, x)]
+        return self.copy_run + 1 if fixed and fixed[0][0] == tok else 0
+
     def _emit(self, tokens: list[int]) -> Iterator[str]:
         notes, self._step_logprobs = self._step_logprobs, []
         for i, tok in enumerate(tokens):
@@ -436,6 +449,8 @@ class Generation:
             if max_nodes < 0:
                 return tree, None
             limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
+            if self.plan_ is not None:  # auto: weighed whole (``tree.grow_free``)
+                return grow_free(tree, limits, lambda node, _row: self._lookup_draw(tree, node), self.plan_), None
             return grow(tree, limits, lambda frontier: [None] * len(frontier),
                         lambda node, _row: self._lookup_draw(tree, node), self.plan_, self._certain(tree))[0], None
         if max_expanded < 0 or max_nodes < 0:
@@ -615,7 +630,7 @@ class Generation:
             if draws is None or (len(draws) == 0 and not fixed):  # a leaf: bonus token from p
                 emitted.append(self._sample(p, top))
                 self._note(row, emitted[-1])
-                self.copy_run = 0
+                self.copy_run = self._copy_run_after(tree.path_tokens(node), mask, emitted[-1])
                 return emitted, path
             if p is None:
                 tok, idx = verify_greedy(top, tree.candidates(node))

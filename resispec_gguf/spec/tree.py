@@ -43,6 +43,17 @@ on down a copy run, a target row each and no draft call, while ``plan.tail`` fin
 pays and the ``depth`` bound allows.  The choice is made before those nodes draw (they draw
 nothing), and nothing is dropped after it: the rule above holds.
 
+Steps without a draft call
+--------------------------
+Where every node's candidates are functions of its path (lookup, memory and forced
+candidates: K = 0 draws everywhere), nothing in the tree is random, so the rule above does
+not bind: ``grow_free`` expands best-first as far as the bounds allow, then keeps the
+best-scored nodes, as many as give the best projected E / T on the target's curve
+(``plan.leaves`` over all of them).  A kept node whose children were dropped still checks
+its candidates; one accepted there ends the step.  On a CPU whose curve is flat from 8 to
+16 rows, the whole of a long copy run is weighed at once, where a level-by-level rule
+stops at the first expensive row.
+
 Pure Python/NumPy: no model, no randomness of its own.  ``grow`` reaches the models only
 through the two callbacks it is given.
 """
@@ -55,7 +66,7 @@ from typing import Callable, Generator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["DraftTree", "Draw", "GrowthLimits", "GrowthPlan", "grow", "growing"]
+__all__ = ["DraftTree", "Draw", "GrowthLimits", "GrowthPlan", "grow", "grow_free", "growing"]
 
 
 @dataclass
@@ -139,6 +150,18 @@ class DraftTree:
     def expanded(self, node: int) -> bool:
         return self.draws[node] is not None
 
+    def keep(self, nodes: list[int]) -> "DraftTree":
+        """The tree of ``nodes`` (ascending, the root and every kept node's parent among
+        them); a kept node keeps its candidates, whether or not their nodes are kept."""
+        old_to_new = {i: j for j, i in enumerate(nodes)}
+        parent = [-1] + [old_to_new[self.parent[i]] for i in nodes[1:]]
+        out = DraftTree([self.tokens[i] for i in nodes], parent, [self.depth[i] for i in nodes],
+                        [self.score[i] for i in nodes], [{} for _ in nodes], [self.draws[i] for i in nodes],
+                        [self.q[i] for i in nodes], [self.lookup[i] for i in nodes], [self.info[i] for i in nodes])
+        for j in range(1, len(nodes)):
+            out.children[parent[j]][out.tokens[j]] = j
+        return out
+
     def prune_leaves(self, n: int) -> tuple["DraftTree", dict[int, int]]:
         """Keep the root, every expanded node and the ``n`` minus (expanded non-root nodes)
         best-scored leaves (ties: shallower, then earlier), as a new tree; returns it and
@@ -150,15 +173,8 @@ class DraftTree:
             raise ValueError(f"{len(inner)} expanded nodes do not fit a budget of {n}")
         leaves = sorted((i for i in range(1, len(self)) if draws[i] is None), key=lambda i: (-score[i], depth[i], i))
         keep = sorted([0] + inner + leaves[: n - len(inner)])
-        old_to_new = {i: j for j, i in enumerate(keep)}
         # parents come before children (every kept node's parent is expanded, so kept)
-        parent = [-1] + [old_to_new[self.parent[i]] for i in keep[1:]]
-        out = DraftTree([self.tokens[i] for i in keep], parent, [self.depth[i] for i in keep],
-                        [self.score[i] for i in keep], [{} for _ in keep], [self.draws[i] for i in keep],
-                        [self.q[i] for i in keep], [self.lookup[i] for i in keep], [self.info[i] for i in keep])
-        for j in range(1, len(keep)):
-            out.children[parent[j]][out.tokens[j]] = j
-        return out, old_to_new
+        return self.keep(keep), {i: j for j, i in enumerate(keep)}
 
 
 @dataclass(frozen=True)
@@ -326,3 +342,30 @@ def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
             frontier = steps.send(draft(frontier))
     except StopIteration as done:
         return done.value
+
+
+def grow_free(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPlan | None = None) -> DraftTree:
+    """A step with no draft call (module docstring): ``draw(node, None)`` gives each node's
+    K = 0 candidates.  Nodes are expanded best-scored first (ties: shallower, earlier) while
+    fewer than ``limits.max_nodes`` non-root nodes exist and none passes ``limits.depth``;
+    then the best-scored non-root nodes are kept, ``plan.leaves`` choosing how many (all
+    within ``max_nodes`` without a plan), each with its ancestors."""
+    open_ = [(-tree.score[0], 0, 0)]
+    while open_ and len(tree) - 1 < limits.max_nodes:
+        _, _, node = heapq.heappop(open_)
+        if tree.depth[node] >= limits.depth:
+            continue
+        d = draw(node, None)
+        if not d.lookup:
+            continue
+        tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
+        for child in tree.add_children(node, d.weight):
+            heapq.heappush(open_, (-tree.score[child], tree.depth[child], child))
+    order = sorted(range(1, len(tree)), key=lambda i: (-tree.score[i], tree.depth[i], i))[: limits.max_nodes]
+    n = len(order) if plan is None else plan.leaves([], [tree.score[i] for i in order])
+    keep = {0}
+    for i in order[:n]:
+        while i not in keep:  # with its ancestors (a chance below 1 keeps them ahead anyway)
+            keep.add(i)
+            i = tree.parent[i]
+    return tree.keep(sorted(keep))

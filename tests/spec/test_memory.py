@@ -7,7 +7,7 @@ import pytest
 
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Engine, open_memory
-from resispec_gguf.spec.calibration import FORCED_BIN, alternate_bin, lookup_bin, memory_bin
+from resispec_gguf.spec.calibration import FORCED_BIN, alternate_bin, is_memory_bin, lookup_bin, memory_bin
 from resispec_gguf.spec.memory import Memory, MemoryDrafts, vocab_key
 
 from fake_models import MarkovModel, random_rows
@@ -63,9 +63,11 @@ def test_the_memory_adds_what_past_answers_continued_with():
 
 
 def test_bins_are_distinct_from_the_grammars_and_each_other():
-    bins = {lookup_bin(m, r) for m in (1, 2, 9) for r in range(5)}
-    bins |= {alternate_bin(s) for s in (0.1, 0.5)} | {memory_bin(m, s) for m in (2, 6) for s in (0.1, 0.5, 0.9)}
-    assert FORCED_BIN not in bins and len(bins) == 13 and max(bins) == 13
+    leading = {lookup_bin(m, r) for m in (1, 2, 9) for r in (0, 1, 2, 3, 4, 8, 20)}
+    memory = {memory_bin(m, s) for m in (2, 6) for s in (0.1, 0.5, 0.9)}
+    bins = leading | {alternate_bin(s) for s in (0.1, 0.5)} | memory
+    assert FORCED_BIN not in bins and len(bins) == 15 and bins == set(range(16)) - {FORCED_BIN}
+    assert {b for b in bins if is_memory_bin(b)} == memory
 
 
 def test_the_memory_is_bounded_oldest_answers_first():

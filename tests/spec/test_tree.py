@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resispec_gguf.spec.tree import DraftTree, Draw, GrowthLimits, grow
+from resispec_gguf.spec.tree import DraftTree, Draw, GrowthLimits, grow, grow_free
 
 
 def _tree():
@@ -222,3 +222,61 @@ def test_a_leaf_whose_tail_could_not_pay_is_never_asked_for_its_candidate():
     tree, _ = grow(DraftTree.with_root(0), limits, s.draft, s.draw, Above(), tail=copy)
     assert asked and all(tree.score[i] > bar for i in asked)  # a child scores at most its parent
     assert len([i for i in asked if i < len(plain)]) <= 2
+
+
+def _free(limits, plan=None, draw=None):
+    """``grow_free`` from a root 0 with ``draw`` (default: K = 0 candidates after every node,
+    token + 1 at chance 0.9 and token + 2 at 0.05, mod 7)."""
+    tree = DraftTree.with_root(0)
+
+    def two(node, _row):
+        x = tree.tokens[node]
+        return Draw(np.zeros(0, np.int64), None, {(x + 1) % 7: 0.9, (x + 2) % 7: 0.05}, ((x + 1) % 7, (x + 2) % 7))
+
+    return grow_free(tree, limits, draw or two, plan)
+
+
+class _KeepN:
+    """A plan that keeps the best ``n`` nodes of those offered (``leaves`` with no expanded node)."""
+
+    def __init__(self, n):
+        self.n, self.offered = n, None
+
+    def leaves(self, expanded_scores, leaf_scores):
+        assert expanded_scores == []
+        self.offered = list(leaf_scores)
+        return min(self.n, len(leaf_scores))
+
+
+def test_grow_free_expands_best_first_and_keeps_the_best_scored_subtree():
+    limits = GrowthLimits(depth=16, max_expanded=20, max_nodes=20)
+    tree = _free(limits)
+    assert len(tree) - 1 == 20
+    # best first: the 0.9 chain runs deep before any 0.05 branch grows
+    chain, node = [], 0
+    while (child := tree.children[node].get((tree.tokens[node] + 1) % 7)) is not None:
+        chain.append(child)
+        node = child
+    assert len(chain) == 10 and max(tree.depth) == 10
+    plan = _KeepN(5)
+    cut = _free(limits, plan)
+    assert plan.offered == sorted(plan.offered, reverse=True) and len(plan.offered) == 20
+    assert len(cut) == 6 and cut.depth[1:] == [1, 2, 3, 4, 5]  # the chain: 0.9^5 > 0.05
+    assert all(cut.parent[i] < i for i in range(1, len(cut)))
+    assert cut.lookup[5]  # its last node still checks its candidates, without their nodes
+    assert cut.children[5] == {}
+
+
+def test_grow_free_respects_the_depth_and_a_node_without_candidates():
+    tree = _free(GrowthLimits(depth=3, max_expanded=50, max_nodes=50))
+    assert max(tree.depth) == 3 and len(tree) - 1 == 2 + 4 + 8
+    nothing = _free(GrowthLimits(depth=3, max_expanded=50, max_nodes=50),
+                    draw=lambda node, _row: Draw(np.zeros(0, np.int64), None, {}, ()))
+    assert len(nothing) == 1 and nothing.draws[0] is None
+
+
+def test_keep_is_the_subtree_with_its_candidates():
+    tree = _tree()
+    kept = tree.keep([0, 1])
+    assert kept.tokens == tree.tokens[:2] and kept.parent == [-1, 0]
+    assert kept.lookup[0] == tree.lookup[0] and kept.children[0] == {tree.tokens[1]: 1}
