@@ -6,8 +6,9 @@ the hand-written text around them is left alone.  Each command (and ``models``'s
 gets a heading, its synopsis and one table per flag group: the flags, the value they take,
 the default and the help text, all read from ``surfaces.cli.build_parser()``.  The text
 depends on nothing but the parsers: not on the terminal's width (argparse's formatter is
-not used), the Python version, the machine's CPU count, the home directory or the current
-directory (a default that names one of those is refused rather than written).
+not used), the Python version (the default that Python 3.10 appends to a switch's help is
+dropped), the machine's CPU count, the home directory or the current directory (a default
+that names one of those is refused rather than written).
 
     python scripts/gen_cli_doc.py           # rewrite the region in docs/cli.md
     python scripts/gen_cli_doc.py --check   # exit 1 when docs/cli.md is not current
@@ -49,6 +50,9 @@ def _code(text: str) -> str:
 
 def _help(action: argparse.Action) -> str:
     text = action.help or ""
+    appended = " (default: %(default)s)"  # what Python 3.10's BooleanOptionalAction adds itself
+    if isinstance(action, argparse.BooleanOptionalAction) and text.endswith(appended):
+        text = text[:-len(appended)]
     if "%(" in text:  # as argparse expands it
         params = dict(vars(action), prog=PROG)
         params["choices"] = ", ".join(map(str, action.choices or ()))

@@ -100,12 +100,15 @@ def test_a_help_text_default_becomes_the_default_column():
     run.add_argument("--json", help="write a report")
     run.add_argument("--mode", choices=("a", "b"), default="a", help="the mode")
     run.add_argument("--fast", action="store_true", help="go fast")
+    run.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=False,
+                     help="look up (default: off) (default: %(default)s)")  # as Python 3.10 writes it
     text = gen.render(p)
     assert "| `--depth` | `DEPTH` | 5; auto: up to 16 | tree depth |" in text
     assert "| `--origin` | `ORIGIN` | none | an origin (repeatable) |" in text
     assert "| `--json` | `JSON` | – | write a report |" in text
     assert "| `--mode` | `a` \\| `b` | a | the mode |" in text
     assert "| `--fast` |  | off | go fast |" in text
+    assert "| `--lookup`, `--no-lookup` |  | off | look up |" in text
     assert "### run\n\nRuns a thing.\n\n```\npython -m resispec_gguf run [OPTIONS]\n```" in text
 
 
