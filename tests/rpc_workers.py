@@ -23,7 +23,7 @@ def skip_reason() -> str | None:
     if backend.rpc_supported():
         return None
     return ("llama-cpp-python was built without RPC: rebuild it with CMAKE_ARGS='-DGGML_RPC=on' "
-            "(README, Install) to run the RPC tests")
+            "(docs/rpc.md) to run the RPC tests")
 
 
 def free_port() -> int:

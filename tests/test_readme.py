@@ -1,11 +1,16 @@
-"""The README's troubleshooting and server claims that code can check."""
+"""The claims README.md and docs/ make that code can check: the AMX rebuild command
+(docs/troubleshooting.md), the start-up check (docs/cli.md), the server's limits
+(docs/server.md) and the flags' defaults as the generated reference shows them (docs/cli.md)."""
 
 import re
 import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = ROOT / "docs"
+CLI = (DOCS / "cli.md").read_text(encoding="utf-8")
+SERVER = (DOCS / "server.md").read_text(encoding="utf-8")
+TROUBLESHOOTING = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
 
 
 def _pinned_llama_cpp() -> str:
@@ -15,7 +20,7 @@ def _pinned_llama_cpp() -> str:
 
 
 def test_amx_rebuild_command_matches_the_pin():
-    block = re.search(r"```bash\n(CMAKE_ARGS=.*?)\n```", README, re.S)
+    block = re.search(r"```bash\n(CMAKE_ARGS=.*?)\n```", TROUBLESHOOTING, re.S)
     assert block, "the AMX troubleshooting entry is gone"
     words = shlex.split(block.group(1).replace("\\\n", " "))
     cmake_args = dict(a.split("=", 1) for a in shlex.split(words[0].split("=", 1)[1]))
@@ -31,48 +36,50 @@ def test_amx_rebuild_command_matches_the_pin():
     assert buildcheck.rebuild_command(_pinned_llama_cpp(), no_amx=True) == buildcheck.AMX_REBUILD
 
 
-def test_the_readme_says_what_the_start_up_check_does():
+def test_the_docs_say_what_the_start_up_check_does():
     from resispec_gguf.llama import buildcheck
 
-    assert "there is no start-up check" not in README.lower()
-    assert buildcheck.SKIP_ENV in README and "`doctor" in README and "buildcheck.json" in README
+    check = CLI.split("## The start-up check", 1)[1].split("\n## ", 1)[0]
+    assert "there is no start-up check" not in CLI.lower()
+    assert buildcheck.SKIP_ENV in check and "buildcheck.json" in check and "`doctor" in CLI
+    assert "python -m resispec_gguf doctor" in TROUBLESHOOTING
 
 
-def test_serve_section_states_the_limits_the_code_enforces():
+def test_the_server_page_states_the_limits_the_code_enforces():
     from resispec_gguf.surfaces import server
     from resispec_gguf.config import MIN_CTX
 
-    serve = README.split("### serve", 1)[1].split("\n## ", 1)[0]
+    serve = SERVER
     for needle in ("context_length_exceeded", "application/json", "415", "--cors-origin", "Message contents are text",
                    f"over {server.MAX_STOP_CHARS} characters", f"pool of {['no', 'one', 'two', 'three', 'four'][server.TOKENIZER_THREADS]} threads"):
         assert needle in serve, needle
-    assert f"at least {MIN_CTX}" in README and f"`--ctx` below {MIN_CTX}" in README
+    assert f"at least {MIN_CTX}" in CLI and f"`--ctx` below {MIN_CTX}" in TROUBLESHOOTING
 
 
-def test_flag_table_defaults_are_the_settings_defaults():
-    """The README's flag table repeats defaults for the reader; they must be config.py's."""
+def test_the_reference_shows_the_settings_defaults():
+    """The generated reference takes each default from its help text, which config.py writes
+    by hand where it says more than the value (``5; auto: up to 16``): it must be the field's."""
     from resispec_gguf import config
 
     flag_field = {flag: (cls, f) for cls in (config.SamplingParams, config.DraftParams, config.ModelParams)
                   for f in config.settings(cls) for flag in f.metadata["flags"]}
-    table = README.split("| flag | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    chat = CLI.split("\n### chat\n", 1)[1].split("\n### ", 1)[0]
     checked = 0
-    for row in table.strip().splitlines()[1:]:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        flags = [f for f in re.findall(r"`(-[^`/ ]+)", cells[0]) if f in flag_field]
-        defaults = [d.strip().strip("`") for d in cells[1].split(",")]
-        if not flags or len(defaults) != len(flags) and len(defaults) != 1:
+    for row in re.findall(r"^\| (`-.*) \|$", chat, re.M):
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)]
+        flags = [f for f in re.findall(r"`(-[^`]+)`", cells[0]) if f in flag_field]
+        if not flags:
             continue
-        for flag, shown in zip(flags, defaults):
-            default = flag_field[flag][1].default
-            if default is None:  # the table says in words what None means
-                continue
-            if isinstance(default, bool):
-                expect = "on" if default else "off"
-            elif isinstance(default, float):
-                expect = f"{default:g}"
-            else:
-                expect = str(default) if default != () else "none"
-            assert shown == expect, (flag, shown, expect)
-            checked += 1
+        default = flag_field[flags[0]][1].default
+        if default is None:  # the help says in words what None means
+            continue
+        shown = cells[2].split(";")[0].strip()
+        if isinstance(default, bool):
+            expect = "on" if default else "off"
+        elif isinstance(default, float):
+            expect = f"{default:g}"
+        else:
+            expect = str(default) if default != () else "none"
+        assert shown == expect, (flags, shown, expect)
+        checked += 1
     assert checked >= 14, checked

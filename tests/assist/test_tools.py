@@ -528,7 +528,7 @@ def test_tools_with_a_response_format_stream_as_they_answer(tool_server, seed):
 
 
 def test_parse_with_a_strict_tool_and_a_pydantic_output(tool_server):
-    """The README's snippet: ``parse`` with a strict tool and a model gives a parsed call or a
+    """docs/server.md's snippet: ``parse`` with a strict tool and a model gives a parsed call or a
     parsed answer (a reply cut by max_tokens is the client's LengthFinishReasonError)."""
     pydantic = pytest.importorskip("pydantic")
     import openai

@@ -41,7 +41,7 @@ from resispec_gguf import config
 from resispec_gguf.config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+BENCHMARKS = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
 SETTINGS = (ModelParams, SamplingParams, DraftParams, ReasoningParams, ServerParams, WorkerParams)
 PORT = "{port}"  # replaced by a free port when the case runs
 RPC = "{rpc}"  # replaced by two loopback workers' endpoints when the case runs
@@ -118,8 +118,8 @@ def bench_table(workloads, temperatures, methods):
 
 
 def _documented_bench_keys() -> tuple[set, set]:
-    """The report's keys as the README's JSON schema paragraph names them: top level, per method."""
-    schema = README.split("JSON schema (`--json`):", 1)[1].split("\n\n", 1)[0]
+    """The report's keys as docs/benchmarks.md's JSON schema paragraph names them: top level, per method."""
+    schema = BENCHMARKS.split("JSON schema (`--json`):", 1)[1].split("\n\n", 1)[0]
     top, per_method = re.split(r"where each method\s+maps to", schema, maxsplit=1)
     top_keys = {"config", "machine", "models", "peak_rss_mb", "results", "methods"}
     assert all(f"`{k}`" in top for k in top_keys), top
