@@ -420,8 +420,8 @@ class DraftParams(_Settings):
     draft_support: int = setting(64, "--draft-support", help="cap the draft distribution to its top N tokens",
                                  check=Range(1, 4096))
     policy: str = setting("budget", "--policy", help="tree policy", check=OneOf(TREE_POLICIES))
-    lookup: bool = setting(False, "--lookup", help="add a context-lookup candidate at every tree node "
-                                                   "(auto decides by itself)")
+    lookup: bool = setting(False, "--lookup", help="add the context's and the memory's candidates at every tree "
+                                                   "node (auto decides by itself)")
     use_draft: bool = setting(True, help="call the draft model when one is loaded (off: lookup chains alone)")
     lookup_k: int = setting(3, "--lookup-k", help="candidates per tree node from the context and from the memory of "
                                                   "past answers, each at most", check=Range(1, 8))
