@@ -46,11 +46,15 @@ def spec_types(help_text: str) -> set[str]:
     return set(m.group(1).split(",")) if m else set()
 
 
-def server_rows(llama, target, draft, *, ctx, threads, draft_max=None, backend_sampling=False) -> list[tuple[str, list]]:
-    """``(name, command)`` per ``SPEC_ROWS`` entry this build offers; a build without
-    ``--spec-type`` gets plain decoding and its one kind of draft-model speculation."""
+def server_rows(llama, target, draft, *, ctx, threads, draft_max=None, backend_sampling=False,
+                only=None) -> list[tuple[str, list]]:
+    """``(name, command)`` per ``SPEC_ROWS`` entry this build offers (those labelled in
+    ``only`` when given); a build without ``--spec-type`` gets plain decoding and its one
+    kind of draft-model speculation."""
     rows = []
     for label, types, drafts in SPEC_ROWS:
+        if only is not None and label not in only:
+            continue
         if not llama.server_spec_type:
             if types not in (None, "draft-simple"):
                 continue
@@ -141,7 +145,7 @@ def run_agent(a, cfg, method_params, note) -> dict:
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads) as engine:
         threads = a.threads or engine.n_threads
         rows = server_rows(llama, target, draft, ctx=a.ctx, threads=threads, draft_max=(a.draft_max or [None])[0],
-                           backend_sampling=a.llama_backend_sampling)
+                           backend_sampling=a.llama_backend_sampling, only=a.spec_rows)
         variants = [(f"ours {m}", method_params(m, a), None) for m in methods]
         blocks = []
         for temp in a.temperature:

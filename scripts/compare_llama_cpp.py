@@ -429,6 +429,16 @@ def format_concurrency_table(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------- driver
 
 
+def _spec_rows(text: str) -> list[str]:
+    labels = [t.strip() for t in text.split(";") if t.strip()]
+    known = [label for label, _, _ in compare_agent.SPEC_ROWS]
+    bad = [t for t in labels if t not in known]
+    if bad or not labels:
+        raise argparse.ArgumentTypeError(f"unknown llama-server row {bad[0] if bad else text!r}; "
+                                         f"known: {'; '.join(known)}")
+    return labels
+
+
 def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--llama-cpp-bin", required=True, metavar="DIR",
@@ -457,6 +467,9 @@ def _parse_args(argv):
     p.add_argument("--methods", default=None,
                    help="our methods, comma-separated (none is always run; default none,resispec,auto, "
                         "with --concurrency none,auto)")
+    p.add_argument("--spec-rows", default=None, type=_spec_rows, metavar="TYPE[;TYPE...]",
+                   help="with --workload agent: only these llama-server rows, ';'-separated (default: all of "
+                        + "; ".join(label for label, _, _ in compare_agent.SPEC_ROWS) + ")")
     p.add_argument("--concurrency", default=None, metavar="N[,N...]",
                    help="instead: client counts; ours (bench --concurrency) against llama-server -np max(N) "
                         "with and without its draft")
