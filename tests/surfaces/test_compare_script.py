@@ -6,6 +6,8 @@ server's start, requests, concurrency and stop against a small fake llama-server
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import math
 import os
@@ -262,6 +264,18 @@ def _rows(tmp_path, server_help):
     return {name: cmd for name, cmd in agent.server_rows(llama, "t.gguf", "d.gguf", ctx=2048, threads=2)}
 
 
+def test_spec_rows_names_the_agent_rows_to_run(tmp_path):
+    d = _fake_bins(tmp_path)
+    _fake_bin(d, "llama-server", SERVER_HELP.replace("--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,"
+                                                     "draft-dspark,ngram-simple,ngram-map-k\n", FULL_SPEC_TYPES))
+    llama = cmp.LlamaCpp(str(d))
+    only = cmp._spec_rows("none; draft-simple,ngram-mod")
+    rows = agent.server_rows(llama, "t.gguf", "d.gguf", ctx=2048, threads=2, only=only)
+    assert [name for name, _ in rows] == ["llama-server none", "llama-server draft-simple,ngram-mod"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown llama-server row 'ngram'"):
+        cmp._spec_rows("none;ngram")
+
+
 def test_the_agent_rows_are_the_speculative_types_this_build_has(tmp_path):
     assert agent.spec_types(FULL_SPEC_TYPES) >= {"none", "draft-simple", "ngram-mod", "ngram-cache"}
     assert agent.spec_types("-m, --model FNAME\n") == set()
@@ -361,7 +375,7 @@ def test_an_agent_comparison_runs_every_system_through_the_sequence(tmp_path, ti
     items = [{"kind": "agent", "messages": [{"role": "user", "content": f"task {i}"}], "max_tokens": 3 + i}
              for i in range(3)]
     a = SimpleNamespace(ctx=512, threads=1, temperature=[0.0], draft_max=None, llama_backend_sampling=False,
-                        timeout=60, seed=5, top_k=40, top_p=0.95, min_p=0.05, max_tokens=8, chain_depth=3)
+                        spec_rows=None, timeout=60, seed=5, top_k=40, top_p=0.95, min_p=0.05, max_tokens=8, chain_depth=3)
     cfg = {"llama": llama, "methods": bench.parse_methods("chain"), "target": tiny_pair[0], "draft": tiny_pair[1],
            "sp0": SamplingParams(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, max_tokens=8, seed=5),
            "workloads": {"agent": items}}
