@@ -229,19 +229,37 @@ class StepPlan:
         if not leaf_scores:
             return 0
         s = np.concatenate([[0.0], np.cumsum(np.asarray(leaf_scores, float))])
-        k = np.arange(len(s))
-        bg = self.background
-        if bg is None:
-            ratio = (self.value + s) / (self.cost + self._target(n + k) - self._target(n) + self.row_s * s)
-        else:  # priced within the step (``Background``)
-            t_in = self._t_in[np.minimum(n + k, len(self._t_in) - 1)]
-            cost = self._bg_cost + self._draft_in + self.overhead_s + self.row_s * (1.0 + sum(expanded_scores))
-            ratio = (self.value + bg.value + s) / (cost + t_in + self.row_s * s)
-        best = int(np.argmax(ratio))  # the first maximum: ties keep fewer rows
+        best = int(np.argmax(self._ratios(expanded_scores, s)))  # the first maximum: ties keep fewer rows
         self.value += float(s[best])
         self.cost += float(self._target(n + best) - self._target(n) + self.row_s * s[best])
         self.n_nodes += best
         return best
+
+    def _ratios(self, expanded_scores: list[float], s: np.ndarray) -> np.ndarray:
+        """The projected E / T with leaves worth ``s`` (cumulative, 0 first) beside the
+        expanded nodes: one entry per number of leaves."""
+        n = 1 + len(expanded_scores)
+        value = 1.0 + sum(expanded_scores)
+        k = np.arange(len(s))
+        bg = self.background
+        if bg is None:
+            cost = self.draft_cost + self._target(n) + self.overhead_s + self.row_s * value
+            return (value + s) / (cost + self._target(n + k) - self._target(n) + self.row_s * s)
+        t_in = self._t_in[np.minimum(n + k, len(self._t_in) - 1)]  # priced within the step (``Background``)
+        cost = self._bg_cost + self._draft_in + self.overhead_s + self.row_s * value
+        return (value + bg.value + s) / (cost + t_in + self.row_s * s)
+
+    def free_grows(self, scores: list[float], bound: float, room: int) -> bool:
+        """For a step without draft calls (``tree.grow_free``): whether up to ``room`` more
+        nodes, each worth at most ``bound`` (the best open node's score, which bounds its
+        descendants'), could raise the best E / T of the nodes so far (``scores``), all
+        weighed as ``leaves`` weighs them.  False: growing on cannot pay.  The bound for k
+        nodes is the sum of the best k of the scores and ``room`` copies of ``bound``."""
+        if room <= 0 or bound <= 0.0:
+            return False
+        now = np.concatenate([[0.0], np.cumsum(np.sort(np.asarray(scores, float))[::-1])])
+        best = np.concatenate([[0.0], np.cumsum(np.sort(np.concatenate([scores, np.full(room, bound)]))[::-1])])
+        return float(self._ratios([], best).max()) > float(self._ratios([], now).max()) * (1.0 + 1e-9)
 
     def tail_pays(self, score: float) -> bool:
         """Whether one more target row worth ``score`` tokens (a lookup tail's node, no

@@ -216,6 +216,8 @@ class GrowthPlan(Protocol):
 
     def tail(self, score: float) -> bool: ...
 
+    def free_grows(self, scores: list[float], bound: float, room: int) -> bool: ...
+
 
 # draft(nodes) -> one draft logits row per node (the nodes are evaluated by the draft model)
 DraftFn = Callable[[list[int]], Sequence]
@@ -349,9 +351,14 @@ def grow_free(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthP
     K = 0 candidates.  Nodes are expanded best-scored first (ties: shallower, earlier) while
     fewer than ``limits.max_nodes`` non-root nodes exist and none passes ``limits.depth``;
     then the best-scored non-root nodes are kept, ``plan.leaves`` choosing how many (all
-    within ``max_nodes`` without a plan), each with its ancestors."""
+    within ``max_nodes`` without a plan), each with its ancestors.  With a plan, growth
+    stops once ``plan.free_grows`` finds that no node below the open ones could pay: a
+    constraint's mask per expanded node is host work a GPU's step would wait for."""
     open_ = [(-tree.score[0], 0, 0)]
     while open_ and len(tree) - 1 < limits.max_nodes:
+        if plan is not None and len(tree) > 1 and \
+                not plan.free_grows(tree.score[1:], -open_[0][0], limits.max_nodes - (len(tree) - 1)):
+            break  # nothing below the open nodes could pay (their scores bound their children's)
         _, _, node = heapq.heappop(open_)
         if tree.depth[node] >= limits.depth:
             continue

@@ -111,3 +111,28 @@ def test_a_lookup_tail_row_is_taken_where_rows_are_cheap_and_never_beside_others
     shared.leaves([0.9], [0.8])
     assert not shared.tail(0.9)
 
+
+
+# a CPU's curve (measured on the 2-core development machine): 8 rows cost 4.9 times one, 16 rows 5.9
+CPU = costs.CostCurve(ROWS, tuple(0.085 * r for r in (1.0, 1.56, 1.94, 2.21, 2.32, 2.91, 3.42, 4.94, 5.79, 5.89,
+                                                      9.88, 10.09)))
+
+
+def _free_plan(target):
+    return StepPlan("lookup", PARAMS.replace(budget=32, depth=16), costs.cost_table(target, TABLE_ROWS),
+                    costs.cost_table(DRAFT, TABLE_ROWS), accept=0.9, overhead_s=0.0)
+
+
+def test_a_free_step_grows_while_some_number_of_nodes_below_could_pay():
+    chain = [0.97 ** (i + 1) for i in range(4)]
+    # on the CPU curve a copy run's 16-node chain beats its 4 nodes, which beat 7
+    assert _free_plan(CPU).free_grows(chain, chain[-1] * 0.97, 28)
+    assert not _free_plan(LINEAR).free_grows(chain, chain[-1] * 0.97, 28)  # rows cost what a step does
+    assert not _free_plan(CPU).free_grows(chain, 0.0, 28) and not _free_plan(CPU).free_grows(chain, 0.9, 0)
+    # weak candidates below a strong chain: nothing could pay for their rows
+    assert not _free_plan(CPU).free_grows(chain, 0.01, 28)
+    # a good open node ranks above weak nodes already there: the bound counts it in their place
+    assert _free_plan(GPU).free_grows([0.9, 0.01, 0.01], 0.85, 1)
+    # the cut agrees: 15 nodes and the root fill the cheap 16-row decode; a 17th row costs too much
+    long = [0.97 ** (i + 1) for i in range(20)]
+    assert _free_plan(CPU).leaves([], long) == 15

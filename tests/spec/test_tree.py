@@ -247,6 +247,9 @@ class _KeepN:
         self.offered = list(leaf_scores)
         return min(self.n, len(leaf_scores))
 
+    def free_grows(self, scores, bound, room):
+        return True
+
 
 def test_grow_free_expands_best_first_and_keeps_the_best_scored_subtree():
     limits = GrowthLimits(depth=16, max_expanded=20, max_nodes=20)
@@ -273,6 +276,17 @@ def test_grow_free_respects_the_depth_and_a_node_without_candidates():
     nothing = _free(GrowthLimits(depth=3, max_expanded=50, max_nodes=50),
                     draw=lambda node, _row: Draw(np.zeros(0, np.int64), None, {}, ()))
     assert len(nothing) == 1 and nothing.draws[0] is None
+
+
+def test_grow_free_stops_where_nothing_below_could_pay():
+    class Stop(_KeepN):
+        def free_grows(self, scores, bound, room):
+            self.asked = getattr(self, "asked", 0) + 1
+            return len(scores) < 6
+
+    plan = Stop(50)
+    tree = _free(GrowthLimits(depth=16, max_expanded=20, max_nodes=20), plan)
+    assert len(tree) - 1 == 6 and plan.asked == 3  # three expansions, each adding two nodes
 
 
 def test_keep_is_the_subtree_with_its_candidates():
