@@ -268,8 +268,10 @@ class Engine:
     def _tuner(self, dp: DraftParams) -> autotune.AutoTuner:
         """A fresh AutoTuner per request on the engine's cost curves (measured once per model
         file and settings, cached on disk).  Fresh, so that its choices — and with them the
-        output — depend only on the request, its seed and this machine.  ``dp``'s draws,
-        depth and budget bound what it may choose."""
+        output — depend only on the request, its seed and this machine; a request that reads
+        the memory of past answers also starts from what the last one learnt of their
+        candidates (``Memory.learnt``, set in ``_generation``).  ``dp``'s draws, depth and
+        budget bound what it may choose."""
         return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
                                   row_s=self._auto_row_seconds())
 
@@ -399,6 +401,9 @@ class Engine:
         state = constraint.start() if constraint is not None else None  # refuses an impossible start
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         auto = autotune.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
+        learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
+        if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
+            auto.tuner.calibration.carry_lookup(learnt)
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
                           auto=auto, constraint=state, logprobs=logprobs, memory=self.memory)
 

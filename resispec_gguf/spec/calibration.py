@@ -37,6 +37,10 @@ _MEMORY_END = _LONG_RUN_BIN
 _LEADING = np.array([0, 1, 2, 3, 4])
 
 
+# observations a bin carried over from earlier requests is worth at most (``carry_lookup``)
+CARRIED_WEIGHT = 16.0
+
+
 def is_memory_bin(b: int) -> bool:
     """Whether bin ``b`` holds candidates from the memory of past answers."""
     return MEMORY_BINS <= b < _MEMORY_END
@@ -129,6 +133,21 @@ class Calibration:
     def observe_node_lookup(self, chance: float) -> None:
         self.node_acc = self.node_acc * self.decay + float(chance)
         self.node_seen = self.node_seen * self.decay + 1.0
+
+    def lookup_state(self) -> tuple:
+        """The lookup bins' and the node estimate's counts, for ``carry_lookup``."""
+        return self.look_acc.copy(), self.look_seen.copy(), self.node_acc, self.node_seen
+
+    def carry_lookup(self, state: tuple, weight: float = CARRIED_WEIGHT) -> None:
+        """Start from another request's ``lookup_state``, each bin (and the node estimate)
+        worth ``weight`` observations at most, so that this request's own still move it.  A
+        request of 64 tokens sees a few candidates per bin: without this its choices would
+        rest on the priors alone."""
+        acc, seen, node_acc, node_seen = state
+        scale = np.minimum(1.0, weight / np.maximum(seen, 1e-12))
+        self.look_acc, self.look_seen = acc * scale, seen * scale
+        f = min(1.0, weight / max(node_seen, 1e-12))
+        self.node_acc, self.node_seen = node_acc * f, node_seen * f
 
     def observe_lookup(self, b: int, accepted: float) -> None:
         self.look_acc[b] = self.look_acc[b] * self.decay + float(accepted)

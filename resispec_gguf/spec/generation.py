@@ -269,6 +269,8 @@ class Generation:
             self.stats.auto = f"{self.auto.summary()}; measured {self.stats.tokens_per_s:.2f} tokens/s"
         if self.memory is not None:
             self.memory.remember(self.out)  # the answer joins the engine's memory
+            if self.auto is not None:  # and what auto learnt of the candidates, for the next request
+                self.memory.learn(self.auto.tuner.calibration.lookup_state())
 
     # ------------------------------------------------------------------ distributions
 

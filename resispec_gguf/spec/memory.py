@@ -58,7 +58,8 @@ class Memory:
         self.path = path
         self.index = index if index is not None else SuffixIndex(DEFAULT_DEPTH, max_answers, max_tokens, vocab_key)
         self._ids = itertools.count(max(self.index.seq_ids(), default=-1) + 1)
-        self._lock = threading.Lock()  # the id counter
+        self._lock = threading.Lock()  # the id counter, the learnt bins
+        self._bins = None  # how often its candidates were accepted, per bin (``learnt``); not saved
 
     @classmethod
     def open(cls, path: str | None, vocab_key: str, max_tokens: int = DEFAULT_MEMORY_TOKENS,
@@ -84,6 +85,19 @@ class Memory:
 
     def clear(self) -> None:
         self.index.clear()
+        with self._lock:
+            self._bins = None
+
+    def learn(self, bins) -> None:
+        """Keep what a request that read this memory learnt of its candidates
+        (``Calibration.lookup_state``): the next request under ``auto`` starts from it."""
+        with self._lock:
+            self._bins = bins
+
+    def learnt(self):
+        """The last ``learn``ed bins, None before any (or after ``clear``)."""
+        with self._lock:
+            return self._bins
 
     def save(self, path: str | None = None) -> None:
         """Write the memory to ``path`` (default: the one it was opened from) atomically;

@@ -71,3 +71,19 @@ def test_the_grammars_forced_candidates_have_a_bin_of_their_own():
         cal.observe_lookup(FORCED_BIN, 1.0)
     assert cal.lookup(FORCED_BIN) > 0.97
     assert cal.mean_lookup() == mean  # the context lookup's mean is its own bins'
+
+
+def test_carried_lookup_counts_are_capped_so_a_request_still_moves_them():
+    old = Calibration()
+    for _ in range(200):
+        old.observe_lookup(3, 0.1)  # the context's long matches failed, many times
+        old.observe_node_lookup(0.1)
+    new = Calibration()
+    new.carry_lookup(old.lookup_state(), weight=16.0)
+    assert new.lookup(3) == pytest.approx(old.lookup(3)) and new.look_seen[3] == pytest.approx(16.0)
+    assert new.node_lookup() < 0.2 and new.node_seen == pytest.approx(16.0)
+    assert new.lookup(0) == pytest.approx(old.lookup(0))  # a bin seen less keeps its weight
+    for _ in range(16):
+        new.observe_lookup(3, 1.0)
+    assert new.lookup(3) > 0.5  # this request's own observations still count
+    assert old.lookup(3) < 0.11  # the state was copied, not shared

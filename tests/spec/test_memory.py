@@ -150,3 +150,25 @@ def test_greedy_output_with_memory_is_the_plain_output():
     for _ in range(3):  # the memory learns the answer, then proposes it
         for dp in (DraftParams(method="auto"), DraftParams(method="resispec", lookup=True, draws=2, depth=3)):
             assert engine.generate([0, 2, 4, 1, 3], sp, dp).tokens == plain
+
+
+def test_a_request_starts_from_what_the_last_one_learnt_of_the_memory():
+    from law_harness import COST_REGIMES, LOOKUP_PROMPT, _pair
+    from resispec_gguf.config import DraftParams, SamplingParams
+    from resispec_gguf.engine import Engine
+
+    target, draft = _pair()
+    memory = Memory(max_tokens=10_000)
+    engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"], memory=memory)
+    sp, dp = SamplingParams(temperature=1.0, max_tokens=12, seed=1), DraftParams(method="auto")
+    assert memory.learnt() is None
+    engine.generate(LOOKUP_PROMPT, sp, dp)
+    learnt = memory.learnt()
+    assert learnt is not None and learnt[1].sum() > 0
+    gen = engine.generation(LOOKUP_PROMPT, sp, dp)
+    cal = gen.auto.tuner.calibration
+    assert np.allclose(cal.look_acc / cal.look_seen, learnt[0] / learnt[1])  # each bin's rate carried over
+    off = engine.generation(LOOKUP_PROMPT, sp, dp.replace(use_memory=False)).auto.tuner.calibration
+    assert not np.allclose(off.look_acc / off.look_seen, learnt[0] / learnt[1])  # without the memory: the priors
+    memory.clear()
+    assert memory.learnt() is None

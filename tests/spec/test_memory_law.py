@@ -47,13 +47,16 @@ CASES = {
                                           lookup_k=2)),
     "chain + memory": ("draft", DraftParams(method="chain", depth=3, budget=6, lookup=True, lookup_k=3)),
     "auto": ("auto", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
+    # no draft model: every step is the lookup (or grammar) arm's, grown best-first and cut whole
+    "auto, memory alone": ("auto-free", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
 }
 
 
 def _engine(kind):
     target, draft = _pair()
-    if kind == "auto":
-        return target, Engine(target, draft, cost_curves=COST_REGIMES["gpu"], memory=_memory())
+    if kind in ("auto", "auto-free"):
+        return target, Engine(target, draft if kind == "auto" else None, cost_curves=COST_REGIMES["gpu"],
+                              memory=_memory())
     return target, Engine(target, draft if kind == "draft" else None, memory=_memory())
 
 
@@ -69,7 +72,7 @@ def test_memory_candidates_keep_the_law_exact(case, temp):
     assert engine.memory.stats()["answers"] > before  # the runs' answers joined it
 
 
-@pytest.mark.parametrize("case", ["memory alone", "resispec + memory", "auto"])
+@pytest.mark.parametrize("case", ["memory alone", "resispec + memory", "auto", "auto, memory alone"])
 def test_memory_candidates_under_a_constraint_keep_the_constrained_law(case):
     kind, dp = CASES[case]
     target, engine = _engine(kind)
