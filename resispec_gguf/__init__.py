@@ -2,7 +2,7 @@
 
 The layers, lowest first (each package's docstring says what it may import):
 ``config``/``errors``/``paths`` (settings, error types, cache paths) ← ``kernels`` (Numba on
-arrays) ← ``spec`` (the speculative loop on the ``ModelBackend`` seam) ← ``llama``
+arrays) ← ``decoding`` (the speculative loop on the ``ModelBackend`` seam) ← ``llama``
 (llama.cpp behind that seam) and ``assist`` (prompts, constraints, tools) ← ``engine`` (the
 public ``Engine``, which joins them) ← ``surfaces`` (CLI, chat, server, API, bench).
 """

@@ -400,7 +400,7 @@ class DraftParams(_Settings):
     ``depth``).  ``lookup``: every expanded node also gets a context-lookup candidate (the
     token that followed the longest earlier match of its context), checked before the draws;
     with no draft model the tree is lookup trees alone.  ``lookup_k``: the candidates per node
-    from the request's context and from the engine's memory of past answers (``spec.memory``),
+    from the request's context and from the engine's memory of past answers (``decoding.memory``),
     each at most.  ``use_memory`` False: the request reads its own context only (a seeded
     request then reproduces whatever requests ran before it).  ``auto`` always considers lookup,
     and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
@@ -506,10 +506,10 @@ class ModelParams(_Settings):
     how the target writes tool calls (None: read from its chat template).  ``n_slots``:
     requests served at once (``--parallel``), each with a context of ``n_ctx`` tokens of its
     own in one shared cache (``n_slots * n_ctx`` cells per model).  ``memory``: the file
-    that keeps the memory of past answers across runs (``spec.memory``; None: in memory
+    that keeps the memory of past answers across runs (``decoding.memory``; None: in memory
     only); ``memory_size``: the tokens it keeps (0: no memory).  ``cache_ram_mib``: the
     MiB of host memory that keep the KV state of prompts evicted from a slot, to restore them
-    into whichever slot serves them again (``spec.promptcache``; 0: none).
+    into whichever slot serves them again (``decoding.promptcache``; 0: none).
     """
 
     target: str = setting("default", "--target", help="target model: path, hf:OWNER/REPO/FILE.gguf or preset")

@@ -1,8 +1,8 @@
 """The public ``Engine``: the one place that joins the layers.
 
 It opens models (``llama.loading``), prepares kernels and ``auto``'s cost curves
-(``kernels.warmup``, ``spec.costs``), builds prompts and constraints (``assist``), and runs
-each request as a ``spec.generation.Generation`` through ``spec.loop``.  It never prints; it
+(``kernels.warmup``, ``decoding.costs``), builds prompts and constraints (``assist``), and runs
+each request as a ``decoding.generation.Generation`` through ``decoding.loop``.  It never prints; it
 returns text, tokens and a ``Stats`` object, and reports preparation through a callback.
 """
 
@@ -21,14 +21,14 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
-from .spec import autotune, costs, loop, suffix
-from .spec import batch as batching
-from .spec.memory import Memory, vocab_key
-from .spec.promptcache import PromptCache
-from .spec.runner import Runner, Ticket
-from .spec.generation import Generation
-from .spec.protocol import Constraint, ModelBackend
-from .spec.stats import Result, Stats, TokenLogprob
+from .decoding import autotune, costs, loop, suffix
+from .decoding import batch as batching
+from .decoding.memory import Memory, vocab_key
+from .decoding.promptcache import PromptCache
+from .decoding.runner import Runner, Ticket
+from .decoding.generation import Generation
+from .decoding.protocol import Constraint, ModelBackend
+from .decoding.stats import Result, Stats, TokenLogprob
 
 __all__ = ["Engine", "Result", "Stats", "TokenLogprob"]
 
@@ -62,9 +62,9 @@ class Engine:
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
         first auto request.  ``tool_format``: a ``formats.FORMATS`` name that overrides the
         tool-call format read from the chat template.  ``cache_ram_mib``: the RAM prompt cache
-        (``spec.promptcache``; ``ModelParams.cache_ram_mib``, which ``load`` passes), 0 for
+        (``decoding.promptcache``; ``ModelParams.cache_ram_mib``, which ``load`` passes), 0 for
         none.  ``memory``: the memory of past answers every request reads and adds to
-        (``spec.memory.Memory``; "default": a new one, in memory only; None: none)."""
+        (``decoding.memory.Memory``; "default": a new one, in memory only; None: none)."""
         self.target = target
         self.draft = draft
         self._owns_models = True  # ``close`` frees them (not a pool's: ``from_pool``)
@@ -415,7 +415,7 @@ class Engine:
         return self._generation(prompt, sampling, draft, constraint, json_schema, grammar, logprobs)
 
     def batch(self, chunk: int = batching.DEFAULT_CHUNK) -> batching.Batch:
-        """A ``spec.batch.Batch`` over this engine's models, whose slots (``n_slots``) hold
+        """A ``decoding.batch.Batch`` over this engine's models, whose slots (``n_slots``) hold
         that many requests stepped together; ``auto`` requests share each step's rows by the
         cost curves; a prompt evicted from a slot is kept in the engine's RAM prompt cache
         (``prompt_cache``), if any.  Driven by whoever calls its ``step``."""

@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import numpy as np
 from fake_models import Clocked, MarkovModel, random_rows
-from resispec_gguf.spec import autotune
-from resispec_gguf.spec import costs
+from resispec_gguf.decoding import autotune
+from resispec_gguf.decoding import costs
 from resispec_gguf.surfaces import bench
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine

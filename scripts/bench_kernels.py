@@ -341,8 +341,8 @@ def _gpu_like_curves():
     """``(target, draft)`` cost curves of a GPU pair (as scripts/auto_gpu_like.py): a target
     decode of n rows costs 20 ms + 0.2 ms n, a draft one 2 ms + 0.1 ms n.  Only ``auto``
     reads them (to choose); the fakes still cost nothing."""
-    from resispec_gguf.spec import autotune
-    from resispec_gguf.spec import costs
+    from resispec_gguf.decoding import autotune
+    from resispec_gguf.decoding import costs
 
     rows = costs.ROW_COUNTS
     return (costs.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows)),

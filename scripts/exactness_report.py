@@ -1,4 +1,4 @@
-"""Print the exactness harness's p-values: every configuration of tests/spec/test_exactness.py,
+"""Print the exactness harness's p-values: every configuration of tests/decoding/test_exactness.py,
 the worst joint and conditional p-values, and the number of cells tested.
 
     python scripts/exactness_report.py            # 1,600 runs per configuration (the suite's)

@@ -318,8 +318,8 @@ def write_pair(work: Path, shapes: dict) -> dict[str, Path]:
 def cost_curves(path: Path, rows, contexts, ngl: int, threads: int | None, n_ctx: int) -> dict:
     """``{context: {rows: seconds}}``: the fastest of 3 decodes of a chain of n rows after
     ``context`` committed tokens."""
-    from resispec_gguf.spec import autotune
-    from resispec_gguf.spec import costs
+    from resispec_gguf.decoding import autotune
+    from resispec_gguf.decoding import costs
     from resispec_gguf.llama import backend
     from resispec_gguf.config import MAX_TREE_NODES
 
@@ -432,7 +432,7 @@ def sampling_summary(report: dict) -> dict:
 
 
 def _curve(points: dict):
-    from resispec_gguf.spec.autotune import CostCurve
+    from resispec_gguf.decoding.autotune import CostCurve
 
     rows = sorted(points)
     return CostCurve(tuple(rows), tuple(points[r] for r in rows))

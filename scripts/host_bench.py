@@ -7,7 +7,7 @@ random-weight GGUF models (``random_gguf``) with one thin layer under a full-siz
 sequence operations, logits rows.  The draft shares the target's embedding but not its
 layer, so it agrees with the target only in part.
 
-For each tree shape it runs whole generations through ``Engine`` (``spec.loop`` with
+For each tree shape it runs whole generations through ``Engine`` (``decoding.loop`` with
 ``backend.LlamaModel`` for both models) and prints host ms per step: the generation's time
 minus the time inside ``llama_decode`` (what ``bench`` calls overhead_ms_per_step, plus the
 backend's own work around each decode), split into
@@ -164,7 +164,7 @@ def _targets():
     import llama_cpp
 
     from resispec_gguf.llama import backend
-    from resispec_gguf.spec import autotune, generation, tree
+    from resispec_gguf.decoding import autotune, generation, tree
 
     g, m, a = generation.Generation, backend.LlamaModel, autotune.Auto
     out = [(m, "_decode_batch", "decode"), (g, "started", None)]  # these two first: the unprofiled run's
@@ -190,7 +190,7 @@ def _targets():
 
 def _gpu_like_curves():
     """``auto``'s cost curves of a GPU pair (as ``bench_kernels``): it then speculates."""
-    from resispec_gguf.spec import costs
+    from resispec_gguf.decoding import costs
 
     rows = costs.ROW_COUNTS
     return (costs.CostCurve(rows, tuple(0.020 + 0.0002 * n for n in rows)),

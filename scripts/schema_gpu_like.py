@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def curve(fixed_ms: float, per_row_ms: float):
-    from resispec_gguf.spec import costs
+    from resispec_gguf.decoding import costs
 
     rows = costs.ROW_COUNTS
     return costs.CostCurve(rows, tuple((fixed_ms + per_row_ms * n) / 1000 for n in rows))

@@ -299,7 +299,7 @@ class PathConstraint:
 
 
 class _SpecState:
-    """One request's state in a fake constraint whose law is ``spec.allowed(history)``; it
+    """One request's state in a fake constraint whose law is ``decoding.allowed(history)``; it
     counts its ``mask`` calls and checks that every path it is asked about was allowed."""
 
     def __init__(self, spec):

@@ -41,7 +41,7 @@ from scipy import stats
 
 from fake_models import MarkovModel, random_rows
 from resispec_gguf.kernels import sampling
-from resispec_gguf.spec.autotune import AutoTuner, CostCurve
+from resispec_gguf.decoding.autotune import AutoTuner, CostCurve
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 

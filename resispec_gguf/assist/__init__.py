@@ -15,6 +15,6 @@ on the engine.
 
 Everything here works on a model's vocabulary and text and asks the engine for nothing but
 what it is handed (the flow is surfaces → assist → engine, never back).  May import:
-``kernels`` (bit masks), ``spec.protocol``, ``config``, ``errors``.  Never ``llama`` (the
+``kernels`` (bit masks), ``decoding.protocol``, ``config``, ``errors``.  Never ``llama`` (the
 vocabulary comes in as an object), the engine or a surface.
 """

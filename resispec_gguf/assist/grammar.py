@@ -51,7 +51,7 @@ ANY_JSON_OBJECT = {"type": "object"}
 # write tool calls (", " between items, ": " after a key, no other whitespace between tokens;
 # pretty-printing, which a model may prefer elsewhere, is not allowed), so that the grammar
 # forces the bytes from a value's end to the next key's name (`, "email": "`), which the
-# engine proposes as free candidates (spec/forced.py); a schema that takes any object
+# engine proposes as free candidates (decoding/forced.py); a schema that takes any object
 # (json_object) has no key to force, and gets the flexible layout below.  Compiling is lenient
 # (a format the engine does not know is ignored), but every schema is first held to
 # ``check_schema``, which refuses the keywords the engine would ignore; oneOf is read as

@@ -33,7 +33,7 @@ close's next token once the block holds ``budget`` tokens.  A marker the model s
 another tokenisation is text to this class.
 
 Generic: a tool call constrained from its opening token on is ``After(call, open_token,
-feed_close=True)``.  May import ``kernels`` and ``spec.protocol``; nothing about text,
+feed_close=True)``.  May import ``kernels`` and ``decoding.protocol``; nothing about text,
 templates or models.
 """
 
@@ -44,7 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from ..kernels.masks import bitmask_from_ids, mask_allows
-from ..spec.protocol import Constraint, ConstraintState
+from ..decoding.protocol import Constraint, ConstraintState
 
 __all__ = ["After", "AfterState", "BEFORE", "FREE", "AFTER", "marker_progress"]
 

@@ -4,13 +4,13 @@
 read of a row; ``draws`` draws from them, ``masks`` applies a constraint's token mask.
 ``verify`` holds every verification rule (chain, specinfer, rrs, resispec, greedy) on the
 stage schedule in ``stages``; ``acceptance`` computes the exact acceptance figures ``auto``
-learns from.  ``suffix`` is the suffix index's trie (``spec.suffix``: insert, remove, cursor
+learns from.  ``suffix`` is the suffix index's trie (``decoding.suffix``: insert, remove, cursor
 walks, top-k).  ``sampling`` and ``verify`` re-export the names that moved out of them.
 ``warmup`` compiles (or loads from cache) every entry a generation calls; ``cache`` says
 where Numba keeps them.
 
 May import: ``config`` (method names), ``errors``, ``paths``, ``progress``.  Never the model side
-(``llama``), the decoding loop (``spec``), assistant features (``assist``) or a surface.
+(``llama``), the decoding loop (``decoding``), assistant features (``assist``) or a surface.
 Randomness comes in as uniforms drawn by the caller.
 """
 

@@ -51,7 +51,7 @@ def warm_ups() -> list:
         acceptance_profile(values_at(probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
         draw_chances("resispec", values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
         sample_without_replacement(ids, probs, np.full(2, 0.5))
-        # q without a node's candidates (``spec.candidates.without``): new, writable arrays,
+        # q without a node's candidates (``decoding.candidates.without``): new, writable arrays,
         # with ids read-only or not as the caller's were
         for q_ids in (ids[1:].copy(), ids[1:]):
             sample_iid_q(q_ids, probs[1:] / probs[1:].sum(), np.full(2, 0.5))

@@ -1,7 +1,7 @@
 """llama.cpp: the one place that talks to llama-cpp-python.
 
 ``backend`` is the only module that imports ``llama_cpp``: it opens GGUF models and
-implements ``spec.protocol.ModelBackend`` (tree batches, KV commits, logits rows).  Around it,
+implements ``decoding.protocol.ModelBackend`` (tree batches, KV commits, logits rows).  Around it,
 in plain Python: ``forest`` lays a step's uncommitted nodes out as KV sequences; ``gguf_file``
 checks a file's header before llama.cpp loads it; ``rpc_client`` greets ggml RPC workers and
 decides what a lost one ends the process with; ``ggml`` binds the few ggml functions llama_cpp
@@ -14,6 +14,6 @@ child process, whether this llama.cpp build can load and decode a quantized mode
 start-up crash check, its verdict cached per build); ``devices`` reads where llama.cpp put a
 model's layers off its load log.
 
-May import: ``spec`` (the seam it implements; ``llama_draft`` uses its lookup), ``kernels``, ``config``,
+May import: ``decoding`` (the seam it implements; ``llama_draft`` uses its lookup), ``kernels``, ``config``,
 ``errors``, ``paths``, ``progress``.  Never ``assist`` or a surface.
 """

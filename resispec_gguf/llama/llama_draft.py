@@ -34,7 +34,7 @@ import numpy as np
 
 from . import backend, vocab
 from ..errors import UserError
-from ..spec.lookup import NgramIndex
+from ..decoding.lookup import NgramIndex
 
 __all__ = ["LlamaDraft", "draft_chain"]
 

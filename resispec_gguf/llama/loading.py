@@ -101,7 +101,7 @@ class ModelPool:
         self._vocabs: dict[int, vocab.VocabInfo] = {}  # id(model) -> its vocabulary, read once
 
     def path(self, spec: str, role: str) -> str:
-        """The file ``spec`` names as a ``role`` model (a preset's target or draft), resolved
+        """The file ``decoding`` names as a ``role`` model (a preset's target or draft), resolved
         (and downloaded) once."""
         key = (role, spec)
         if key in self._failed:
@@ -116,7 +116,7 @@ class ModelPool:
         return self._paths[key]
 
     def get(self, spec: str, role: str) -> LlamaModel:
-        """The ``role`` model ``spec`` names, opened on the first ask."""
+        """The ``role`` model ``decoding`` names, opened on the first ask."""
         path = self.path(spec, role)
         key = (role, path)
         if key in self._failed:

@@ -126,7 +126,7 @@ def test_a_token_the_mask_allowed_but_the_grammar_refused_is_our_fault(family):
 
 
 def test_a_fault_is_an_internal_error_at_the_server():
-    from resispec_gguf.spec.stats import Result, Stats
+    from resispec_gguf.decoding.stats import Result, Stats
     from resispec_gguf.surfaces.server.errors import failure_body
 
     fault = Result(tokens=[], text="", finish_reason="error", stats=Stats(), seed=0, error="x", fault=True)

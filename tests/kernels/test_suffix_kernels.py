@@ -1,9 +1,9 @@
 """kernels/suffix.py below the index: the child hash and the top-k cache, against dicts and
-sorts; then tests/spec/test_suffix.py rerun with ``NUMBA_DISABLE_JIT=1`` (the kernels as
+sorts; then tests/decoding/test_suffix.py rerun with ``NUMBA_DISABLE_JIT=1`` (the kernels as
 plain Python, where an overflow or an integer-division slip would show).
 
-The trie itself (insert, remove, cursors) is tested through ``spec.suffix.SuffixIndex``
-against a brute-force count in tests/spec/test_suffix.py.
+The trie itself (insert, remove, cursors) is tested through ``decoding.suffix.SuffixIndex``
+against a brute-force count in tests/decoding/test_suffix.py.
 """
 
 import os
@@ -99,7 +99,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 def test_the_index_tests_pass_with_the_kernels_as_python():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
-    args = ["-q", "-p", "no:cacheprovider", "tests/spec/test_suffix.py", "tests/kernels/test_suffix_kernels.py",
+    args = ["-q", "-p", "no:cacheprovider", "tests/decoding/test_suffix.py", "tests/kernels/test_suffix_kernels.py",
             "-k", "not as_python"]
     r = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=900)

@@ -8,7 +8,7 @@ import tiny_gguf
 from resispec_gguf.llama import backend
 from resispec_gguf.llama.backend import LlamaModel
 from resispec_gguf.errors import ContextFullError, UserError
-from resispec_gguf.spec.textstream import TextAssembler
+from resispec_gguf.decoding.textstream import TextAssembler
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def test_each_shape_pays_where_it_should(rows):
 
 def test_the_wrappers_are_gone_afterwards(rows):
     from resispec_gguf.llama import backend
-    from resispec_gguf.spec import generation, tree
+    from resispec_gguf.decoding import generation, tree
 
     masked = generation.Generation.__dict__["_masked"]  # a method since it adds the request's logit_bias
     assert masked.__qualname__ == "Generation._masked" and not hasattr(masked, "__wrapped__")

@@ -14,7 +14,7 @@ from resispec_gguf.kernels import sampling  # noqa: E402
 from resispec_gguf.llama.backend import LlamaModel  # noqa: E402
 from resispec_gguf.errors import UserError  # noqa: E402
 from resispec_gguf.llama.llama_draft import draft_chain  # noqa: E402
-from resispec_gguf.spec.lookup import NgramIndex  # noqa: E402
+from resispec_gguf.decoding.lookup import NgramIndex  # noqa: E402
 
 # ---------------------------------------------------------------------------------- the policy
 

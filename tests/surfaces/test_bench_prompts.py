@@ -44,7 +44,7 @@ def test_without_max_tokens_lets_the_command_line_set_every_reply():
 def test_forget_starts_a_sequence_cold_on_the_tiny_pair(engine):
     """The models' caches and the RAM prompt cache emptied: the next prompt is prefilled whole."""
     from resispec_gguf.config import DraftParams, SamplingParams
-    from resispec_gguf.spec.promptcache import PromptCache
+    from resispec_gguf.decoding.promptcache import PromptCache
 
     prompt = engine.text_tokens("A prompt the models will hold.")
     sp = SamplingParams(temperature=0.0, max_tokens=2, seed=0)

@@ -9,7 +9,7 @@ from scipy.special import log_softmax
 from resispec_gguf.kernels import sampling
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.errors import UserError
-from resispec_gguf.spec.stats import TokenLogprob
+from resispec_gguf.decoding.stats import TokenLogprob
 
 
 def _reference(logits, token, n):

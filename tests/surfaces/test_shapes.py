@@ -15,7 +15,7 @@ import pytest
 from resispec_gguf.assist.plan import ChatPlan
 from resispec_gguf.assist.formats import HermesFormat
 from resispec_gguf.assist.tools import ToolCall, ToolRequest
-from resispec_gguf.spec.stats import Result, Stats
+from resispec_gguf.decoding.stats import Result, Stats
 from resispec_gguf.surfaces import shapes
 
 META = {"id": "chatcmpl-abc", "created": 1700000000, "model": "m"}

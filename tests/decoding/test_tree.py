@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resispec_gguf.spec.tree import DraftTree, Draw, GrowthLimits, grow, grow_free
+from resispec_gguf.decoding.tree import DraftTree, Draw, GrowthLimits, grow, grow_free
 
 
 def _tree():

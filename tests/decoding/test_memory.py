@@ -7,8 +7,8 @@ import pytest
 
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Engine, open_memory
-from resispec_gguf.spec.calibration import FORCED_BIN, alternate_bin, is_memory_bin, lookup_bin, memory_bin
-from resispec_gguf.spec.memory import Memory, MemoryDrafts, vocab_key
+from resispec_gguf.decoding.calibration import FORCED_BIN, alternate_bin, is_memory_bin, lookup_bin, memory_bin
+from resispec_gguf.decoding.memory import Memory, MemoryDrafts, vocab_key
 
 from fake_models import MarkovModel, random_rows
 

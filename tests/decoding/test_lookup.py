@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from resispec_gguf.spec.lookup import NgramIndex
+from resispec_gguf.decoding.lookup import NgramIndex
 
 
 def _naive(tokens, suffix, max_n):

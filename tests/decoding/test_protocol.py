@@ -1,9 +1,9 @@
-"""``spec.protocol``: the seams.  The llama.cpp backend and the Markov fakes both satisfy
+"""``decoding.protocol``: the seams.  The llama.cpp backend and the Markov fakes both satisfy
 ``ModelBackend``; a grammar's state and the fakes' path constraint satisfy the constraint
 protocols; an object missing a method does not."""
 
 from fake_models import MarkovModel, PathConstraint, random_rows
-from resispec_gguf.spec.protocol import Constraint, ConstraintState, ModelBackend, SlotBackend, SlotStates
+from resispec_gguf.decoding.protocol import Constraint, ConstraintState, ModelBackend, SlotBackend, SlotStates
 
 
 def test_the_fakes_and_the_backend_are_model_backends(engine):

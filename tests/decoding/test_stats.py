@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from resispec_gguf.spec.stats import Stats
+from resispec_gguf.decoding.stats import Stats
 
 
 def test_tau_counts_the_end_token_a_target_call_produced():

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fake_models import Clocked, MarkovModel, random_rows
-from resispec_gguf.spec import autotune
-from resispec_gguf.spec import costs, stepplan
+from resispec_gguf.decoding import autotune
+from resispec_gguf.decoding import costs, stepplan
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
@@ -390,7 +390,7 @@ def test_cost_curve_cache_roundtrip(tmp_path):
 
 
 def test_summary_shows_predicted_and_measured_step_times():
-    from resispec_gguf.spec.autotune import AutoTuner, CostCurve
+    from resispec_gguf.decoding.autotune import AutoTuner, CostCurve
     from resispec_gguf.config import DraftParams
 
     curve = CostCurve((1, 2, 4), (0.010, 0.011, 0.012))
@@ -464,7 +464,7 @@ def test_a_root_where_the_grammar_forces_tokens_runs_a_grammar_step_where_it_pay
     once the first probe has run, when its projection beats plain decoding and the rates the
     draft arms have shown; never where lookup-kind steps cannot pay, nor where forced
     candidates have been learnt to fail."""
-    from resispec_gguf.spec.calibration import FORCED_BIN
+    from resispec_gguf.decoding.calibration import FORCED_BIN
 
     tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
     assert tuner.grammar is not None

@@ -17,12 +17,12 @@ __all__ = ["Calibration", "FORCED_BIN", "MEMORY_BINS", "alternate_bin", "is_memo
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
-# a context candidate (the request's own prompt and output, ``spec.memory``) that leads its
+# a context candidate (the request's own prompt and output, ``decoding.memory``) that leads its
 # node's counts is binned by the copy run it continues (tokens in a row that the context
 # predicted: 0, 1, 2, 3-7 and, bins 14-15, 8-15 and 16+: the chance climbs along a long copy,
 # and a step's chain is only as deep as it is believed) when its context match is at least 2
 # tokens long; bin 4: a 1-token match;
-# bin 5 (``FORCED_BIN``): a token the constraint forces (``spec.forced``), accepted unless the
+# bin 5 (``FORCED_BIN``): a token the constraint forces (``decoding.forced``), accepted unless the
 # target prefers another tokenisation of the same bytes; bins 6-7: the context's other
 # candidates at a node, by their share of its counts (>= 1/3, less); bins 8-13: candidates
 # from the engine's memory of past answers, by match (< 4 tokens, more) and share (< 1/3,

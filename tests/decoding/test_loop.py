@@ -1,4 +1,4 @@
-"""``spec.loop.run``: the loop makes every model call of a generation, counts them, and
+"""``decoding.loop.run``: the loop makes every model call of a generation, counts them, and
 refuses a prompt the target cannot hold."""
 
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from fake_models import noisy_markov_pair
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.errors import ContextFullError
-from resispec_gguf.spec import loop
-from resispec_gguf.spec.generation import Generation
+from resispec_gguf.decoding import loop
+from resispec_gguf.decoding.generation import Generation
 
 
 def _generation(target, dp):
@@ -57,7 +57,7 @@ def test_a_cancel_event_ends_the_reply_before_the_next_step():
 def test_a_ram_cache_restores_a_prompt_its_one_sequence_lost(method):
     """With ``ram``, a prompt evicted by another is saved, restored when it comes back (for
     each model it uses), and replied to as without the cache."""
-    from resispec_gguf.spec.promptcache import PromptCache
+    from resispec_gguf.decoding.promptcache import PromptCache
 
     a, b = list(range(1, 7)) * 7, list(range(6, 0, -1)) * 7  # 42 tokens each, sharing none
     outs = {}

@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from resispec_gguf.spec import costs
-from resispec_gguf.spec.costs import CostCurve
+from resispec_gguf.decoding import costs
+from resispec_gguf.decoding.costs import CostCurve
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""``spec.generation.Generation`` and ``spec.loop.run``: a generation plans the rows it wants
+"""``decoding.generation.Generation`` and ``decoding.loop.run``: a generation plans the rows it wants
 and absorbs the rows it gets; the loop owns every model call.  Driven here by hand, step by
 step, against Markov fakes."""
 
@@ -7,7 +7,7 @@ import pytest
 from fake_models import noisy_markov_pair
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.spec.generation import Commit, Decode, DraftSync, Generation, Room
+from resispec_gguf.decoding.generation import Commit, Decode, DraftSync, Generation, Room
 
 V = 8
 

@@ -1,6 +1,6 @@
 """TextAssembler: complete UTF-8 pieces out of token bytes, held back past stop strings."""
 
-from resispec_gguf.spec.textstream import TextAssembler
+from resispec_gguf.decoding.textstream import TextAssembler
 
 
 def test_text_assembler_stop_strings():

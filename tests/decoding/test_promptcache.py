@@ -1,9 +1,9 @@
-"""``spec.promptcache``: the RAM prompt cache's bookkeeping (what it keeps, finds and drops)."""
+"""``decoding.promptcache``: the RAM prompt cache's bookkeeping (what it keeps, finds and drops)."""
 
 import numpy as np
 import pytest
 
-from resispec_gguf.spec.promptcache import PromptCache
+from resispec_gguf.decoding.promptcache import PromptCache
 
 
 def _put(cache, role, tokens, nbytes=None):

@@ -1,4 +1,4 @@
-"""``spec.batch``: several requests in the same steps, on Markov fakes with slots.
+"""``decoding.batch``: several requests in the same steps, on Markov fakes with slots.
 
 Exactness: 2-4 requests with different methods, temperatures, constraints and lookup run in
 the same steps; each request's joint law of its first tokens is checked against its exact
@@ -20,9 +20,9 @@ from law_harness import (CPU_D, CPU_T, EOG, FLAT, LOOKUP_PROMPT, N_TOKENS, PROMP
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import ConstraintError
-from resispec_gguf.spec.batch import Request, background_of, share_rows
-from resispec_gguf.spec import costs
-from resispec_gguf.spec.costs import cost_table
+from resispec_gguf.decoding.batch import Request, background_of, share_rows
+from resispec_gguf.decoding import costs
+from resispec_gguf.decoding.costs import cost_table
 
 CONSTRAINT = PathConstraint(V, EOG)
 T1, FILTERS, COLD = TEMPERATURES["T1"], TEMPERATURES["T0.6-filters"], TEMPERATURES["T0.01"]
@@ -339,7 +339,7 @@ def test_prompts_arriving_together_share_the_chunk_of_one_decode():
 def test_a_prompts_time_counts_the_steps_that_fed_it_not_those_it_waited_through(monkeypatch):
     """Four prompts of 8 tokens before their roots, chunks of 4: the last waits through six
     steps that feed the others, then two feed it; its prompt time is those two steps."""
-    from resispec_gguf.spec import batch as batch_module
+    from resispec_gguf.decoding import batch as batch_module
 
     engine, target = _engine("gpu")
     clock = [0.0]

@@ -3,7 +3,7 @@ measured once per model file and settings through the ``ModelBackend`` seam and 
 disk, and the host time to turn one logits row into a distribution.  ``auto`` plans with
 them; no wall-clock reading during a request steers a choice.
 
-May import: ``kernels``, ``config``, ``paths`` and ``spec.protocol``; never a concrete model.
+May import: ``kernels``, ``config``, ``paths`` and ``decoding.protocol``; never a concrete model.
 """
 
 from __future__ import annotations

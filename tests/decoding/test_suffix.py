@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from resispec_gguf.kernels import suffix as kernels
-from resispec_gguf.spec.suffix import FILE_VERSION, Cursor, StaleCursor, SuffixIndex, warm_up
+from resispec_gguf.decoding.suffix import FILE_VERSION, Cursor, StaleCursor, SuffixIndex, warm_up
 
 
 class Naive:

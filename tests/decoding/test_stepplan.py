@@ -5,8 +5,8 @@ tuner that builds plans, and ``Background`` within a shared step, are tested wit
 import pytest
 
 from resispec_gguf.config import DraftParams
-from resispec_gguf.spec import costs
-from resispec_gguf.spec.stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate, in_step_seconds
+from resispec_gguf.decoding import costs
+from resispec_gguf.decoding.stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate, in_step_seconds
 
 ROWS = costs.ROW_COUNTS
 GPU = costs.CostCurve(ROWS, tuple(0.020 + 0.0002 * n for n in ROWS))  # rows nearly free

@@ -97,7 +97,7 @@ class ModelBackend(Protocol):
 @runtime_checkable
 class SlotBackend(ModelBackend, Protocol):
     """A ``ModelBackend`` that holds ``n_slots`` committed sequences at once, one per request
-    (``spec.batch`` steps several requests with one decode).  The single-sequence calls above
+    (``decoding.batch`` steps several requests with one decode).  The single-sequence calls above
     act on slot 0, so a model with one slot is a plain ``ModelBackend``.
 
     ``n_ctx`` is per slot: a slot's committed plus uncommitted tokens never exceed it.  At
@@ -143,7 +143,7 @@ class SlotBackend(ModelBackend, Protocol):
 @runtime_checkable
 class SlotStates(SlotBackend, Protocol):
     """A ``SlotBackend`` that can also copy a slot's committed state out to host memory and
-    back into any of its slots (optional: ``spec.batch`` keeps a RAM prompt cache,
+    back into any of its slots (optional: ``decoding.batch`` keeps a RAM prompt cache,
     ``promptcache``, only for models that have these calls)."""
 
     def save_slot(self, slot: int):
@@ -187,7 +187,7 @@ class ConstraintState(Protocol):
 @runtime_checkable
 class ForcingState(ConstraintState, Protocol):
     """A ``ConstraintState`` that can also tell the tokens it forces (optional: the engine
-    uses them as free draft candidates where a state has the method, ``spec.forced``)."""
+    uses them as free draft candidates where a state has the method, ``decoding.forced``)."""
 
     def forced(self, path: Sequence[int]) -> Sequence[int]:
         """Tokens that spell the bytes the constraint forces after the committed tokens +

@@ -2,8 +2,8 @@
 methods score them (``FixedScores``; ``autotune.Auto`` is ``auto``'s scorer), and the law a
 node's draws come from when candidates are tried first (``without``).
 
-Where candidates come from is ``spec.memory`` (the context and the memory of past answers)
-and ``spec.forced`` (the grammar); why checking them first keeps the law exact is
+Where candidates come from is ``decoding.memory`` (the context and the memory of past answers)
+and ``decoding.forced`` (the grammar); why checking them first keeps the law exact is
 ``kernels.verify``'s docstring.  Plain NumPy.
 """
 

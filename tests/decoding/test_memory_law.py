@@ -18,7 +18,7 @@ from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPE
                          constrained_law, exact_law, sample, sample_batch, sample_constrained, slotted_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.spec.memory import Memory, MemoryDrafts
+from resispec_gguf.decoding.memory import Memory, MemoryDrafts
 
 
 def _memory(seed=7) -> Memory:

@@ -1,11 +1,11 @@
-"""Tests for resispec_gguf.spec.uniforms: a block-drawn stream hands out exactly the uniforms
+"""Tests for resispec_gguf.decoding.uniforms: a block-drawn stream hands out exactly the uniforms
 that one ``Generator.random`` call per need gives (so no draw of the engine changes)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from resispec_gguf.spec.uniforms import Uniforms
+from resispec_gguf.decoding.uniforms import Uniforms
 
 
 def test_blocks_hand_out_the_generators_own_uniforms_in_order():

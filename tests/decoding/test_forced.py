@@ -27,8 +27,8 @@ from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, METHODS, N_TOKENS, PR
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.kernels.sampling import bitmask_from_ids
-from resispec_gguf.spec import loop
-from resispec_gguf.spec.forced import ForcedTokens, only_token
+from resispec_gguf.decoding import loop
+from resispec_gguf.decoding.forced import ForcedTokens, only_token
 
 SPELLED = SpelledConstraint(V, EOG)
 # free text until 4, 3, then the spelled grammar

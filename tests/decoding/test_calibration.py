@@ -3,7 +3,7 @@ observations, decayed counts, draft bins kept per K, lookup bins by ``lookup_bin
 
 import pytest
 
-from resispec_gguf.spec.calibration import Calibration, lookup_bin
+from resispec_gguf.decoding.calibration import Calibration, lookup_bin
 
 LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
 LONG_RUN_PRIOR = (0.8, 0.85)  # bins 14-15: copy runs of 8-15 and 16+
@@ -62,7 +62,7 @@ def test_the_requests_own_counts_take_over_and_exact_chances_count():
 
 
 def test_the_grammars_forced_candidates_have_a_bin_of_their_own():
-    from resispec_gguf.spec.calibration import FORCED_BIN
+    from resispec_gguf.decoding.calibration import FORCED_BIN
 
     cal = Calibration()
     assert cal.lookup(FORCED_BIN) == pytest.approx(0.9)

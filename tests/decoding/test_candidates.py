@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from resispec_gguf.spec.candidates import FixedScores, without
+from resispec_gguf.decoding.candidates import FixedScores, without
 
 
 def test_q_without_the_candidates_is_renormalised_on_the_rest():

@@ -1,4 +1,4 @@
-"""``spec.runner``: a batch stepped on a thread of its own, fed from several threads.
+"""``decoding.runner``: a batch stepped on a thread of its own, fed from several threads.
 
 Requests with fixed shapes give in the runner what they give alone (their trees do not
 depend on their neighbours), so each thread's reply is checked token for token; requests past
@@ -17,7 +17,7 @@ from law_harness import LOOKUP_PROMPT, PROMPT, TEMPERATURES, slotted_pair
 from resispec_gguf.config import DraftParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import ContextFullError
-from resispec_gguf.spec.runner import Runner
+from resispec_gguf.decoding.runner import Runner
 
 T1 = TEMPERATURES["T1"]
 DPS = [DraftParams(method="resispec", draws=3, depth=3, budget=6), DraftParams(method="chain", lookup=True),
