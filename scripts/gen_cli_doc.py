@@ -103,6 +103,8 @@ def _value(action: argparse.Action) -> str:
     """What the flag takes: its metavar (or choices), or nothing for a switch."""
     if action.nargs == 0:
         return ""
+    if isinstance(action.metavar, tuple):  # one name per value (nargs=N), as --help shows them
+        return _code(" ".join(action.metavar))
     if action.metavar is not None:
         name = action.metavar
     elif action.choices:

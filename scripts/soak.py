@@ -35,14 +35,20 @@ import http.client
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_server_client import free_port  # noqa: E402  (the sibling script's)
+
+def free_port() -> int:
+    """A free local TCP port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 TOOLS = [{
     "type": "function",

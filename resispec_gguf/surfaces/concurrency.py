@@ -60,7 +60,7 @@ def shared_clients(items: Sequence, clients: int, send) -> tuple[list, float]:
     ``send`` one after the other.  Returns what ``send`` returned (in the order the calls
     ended) and the wall seconds from the first start to the last end.  A client's exception
     ends that client and is raised here once every client has ended (also for
-    ``scripts/llama_server_client.py``)."""
+    ``compare.server_client``)."""
     records: list = []
     errors: list[BaseException] = []
 
@@ -92,7 +92,7 @@ def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: Draft
 
 def level_figures(records: list[dict], wall: float, clients: int) -> dict:
     """A level's figures from its requests' ``ttft``, ``e2e`` and ``tokens`` over ``wall``
-    seconds (also what ``scripts/compare_llama_cpp.py`` reports for llama-server)."""
+    seconds (also what ``bench --against llama.cpp`` reports for llama-server)."""
     tokens = sum(r["tokens"] for r in records)
     ttft = np.array([r["ttft"] for r in records])
     e2e = np.array([r["e2e"] for r in records])

@@ -172,11 +172,12 @@ def test_bench_runs_a_tool_loop_method_by_method_with_the_memory_emptied(monkeyp
 
 def test_bench_n_sets_every_reply_else_the_items_ask_their_own():
     from resispec_gguf.surfaces import cli
+    from resispec_gguf.surfaces.cli import bench_cmd
 
     parser = cli.build_parser()
-    prompts, sp = cli._bench_inputs(parser.parse_args(["bench", "--workload", "chat,agent"]))
-    assert sp.max_tokens == cli._BENCH_TOKENS and prompts["agent"] == ITEMS
-    prompts, sp = cli._bench_inputs(parser.parse_args(["bench", "--workload", "agent", "-n", "9"]))
+    prompts, sp = bench_cmd._bench_inputs(parser.parse_args(["bench", "--workload", "chat,agent"]))
+    assert sp.max_tokens == bench_cmd._BENCH_TOKENS and prompts["agent"] == ITEMS
+    prompts, sp = bench_cmd._bench_inputs(parser.parse_args(["bench", "--workload", "agent", "-n", "9"]))
     assert sp.max_tokens == 9 and all("max_tokens" not in item for item in prompts["agent"])
     bench_help = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions if a.dest == "max_tokens")
-    assert f"default: {cli._BENCH_TOKENS}" in bench_help.help and str(aw.EDIT_TOKENS) in bench_help.help
+    assert f"default: {bench_cmd._BENCH_TOKENS}" in bench_help.help and str(aw.EDIT_TOKENS) in bench_help.help

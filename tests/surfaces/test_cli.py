@@ -348,7 +348,7 @@ def test_generate_reply_dims_the_thinking_on_a_terminal():
     goes to stderr between marks, closed even when the reply ends inside it."""
     import io
 
-    from resispec_gguf.surfaces.cli import _Reply
+    from resispec_gguf.surfaces.cli.commands import _Reply
 
     class Terminal(io.StringIO):
         def isatty(self):

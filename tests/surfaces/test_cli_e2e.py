@@ -160,6 +160,83 @@ def concurrent(r, tmp):
     assert report["levels"] == [1, 2] and report["n_slots"] == 2 and len(report["rows"]) == 4
 
 
+def against(r, tmp):
+    """``--against llama.cpp DIR --concurrency 1 --rounds 2`` on fake binaries: a row per
+    method and llama-server (without and with its draft), medians of two rounds; the report
+    keeps every round and the comparison's own flags."""
+    rows = [line.split() for line in r.stdout.splitlines()[2:] if line.strip() and not line.startswith("llama.cpp ")
+            and not line.startswith("agg tok/s")]
+    systems = [" ".join(row[1:-8]) for row in rows]
+    assert systems == ["ours none", "ours chain", "llama.cpp server -np 1", "llama.cpp server -np 1 +draft n_max=2"], \
+        r.stdout
+    assert "llama.cpp 0.0.0-fake (build 1, commit fake); threads 1" in r.stdout
+    assert f"llama.cpp 0.0.0-fake (build 1, commit fake) from {tmp / 'llama-bin'}" in r.stderr
+    report = json.loads((tmp / "against.json").read_text())
+    assert report["levels"] == [1] and len(report["rows"]) == 2 * 4
+    config_ = report["config"]
+    assert (config_["rounds"], config_["n_prompts"], config_["chain_depth"], config_["draft_max"]) == (2, 1, 2, [2])
+    assert (config_["bench_reps"], config_["timeout"], config_["spec_rows"]) == (2, 60.0, ["none"])
+    assert config_["no_spec_simple"] and config_["llama_backend_sampling"]
+    draft_cmd = report["llama_cpp"]["server_cmds"]["llama.cpp server -np 1 +draft n_max=2"]
+    assert "--no-spec-draft-backend-sampling" not in draft_cmd and draft_cmd[draft_cmd.index("-md") + 1]
+
+
+# llama.cpp's three binaries as one fake: --help and --version as build 0c1e570 prints what the
+# comparison reads; else a llama-server answering /health and /completion (streamed or not)
+FAKE_LLAMA_CPP = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = sys.argv[1:]
+if "--help" in args or "--version" in args:
+    print("-m,    --model FNAME     model path to load (fake llama.cpp)\n"
+          "--spec-draft-n-max N     number of tokens to draft (default: 3)\n"
+          "--spec-type none,draft-simple,ngram-mod\n"
+          "--spec-draft-backend-sampling, --no-spec-draft-backend-sampling\n"
+          "-kvu,  --kv-unified, -no-kvu, --no-kv-unified\n"
+          "-d, --n-depth <n>        (default: 0)\n"
+          "version: 0.0.0-fake (build 1, commit fake)")
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, obj, kind="application/json"):
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({"status": "ok"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = body["n_predict"]
+        timings = {"cache_n": 0, "prompt_n": len(body["prompt"]), "prompt_ms": 10.0, "predicted_n": n,
+                   "predicted_ms": 100.0, "predicted_per_second": n / 0.1, "draft_n": n, "draft_n_accepted": n}
+        if not body.get("stream"):
+            return self._send({"content": "x" * n, "stop": True, "timings": timings})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(n):
+            self.wfile.write(b"data: " + json.dumps({"content": "x", "tokens": [i], "stop": False}).encode() + b"\n\n")
+        self.wfile.write(b"data: " + json.dumps({"content": "", "tokens": [], "stop": True,
+                                                "timings": timings}).encode() + b"\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
 def swept(r, tmp):
     """``--sweep quick``: the table of every setting, then per workload the best and the command
     that reproduces it, which parses back into that setting; the report says the same."""
@@ -327,6 +404,12 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
              bench_table(["prompts"], [0.5], ["none", "chain", "none+schema", "chain+schema"])),
         Case("bench-concurrency", ("bench", *pair, "--prompts", prompts, "--methods", "none,chain", "-n", "3",
                                    "--concurrency", "1,2", "--json", str(tmp / "concurrency.json")), concurrent),
+        Case("bench-against", ("bench", *pair, "--against", "llama.cpp", str(tmp / "llama-bin"), "--prompts", prompts,
+                               "--methods", "none,chain", "-n", "3", "--temperature", "0.5", "--concurrency", "1",
+                               "--rounds", "2", "--n-prompts", "1", "--chain-depth", "2", "--draft-max", "2",
+                               "--spec-rows", "none", "--no-spec-simple", "--bench-reps", "2",
+                               "--llama-backend-sampling", "--timeout", "60", "--json", str(tmp / "against.json")),
+             against),
         Case("bench-sweep", ("bench", *pair, "--prompts", prompts, "--sweep", "quick", "-n", "3", "--temperature",
                              "0.5", "--json", str(tmp / "sweep.json")), swept),
         Case("bench-plot", ("bench", *pair, "--prompts", prompts, "--methods", "chain", "-n", "3", "--temperature",
@@ -378,6 +461,11 @@ def e2e(tiny_pair, tmp_path_factory):
     (tmp / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (tmp / "cache").mkdir()
     tiny_gguf.write_incompatible_draft(tmp)  # bench --pairs' refused draft
+    (tmp / "llama-bin").mkdir()
+    for name in ("llama-server", "llama-bench", "llama-speculative-simple"):  # bench --against's
+        exe = tmp / "llama-bin" / name
+        exe.write_text(f"#!{sys.executable}\n{FAKE_LLAMA_CPP}")
+        exe.chmod(0o755)
     path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # this checkout's package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "RESISPEC_CACHE": str(tmp / "cache"), "RESISPEC_COSTS": str(tmp / "costs.json"),
@@ -604,6 +692,9 @@ REFUSED_OWN = {
     "rrs_samples": ["-1"], "workload": ["code,poetry"], "methods": ["none,fast"], "sweep": ["huge"],
     "json": ["/nonexistent/out.json"], "plot": ["/nonexistent/out.png"], "ctx": ["97", "lots"],
     "concurrency": ["0", "1,33", "two"],
+    # bench --against's (a bad first value of --against itself: test_compare.py)
+    "against": ["llama.cpp"], "n_prompts": ["0"], "chain_depth": ["0"], "draft_max": ["0"], "spec_rows": ["ngram"],
+    "rounds": ["0"], "bench_reps": ["0"], "timeout": ["0", "soon"],
 }
 # Flags that take any value.
 ANY_VALUE = {"model_name": "any text names the model", "system": "any text is a system prompt",

@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server`` as a system under test, for ``compare_llama_cpp.py``.
+"""llama.cpp's ``llama-server`` as a system under test, for ``bench --against llama.cpp``.
 
 Starts the server on a free local port, waits for ``/health``, sends ``/completion``
 requests (the prompt as token ids, so llama.cpp decodes exactly the tokens our engine does)
@@ -8,7 +8,8 @@ and always stops the process again.  Also runs a concurrency level against it th
 (client i takes prompts i, i + c, ...) and send them back to back, streamed, so that the time
 to first token is seen by the client.
 
-Only the standard library: the parsers are pure and tested without a binary.
+The standard library, ``errors`` and ``concurrency``'s client threads: the parsers are pure
+and tested without a binary.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from resispec_gguf.surfaces.concurrency import level_figures, shared_clients
+from ...errors import UserError
+from ..concurrency import level_figures, shared_clients
 
 SERVER_BIN = "llama-server"
 # llama.cpp's default sampler chain minus the stages that are off at their defaults
@@ -30,8 +32,8 @@ SERVER_BIN = "llama-server"
 SAMPLERS = ["top_k", "top_p", "min_p", "temperature"]
 
 
-class ServerError(Exception):
-    """A one-line problem with the server (the caller exits with code 2)."""
+class ServerError(UserError):
+    """A one-line problem with the server (the command line exits with code 2)."""
 
 
 # --------------------------------------------------------------------------- pure helpers

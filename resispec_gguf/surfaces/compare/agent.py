@@ -1,4 +1,4 @@
-"""``compare_llama_cpp.py --workload agent``: a coding agent's tool loop on our engine and on
+"""``bench --against llama.cpp DIR --workload agent``: a coding agent's tool loop on our engine and on
 ``llama-server`` with each of its speculative types, every system running the same sequence
 of chat requests in the same order.
 
@@ -24,26 +24,12 @@ binary.
 
 from __future__ import annotations
 
-import re
 import time
 
-import llama_server_client as srv
+from . import server_client as srv
+from .common import SPEC_ROWS, fmt as _f, method_params as _method_params, note as _note, write_json
 
-# (row label, --spec-type value or None for plain decoding, whether it needs the draft model)
-SPEC_ROWS = (
-    ("none", None, False),
-    ("draft-simple", "draft-simple", True),
-    ("ngram-mod", "ngram-mod", False),
-    ("draft-simple,ngram-mod", "draft-simple,ngram-mod", True),
-    ("ngram-cache", "ngram-cache", False),
-)
 WARM_UP = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}
-
-
-def spec_types(help_text: str) -> set[str]:
-    """The speculative types a build's ``--help`` lists on its ``--spec-type`` line."""
-    m = re.search(r"--spec-type\s+([A-Za-z0-9_,-]+)", help_text)
-    return set(m.group(1).split(",")) if m else set()
 
 
 def server_rows(llama, target, draft, *, ctx, threads, draft_max=None, backend_sampling=False,
@@ -94,10 +80,6 @@ def summarise_sequence(records: list[dict]) -> dict:
     return out
 
 
-def _f(x, spec):
-    return format(x, spec) if x is not None else "-"
-
-
 def format_agent_table(blocks: list[dict]) -> str:
     """One block per temperature: a row per system, and its end-to-end speed against ours
     ``none``."""
@@ -132,13 +114,13 @@ def run_servers(rows, items, a, temp, note) -> dict[str, list]:
     return out
 
 
-def run_agent(a, cfg, method_params, note) -> dict:
+def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
     """The comparison (module docstring): llama-server's rows, then our methods, per
     temperature.  ``method_params(method, a)``: our ``DraftParams`` for a method.  Returns
     ``{"blocks", "server_cmds", "threads"}``; ``blocks``: ``{"temperature", "rows": {name:
     summary}, "runs": {name: [record]}}``."""
-    from resispec_gguf.engine import Engine
-    from resispec_gguf.surfaces import bench
+    from ...engine import Engine
+    from .. import bench
 
     llama, methods, target, draft, sp0 = (cfg[k] for k in ("llama", "methods", "target", "draft", "sp0"))
     items = cfg["workloads"]["agent"]
@@ -159,3 +141,22 @@ def run_agent(a, cfg, method_params, note) -> dict:
             blocks.append({"temperature": temp, "rows": {n: summarise_sequence(r) for n, r in runs.items()},
                            "runs": runs})
     return {"blocks": blocks, "server_cmds": dict(rows), "threads": threads}
+
+
+def run_mode(a, cfg) -> int:
+    """``--workload agent``: the tool loop on llama-server's speculative types and our
+    methods, each in sequence (``run_agent``); prints the table, writes ``--json``."""
+    out = run_agent(a, cfg)
+    llama = cfg["llama"]
+    print(format_agent_table(out["blocks"]))
+    print(f"llama.cpp {llama.version}; threads {out['threads']}; {len(cfg['workloads']['agent'])} agent requests in "
+          f"sequence per system (a fresh llama-server per row, ours started cold per method); top-k {a.top_k} "
+          f"top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
+    print("seconds are totals over the sequence; prompt s: prompt processing (ours: tgt s target, dft s draft); "
+          "e2e tok/s: output tokens over prompt + decode seconds; accept: accepted/drafted tokens.")
+    if a.json:
+        write_json(a, cfg, out["threads"], {"llama_cpp": {"version": llama.version, "server_cmds": out["server_cmds"]},
+                                            "results": [{k: b[k] for k in ("temperature", "rows")}
+                                                        for b in out["blocks"]],
+                                            "runs": out["blocks"]})
+    return 0

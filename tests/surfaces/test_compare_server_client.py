@@ -1,7 +1,7 @@
-"""scripts/llama_server_client.py without llama.cpp: its parsers on replies captured from
-llama.cpp's llama-server (build 0c1e570, vendored by llama-cpp-python 0.3.36), and the
-process handling (free port, /health, streamed requests, concurrent clients, stop) against
-a small fake llama-server written by the test."""
+"""surfaces/compare/server_client.py (bench --against's llama-server) without llama.cpp: its
+parsers on replies captured from llama.cpp's llama-server (build 0c1e570, vendored by
+llama-cpp-python 0.3.36), and the process handling (free port, /health, streamed requests,
+concurrent clients, stop) against a small fake llama-server written by the test."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from script_loader import load_script
-srv = load_script("llama_server_client")
+from resispec_gguf.surfaces.compare import server_client as srv
 
 # a non-streamed /completion reply of the real server, trimmed to the fields that matter
 REPLY = {
