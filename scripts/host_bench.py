@@ -170,9 +170,10 @@ def _targets():
     import llama_cpp
 
     from resispec_gguf.llama import backend
-    from resispec_gguf.decoding import autotune, generation, tree
+    from resispec_gguf.decoding import autorequest, drafting, generation, tree
 
-    g, a = generation.Generation, autotune.Auto
+    g, a = generation.Generation, autorequest.Auto
+    d = drafting.DraftPhase  # the draft phase's methods, which Generation inherits
 
     def m(attr):
         return _defining(backend.LlamaModel, attr), attr
@@ -183,9 +184,9 @@ def _targets():
     out += [(*m(f), "batch") for f in ("decode", "decode_slots", "_append_seq0", "_append_seq")]
     out += [(*m("_row"), "rows+p"), (backend.LogitsRows, "__getitem__", "rows+p")]
     out += [(g, f, "rows+p") for f in ("_p", "_q", "_target_dist", "_masked")]
-    out += [(g, f, "draws") for f in ("_draw", "_sample", "_propose")]
-    out += [(generation, "grow", "tree"), (generation, "growing", "tree"), (tree, "growing", "tree"),
-            (g, "_grow_tree", "tree")]
+    out += [(d, "_draw", "draws"), (g, "_sample", "draws"), (d, "_propose", "draws")]
+    out += [(drafting, "grow", "tree"), (drafting, "growing", "tree"), (tree, "growing", "tree"),
+            (d, "_grow_tree", "tree")]
     out += [(tree.DraftTree, f, "tree") for f in ("with_root", "_add", "set_draws", "path_tokens", "candidates",
                                                   "add_children", "expanded", "prune_leaves")]
     out += [(g, "_verify_tree", "verify"), (generation, "verify", "verify"), (generation, "verify_greedy", "verify")]

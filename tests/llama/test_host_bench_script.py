@@ -53,7 +53,7 @@ def test_each_shape_pays_where_it_should(rows):
 def test_the_wrappers_are_gone_afterwards(rows):
     from resispec_gguf.llama import backend
     from resispec_gguf.llama.backend import batches, kv
-    from resispec_gguf.decoding import generation, tree
+    from resispec_gguf.decoding import drafting, generation, tree
 
     masked = generation.Generation.__dict__["_masked"]  # a method since it adds the request's logit_bias
     assert masked.__qualname__ == "Generation._masked" and not hasattr(masked, "__wrapped__")
@@ -61,7 +61,10 @@ def test_the_wrappers_are_gone_afterwards(rows):
     decode, commit = backend.LlamaModel.decode, backend.LlamaModel.commit
     assert decode is batches.Batches.__dict__["decode"] and decode.__qualname__ == "Batches.decode"
     assert commit is kv.KVCache.__dict__["commit"] and not hasattr(commit, "__wrapped__")
-    assert generation.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+    assert drafting.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+    draw = drafting.DraftPhase.__dict__["_draw"]  # the draft phase's, which Generation inherits
+    assert draw.__qualname__ == "DraftPhase._draw" and not hasattr(draw, "__wrapped__")
+    assert generation.Generation._draw is draw
 
 
 def test_cold_caches_wraps_the_decode_for_the_block_only():
