@@ -21,7 +21,7 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
-from .decoding import autotune, costs, loop, suffix
+from .decoding import autorequest, autotune, costs, loop, suffix
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.promptcache import PromptCache
@@ -400,7 +400,7 @@ class Engine:
             raise UserError("the prompt is empty")
         state = constraint.start() if constraint is not None else None  # refuses an impossible start
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
-        auto = autotune.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
+        auto = autorequest.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)

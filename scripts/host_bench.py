@@ -159,27 +159,38 @@ class Sections:
                 setattr(owner, attr, raw)
 
 
+def _defining(cls: type, attr: str) -> type:
+    """The class in ``cls``'s method resolution order that defines ``attr`` (``cls`` when none
+    does): wrapped there, it is what ``cls`` calls (``LlamaModel``'s methods are its mixins')."""
+    return next((c for c in cls.__mro__ if attr in c.__dict__), cls)
+
+
 def _targets():
     """What is wrapped, and the section each one's exclusive time goes to."""
     import llama_cpp
 
     from resispec_gguf.llama import backend
-    from resispec_gguf.decoding import autotune, generation, tree
+    from resispec_gguf.decoding import autorequest, drafting, generation, tree
 
-    g, m, a = generation.Generation, backend.LlamaModel, autotune.Auto
-    out = [(m, "_decode_batch", "decode"), (g, "started", None)]  # these two first: the unprofiled run's
+    g, a = generation.Generation, autorequest.Auto
+    d = drafting.DraftPhase  # the draft phase's methods, which Generation inherits
+
+    def m(attr):
+        return _defining(backend.LlamaModel, attr), attr
+
+    out = [(*m("_decode_batch"), "decode"), (g, "started", None)]  # these two first: the unprofiled run's
     out += [(llama_cpp, f, "kv") for f in ("llama_memory_seq_cp", "llama_memory_seq_rm", "llama_memory_seq_keep",
                                            "llama_memory_clear")]
-    out += [(m, f, "batch") for f in ("decode", "decode_slots", "_append_seq0", "_append_seq")]
-    out += [(m, "_row", "rows+p"), (backend.LogitsRows, "__getitem__", "rows+p")]
+    out += [(*m(f), "batch") for f in ("decode", "decode_slots", "_append_seq0", "_append_seq")]
+    out += [(*m("_row"), "rows+p"), (backend.LogitsRows, "__getitem__", "rows+p")]
     out += [(g, f, "rows+p") for f in ("_p", "_q", "_target_dist", "_masked")]
-    out += [(g, f, "draws") for f in ("_draw", "_sample", "_propose")]
-    out += [(generation, "grow", "tree"), (generation, "growing", "tree"), (tree, "growing", "tree"),
-            (g, "_grow_tree", "tree")]
+    out += [(d, "_draw", "draws"), (g, "_sample", "draws"), (d, "_propose", "draws")]
+    out += [(drafting, "grow", "tree"), (drafting, "growing", "tree"), (tree, "growing", "tree"),
+            (d, "_grow_tree", "tree")]
     out += [(tree.DraftTree, f, "tree") for f in ("with_root", "_add", "set_draws", "path_tokens", "candidates",
                                                   "add_children", "expanded", "prune_leaves")]
     out += [(g, "_verify_tree", "verify"), (generation, "verify", "verify"), (generation, "verify_greedy", "verify")]
-    out += [(g, "_commit", "commit")] + [(m, f, "commit") for f in ("commit", "commit_slots", "drop_uncommitted")]
+    out += [(g, "_commit", "commit")] + [(*m(f), "commit") for f in ("commit", "commit_slots", "drop_uncommitted")]
     out += [(a, f, "auto") for f in ("choose", "record_time", "weights", "lookup_worth", "observe_lookup",
                                      "step_observed", "observe_node")]
     return out
@@ -264,17 +275,18 @@ def cold_caches(megabytes: int):
     import numpy as np
 
     block = np.ones(megabytes << 20, np.uint8)
-    decode = backend.LlamaModel.__dict__["_decode_batch"]
+    owner = _defining(backend.LlamaModel, "_decode_batch")
+    decode = owner.__dict__["_decode_batch"]
 
     def decode_then_flush(self, n):
         decode(self, n)
         block.sum()
 
-    backend.LlamaModel._decode_batch = decode_then_flush
+    owner._decode_batch = decode_then_flush
     try:
         yield
     finally:
-        backend.LlamaModel._decode_batch = decode
+        owner._decode_batch = decode
 
 
 def run(vocabs, tokens: int, reps: int, threads: int, seed: int, shapes=SHAPES, folder: Path | None = None,

@@ -72,7 +72,7 @@ class Calibration:
     """Decayed acceptance counts per bin, with a prior worth ``prior_weight`` observations.
 
     A draft candidate is binned by the chance of acceptance the model first gives it (its
-    node's acceptance shared in proportion to q, see ``autotune.Auto.weights``), separately per K
+    node's acceptance shared in proportion to q, see ``autorequest.Auto.weights``), separately per K
     (draws at its node): the learnt rate per bin corrects that guess where the draft's q
     misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
     deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is

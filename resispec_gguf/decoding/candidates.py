@@ -1,5 +1,5 @@
 """A node's deterministic candidates, as the tree and the draws see them: how the fixed
-methods score them (``FixedScores``; ``autotune.Auto`` is ``auto``'s scorer), and the law a
+methods score them (``FixedScores``; ``autorequest.Auto`` is ``auto``'s scorer), and the law a
 node's draws come from when candidates are tried first (``without``).
 
 Where candidates come from is ``decoding.memory`` (the context and the memory of past answers)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fake_models import Clocked, MarkovModel, random_rows
-from resispec_gguf.decoding import autotune
+from resispec_gguf.decoding import autorequest, autotune
 from resispec_gguf.decoding import costs, stepplan
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
@@ -260,7 +260,7 @@ def test_in_a_shared_step_the_arm_is_chosen_by_what_it_adds_to_the_step():
     tuner.background = autotune.Background(draft_levels=6, **busy)
     tree = tuner.choose()
     assert tree.arm == "tree2"
-    auto = autotune.Auto(tuner, seed=0)
+    auto = autorequest.Auto(tuner, seed=0)
     for _ in range(3):
         auto.observe_in_step(tree, 1 + 6 * 4, 4)  # six rows per level
     assert tuner.arms["tree2"].width == pytest.approx(6.0)

@@ -416,3 +416,20 @@ def test_a_ram_prompt_cache_leaves_greedy_replies_as_they_were(tiny_pair, n_slot
     assert [n for _, n in replies[0][0]][2:] == [1, 1]  # each evicted the other: all but BOS prefilled again
     ram = replies[64][1]  # a hit per model per prompt
     assert ram.hits == 4 and all(n >= 32 for _, n in replies[64][0][2:]), replies[64][0]
+
+
+def test_the_package_re_exports_its_modules_names():
+    """``backend``'s names are its modules' own objects (so a test patching one patches the
+    module that looks it up: ``native`` for the RPC and log calls), and ``LlamaModel`` is
+    composed of the vocabulary, batch and KV mixins."""
+    from resispec_gguf.llama.backend import batches, kv, model, native, tokens
+
+    assert backend.LlamaModel is model.LlamaModel and backend.LogitsRows is batches.LogitsRows
+    assert backend.llama_vocab_info is tokens.llama_vocab_info
+    for name in ("LlamaDraftModel", "build_facts", "quantize", "rpc_hello", "rpc_supported", "rpc_worker_devices",
+                 "serve_rpc_worker", "set_verbose"):
+        assert getattr(backend, name) is getattr(native, name), name
+    assert all(hasattr(backend, name) for name in backend.__all__)
+    assert [c.__name__ for c in LlamaModel.__mro__[1:-1]] == ["Tokens", "Batches", "KVCache"]
+    assert LlamaModel.tokenize is tokens.Tokens.tokenize and LlamaModel.decode is batches.Batches.decode
+    assert LlamaModel.commit is kv.KVCache.commit

@@ -52,21 +52,30 @@ def test_each_shape_pays_where_it_should(rows):
 
 def test_the_wrappers_are_gone_afterwards(rows):
     from resispec_gguf.llama import backend
-    from resispec_gguf.decoding import generation, tree
+    from resispec_gguf.llama.backend import batches, kv
+    from resispec_gguf.decoding import drafting, generation, tree
 
     masked = generation.Generation.__dict__["_masked"]  # a method since it adds the request's logit_bias
     assert masked.__qualname__ == "Generation._masked" and not hasattr(masked, "__wrapped__")
-    assert backend.LlamaModel.decode.__qualname__ == "LlamaModel.decode"
-    assert generation.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+    # LlamaModel's decodes and commits are its mixins' (wrapped there while profiling)
+    decode, commit = backend.LlamaModel.decode, backend.LlamaModel.commit
+    assert decode is batches.Batches.__dict__["decode"] and decode.__qualname__ == "Batches.decode"
+    assert commit is kv.KVCache.__dict__["commit"] and not hasattr(commit, "__wrapped__")
+    assert drafting.growing is tree.growing and not hasattr(tree.growing, "__wrapped__")
+    draw = drafting.DraftPhase.__dict__["_draw"]  # the draft phase's, which Generation inherits
+    assert draw.__qualname__ == "DraftPhase._draw" and not hasattr(draw, "__wrapped__")
+    assert generation.Generation._draw is draw
 
 
 def test_cold_caches_wraps_the_decode_for_the_block_only():
     from resispec_gguf.llama import backend
+    from resispec_gguf.llama.backend import batches
 
-    before = backend.LlamaModel.__dict__["_decode_batch"]
+    before = batches.Batches.__dict__["_decode_batch"]  # LlamaModel's, from its mixin
+    assert backend.LlamaModel._decode_batch is before
     with host_bench.cold_caches(1):
         assert backend.LlamaModel._decode_batch is not before
-    assert backend.LlamaModel.__dict__["_decode_batch"] is before
+    assert batches.Batches.__dict__["_decode_batch"] is before and "_decode_batch" not in backend.LlamaModel.__dict__
     with host_bench.cold_caches(0):
         assert backend.LlamaModel._decode_batch is before
 

@@ -12,6 +12,7 @@ import pytest
 from resispec_gguf.config import MAX_TREE_NODES, ModelParams
 from resispec_gguf.errors import UserError
 from resispec_gguf.llama import backend, loading, models
+from resispec_gguf.llama.backend import native
 
 SMALL = dict(n_ctx=256, n_threads=1, flash_attn=False)
 
@@ -105,7 +106,7 @@ def test_verbose_lets_llama_cpp_log(tiny_pair, opened):
     for verbose in (True, False):
         opened += loading.open_pair(ModelParams(target=str(tiny_pair[0]), draft="", verbose=verbose, **SMALL),
                                     progress=False)
-        assert backend._verbose is verbose
+        assert native._verbose is verbose  # the flag lives where the log callback reads it
 
 
 @pytest.mark.parametrize("module", ["resispec_gguf", "resispec_gguf.llama.loading", "resispec_gguf.llama.models"])

@@ -21,6 +21,7 @@ import pytest
 
 import rpc_workers
 from resispec_gguf.llama import backend, rpc
+from resispec_gguf.llama.backend import native
 from resispec_gguf.surfaces import cli
 from resispec_gguf.config import DraftParams, SamplingParams, WorkerParams
 from resispec_gguf.engine import Engine
@@ -151,7 +152,7 @@ def test_a_worker_answering_the_greeting_but_not_ggml_is_one_line_not_a_hang(tin
 
 
 def test_without_an_rpc_build_rpc_is_one_line_naming_the_rebuild(tiny_pair, monkeypatch, capsys):
-    monkeypatch.setattr(backend, "rpc_supported", lambda: False)
+    monkeypatch.setattr(native, "rpc_supported", lambda: False)  # where the RPC calls look it up
     rc = cli.main(["generate", "--target", str(tiny_pair[0]), "--rpc", "127.0.0.1:50052", "hi"])
     assert rc == 2 and "-DGGML_RPC=on" in _one_line(capsys)
     port = rpc_workers.free_port()

@@ -1,0 +1,167 @@
+"""``LlamaModel``: one GGUF model and one multi-sequence context, opened (on the local devices
+or, with ``rpc``, on the workers'), described and freed here; its vocabulary calls are
+``tokens.Tokens``'s, its batches and decodes ``batches.Batches``'s, its KV bookkeeping
+``kv.KVCache``'s (the package docstring says what it offers as a whole)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+
+import llama_cpp as _ll
+
+from . import native
+from .. import devices, rpc_client
+from ..forest import Forest
+from ..gguf_file import check_gguf_file
+from ...errors import UserError
+from .batches import Batches
+from .kv import KVCache
+from .native import _context_params, _rpc_devices
+from .tokens import Tokens
+
+
+class LlamaModel(Tokens, Batches, KVCache):
+    """One GGUF model with a multi-sequence context (see the package docstring)."""
+
+    def __init__(
+        self,
+        path,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_seq_max: int = 64,
+        flash_attn: bool | None = None,
+        rpc: str | None = None,
+        n_slots: int = 1,
+    ):
+        path = os.fspath(path)
+        check_gguf_file(path)
+        self.path = path
+        self.rpc = rpc
+        self._model = self._ctx = None  # what close() frees, once made
+        self._model = self._load_model(n_gpu_layers)
+        self._vocab = _ll.llama_model_get_vocab(self._model)
+        self.n_vocab = int(_ll.llama_vocab_n_tokens(self._vocab))
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_slots = int(n_slots)
+        per_slot = self._fit_outputs(n_ctx, n_batch, n_seq_max, self.n_slots)
+        self._ctx = self._new_context(per_slot * self.n_slots, n_batch, n_seq_max, threads, flash_attn)
+        self._mem = _ll.llama_get_memory(self._ctx)
+        # per slot; one slot gets all llama.cpp gave (it rounds up to a multiple of 256)
+        self.n_ctx = int(_ll.llama_n_ctx(self._ctx)) if self.n_slots == 1 else per_slot
+        self.n_batch = int(_ll.llama_n_batch(self._ctx))  # llama.cpp may clamp it to n_ctx
+        self.n_seq_max = int(n_seq_max)
+        self.n_threads = threads
+        self.n_gpu_layers = int(n_gpu_layers)
+        self.flash_attn = flash_attn
+        self._batch = self._new_batch()
+        self._seqs: list[list[int]] = [[] for _ in range(self.n_slots)]  # committed tokens per slot, in order
+        self._nodes = Forest(self.n_slots)  # this step's uncommitted nodes
+        self._local = threading.local()  # per-thread out-buffers: the server detokenises on two threads
+        # special tokens whose text the reply shows (a tool format's markers, such as Mistral's
+        # [TOOL_CALLS]: llama.cpp's "preserved tokens"); other special tokens add no text
+        self.shown_specials: frozenset[int] = frozenset()
+        self._generation = 0
+        self._rows, self._rows_of = None, -1  # the last decode's logits buffer as [n_out, V], and its generation
+        self._views, self._views_at = {}, None  # n_out -> [n_out, V] view of the buffer at address _views_at
+        self._specials = None
+        self._max_piece = None
+        self._pieces: dict[int, bytes] = {}  # 2 * token + special -> token_piece's bytes (fixed per model)
+        self._eog: dict[int, bool] = {}  # token -> is_eog
+
+    def _load_model(self, n_gpu_layers: int):
+        """The model, its offloaded layers on the local devices or, with ``rpc``, on the workers'."""
+        mparams = _ll.llama_model_default_params()
+        mparams.n_gpu_layers = int(n_gpu_layers)
+        if self.rpc:
+            # NULL-terminated; llama.cpp copies the list while loading, kept anyway
+            self._devices = _rpc_devices(self.rpc)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        native._load_log = []  # what the log callback appends to while this model loads
+        with rpc_client.loading(self.rpc):
+            model = _ll.llama_model_load_from_file(self.path.encode(), mparams)
+        self.devices = devices.layer_devices(b"".join(native._load_log).decode("utf-8", "replace"))
+        native._load_log = None
+        if not model:
+            raise UserError(f"llama.cpp could not load the model (corrupt or truncated GGUF?): {self.path}")
+        return model
+
+    def _fit_outputs(self, n_ctx: int, n_batch: int, n_seq_max: int, n_slots: int = 1) -> int:
+        """The context size (``n_ctx`` <= 0: the model's training context), checked to give
+        every sequence its output row.
+
+        llama.cpp reserves an output row per sequence at context creation and aborts the
+        process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)) unless that many rows
+        fit one batch, and a batch never exceeds the context: n_seq_max <= min(n_ctx, n_batch)."""
+        if n_ctx <= 0:
+            n_ctx = int(_ll.llama_model_n_ctx_train(self._model))
+        if min(n_ctx * n_slots, n_batch) < n_seq_max:
+            self.close()
+            what = f"a context of {n_ctx}" if n_ctx < n_batch else f"a batch of {n_batch}"
+            raise UserError(f"{what} tokens is too small: it must hold at least {n_seq_max} tokens "
+                            f"(one output row per sequence, {n_seq_max} sequences)")
+        return n_ctx
+
+    def _new_context(self, n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
+        cparams = _context_params(n_ctx, n_batch, n_seq_max, threads, flash_attn)
+        with rpc_client.loading(self.rpc):
+            ctx = _ll.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            self.close()
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
+        return ctx
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            _ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            _ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def describe(self) -> dict:
+        """This model's file and settings, the backend library, and ``figures()`` (as ``meta``), for reports."""
+        return {
+            "path": self.path,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_threads": self.n_threads,
+            "n_gpu_layers": self.n_gpu_layers,
+            "flash_attn": self.flash_attn,
+            "rpc": self.rpc,
+            "devices": self.devices,
+            "llama_cpp_python": _ll.__version__,
+            "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
+            "meta": self.figures(),
+        }
+
+    def figures(self) -> dict:
+        """The model's own figures, as llama.cpp's server reports them per model: vocabulary
+        type and size, training context, embedding width, parameters and size in bytes."""
+        return {
+            "vocab_type": int(_ll.llama_vocab_type(self._vocab)),
+            "n_vocab": self.n_vocab,
+            "n_ctx_train": int(_ll.llama_model_n_ctx_train(self._model)),
+            "n_embd": int(_ll.llama_model_n_embd(self._model)),
+            "n_params": int(_ll.llama_model_n_params(self._model)),
+            "size": int(_ll.llama_model_size(self._model)),
+        }
+
+    def cost_key(self) -> str:
+        """This file (path, size, mtime) and the settings a decode's cost depends on."""
+        st = os.stat(self.path)
+        # no change to the keys cached before RPC and slots
+        return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
+                           self.n_gpu_layers, self.n_ctx, self.flash_attn]
+                          + ([self.rpc] if self.rpc else []) + ([f"slots={self.n_slots}"] if self.n_slots > 1 else []))
