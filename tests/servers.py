@@ -1,16 +1,17 @@
-"""Helpers of the server tests (test_server.py, test_server_assist.py, test_tools.py): real
-uvicorn servers on loopback ports, engines, a slow fake generator, and checks of error bodies
-and of a server's health after a probe."""
+"""Helpers of the server tests (test_server.py, test_server_queue.py, test_server_assist.py,
+test_tools_server.py): real uvicorn servers on loopback ports, engines, a slow fake generator,
+and checks of error bodies and of a server's health after a probe; and a fake llama.cpp
+(``FAKE_LLAMA_CPP``, ``write_fake_llama_cpp``) for ``bench --against`` (test_cli_e2e.py,
+test_compare.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
-
-import httpx
-import uvicorn
+from pathlib import Path
 
 from resispec_gguf.engine import Engine, Result, Stats
 
@@ -22,6 +23,8 @@ POST_ROUTES = ["/v1/chat/completions", "/v1/completions", "/infill", "/v1/messag
 
 @contextlib.contextmanager
 def serving(app):
+    import uvicorn  # imported here: the fake llama.cpp's users need no server stack
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per keep-alive request
@@ -158,6 +161,8 @@ _REFERENCE = {}
 
 def still_healthy(url):
     """A greedy plain-decoding completion: its text must match the first one this URL gave."""
+    import httpx
+
     body = {"prompt": "Once upon", "max_tokens": 4, "temperature": 0, "method": "none"}
     t = time.monotonic()
     r = httpx.post(f"{url}/v1/completions", json=body, timeout=10)
@@ -166,3 +171,80 @@ def still_healthy(url):
     text = r.json()["choices"][0]["text"]
     assert text == _REFERENCE.setdefault(url, text)
     return text
+
+
+# llama.cpp's three binaries as one fake: --help and --version as build 0c1e570 prints what the
+# comparison reads; else a llama-server on --port answering /health, /completion (streamed or
+# not) and /v1/chat/completions (logging the seed, max_tokens and last message of each chat
+# request to --log, where given)
+FAKE_LLAMA_CPP = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = sys.argv[1:]
+if "--help" in args or "--version" in args:
+    print("-m,    --model FNAME     model path to load (fake llama.cpp)\n"
+          "--spec-draft-n-max N     number of tokens to draft (default: 3)\n"
+          "--spec-type none,draft-simple,ngram-mod\n"
+          "--spec-draft-backend-sampling, --no-spec-draft-backend-sampling\n"
+          "-kvu,  --kv-unified, -no-kvu, --no-kv-unified\n"
+          "-d, --n-depth <n>        (default: 0)\n"
+          "version: 0.0.0-fake (build 1, commit fake)")
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+log = args[args.index("--log") + 1] if "--log" in args else None
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, obj, kind="application/json"):
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({"status": "ok"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/v1/chat/completions":
+            return self._chat(body)
+        n = body["n_predict"]
+        timings = {"cache_n": 0, "prompt_n": len(body["prompt"]), "prompt_ms": 10.0, "predicted_n": n,
+                   "predicted_ms": 100.0, "predicted_per_second": n / 0.1, "draft_n": n, "draft_n_accepted": n}
+        if not body.get("stream"):
+            return self._send({"content": "x" * n, "stop": True, "timings": timings})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(n):
+            self.wfile.write(b"data: " + json.dumps({"content": "x", "tokens": [i], "stop": False}).encode() + b"\n\n")
+        self.wfile.write(b"data: " + json.dumps({"content": "", "tokens": [], "stop": True,
+                                                "timings": timings}).encode() + b"\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _chat(self, body):
+        if log:
+            with open(log, "a") as f:
+                f.write(json.dumps([body["seed"], body["max_tokens"], body["messages"][-1]["content"]]) + "\n")
+        n = body["max_tokens"]
+        self._send({"choices": [{"finish_reason": "length", "message": {"content": "x"}}],
+                    "timings": {"cache_n": 0, "prompt_n": 7, "prompt_ms": 100.0, "predicted_n": n,
+                                "predicted_ms": 200.0, "predicted_per_second": n / 0.2}})
+
+
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def write_fake_llama_cpp(path: Path) -> Path:
+    """``FAKE_LLAMA_CPP`` at ``path``, executable, run by this Python."""
+    path.write_text(f"#!{sys.executable}\n{FAKE_LLAMA_CPP}")
+    path.chmod(0o755)
+    return path

@@ -154,6 +154,7 @@ def make_cases(n_random, max_v=8, max_k=5, seed=0):
 
 
 CASES = make_cases(300)
+KERNEL_CASES = make_cases(40, max_v=5, max_k=3, seed=1)  # the kernel's own (test_verify, test_verify_candidates)
 
 
 # --------------------------------------------------------------------------- verification: reference rules

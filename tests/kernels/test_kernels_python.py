@@ -14,7 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FILES = ["test_masks.py", "test_sampling.py", "test_topk.py", "test_draws.py", "test_acceptance.py", "test_verify.py", "test_stages.py"]
+FILES = ["test_masks.py", "test_sampling.py", "test_topk.py", "test_draws.py", "test_acceptance.py", "test_verify.py",
+         "test_verify_candidates.py", "test_stages.py"]
 
 SELECTION = (
     "test_masks or ((test_sampling or test_topk or test_draws) and not pair_law) or overlap_of_a_sparse_p or "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from resispec_gguf.surfaces import cli
 from resispec_gguf.surfaces.compare import agent, binaries, common, concurrency, runner
 from script_loader import load_script
+from servers import write_fake_llama_cpp
 
 # stderr of llama-speculative-simple, trimmed (timestamps and level as it prints them)
 SPEC_SIMPLE_LOG = """\
@@ -413,52 +413,13 @@ def test_a_sequence_summary_and_table():
     assert "1.667" in line and line.split()[6:8] == ["-", "-"]  # e2e 5.0 / 3.0 against ours none; no tgt/dft split
 
 
-# a llama-server answering /v1/chat/completions, logging the seeds it was sent to --log
-FAKE_CHAT_SERVER = r'''
-import json, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-args = sys.argv[1:]
-port, log = int(args[args.index("--port") + 1]), args[args.index("--log") + 1]
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-
-    def _send(self, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self._send({"status": "ok"})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with open(log, "a") as f:
-            f.write(json.dumps([body["seed"], body["max_tokens"], body["messages"][-1]["content"]]) + "\n")
-        n = body["max_tokens"]
-        self._send({"choices": [{"finish_reason": "length", "message": {"content": "x"}}],
-                    "timings": {"cache_n": 0, "prompt_n": 7, "prompt_ms": 100.0, "predicted_n": n,
-                                "predicted_ms": 200.0, "predicted_per_second": n / 0.2}})
-
-
-ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-'''
-
-
 def test_an_agent_comparison_runs_every_system_through_the_sequence(tmp_path, tiny_pair):
     from types import SimpleNamespace
 
     from resispec_gguf.config import SamplingParams
     from resispec_gguf.surfaces import bench
 
-    exe = tmp_path / "llama-server"
-    exe.write_text(f"#!{sys.executable}\n{FAKE_CHAT_SERVER}")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    exe = write_fake_llama_cpp(tmp_path / "llama-server")  # a llama-server logging the seeds it was sent to --log
     log = tmp_path / "requests.log"
     llama = SimpleNamespace(server_spec_type=True, server_spec_types={"none", "draft-simple", "ngram-mod"},
                             server_cmd=lambda target, **kw: [str(exe), "--log", str(log), "--types",
