@@ -184,3 +184,12 @@ def test_no_package_is_named_like_a_test_folder():
     lives in ``decoding/``."""
     names = {p.name for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"}
     assert not names & {"spec", "specs", "test", "tests"}
+
+
+def test_no_module_reaches_600_lines():
+    """Every Python file of the package, the scripts and the tests stays under 600 lines: a
+    module that grows past that is split by what changes together (docs/architecture.md)."""
+    files = [p for d in ("resispec_gguf", "scripts", "tests") for p in (ROOT / d).rglob("*.py")]
+    assert len(files) > 100
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) >= 600}
+    assert long == {}
