@@ -4,6 +4,7 @@ import pytest
 
 from resispec_gguf.llama import models
 from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.kernels.sampling import mask_allows
 
 
 def _cached_pair():
@@ -99,3 +100,44 @@ def test_the_grammar_engine_reads_every_token_as_the_engine_does(engine):
     from tool_formats import table_disagreements
 
     assert table_disagreements(engine) == []
+
+
+TWO_CALLS = {"anyOf": [
+    {"type": "object", "properties": {"name": {"const": "read_file"}, "arguments": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+     "required": ["name", "arguments"]},
+    {"type": "object", "properties": {"name": {"const": "write_file"}, "arguments": {
+        "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"]}},
+     "required": ["name", "arguments"]},
+]}
+
+
+def test_a_paths_mask_does_not_depend_on_a_sibling_asked_about_a_step_before(engine):
+    """On Qwen's vocabulary llguidance's matcher, asked for the mask after a ``read_file``
+    call's tokens (a candidate copied from the prompt) and rolled back, answered the next
+    step's ``write_file`` path with the ``read_file`` branch's mask: it allowed ``"}}\n``
+    where ``content`` must still come, and refused that drafted token when asked below it, so
+    the reply ended with an error (an agent's ``write_file`` call under ``auto``, 7 tokens
+    in).  ``GrammarState`` asks about a path on a copy of the matcher since."""
+    import numpy as np
+
+    tok = {piece: engine.target.tokenize(piece, add_special=False, parse_special=False) for piece in
+           ['{"', "name", '":', ' "', "read", "write", "_file", '",', "arguments", ' {"', "path", '"}}\n']}
+    assert all(len(t) == 1 for t in tok.values()), tok
+    t = {k: v[0] for k, v in tok.items()}
+    opening = [t['{"'], t["name"], t['":'], t[' "']]
+    args = [t["_file"], t['",'], t[' "'], t["arguments"], t['":'], t[' {"'], t["path"], t['":'], t[' "']]
+    tool = engine.grammars.compile(json_schema=TWO_CALLS)
+    fresh = tool.start()
+    fresh.advance(opening + [t["write"]])
+    want = fresh.mask(args)
+    assert not mask_allows(want, t['"}}\n'])  # after write_file's path, content must come
+
+    state = tool.start()
+    state.advance(opening)
+    for k in range(len(args) + 2):  # the masks along the read_file branch
+        state.mask([t["read"]] + args[:k])
+    state.advance([t["write"]])
+    got = state.mask(args)
+    assert np.array_equal(got, want)

@@ -311,13 +311,29 @@ class GrammarState:
         self.spent = 0.0  # seconds spent computing masks
         self.tokens = 0  # tokens the reply has (advanced past)
 
-    def _failed(self, what: str) -> ConstraintError:
+    def _failed(self, what: str, matcher=None) -> ConstraintError:
+        m = self.m if matcher is None else matcher
         return ConstraintError(f"the constraint is too complex for the grammar engine ({what}): "
-                               f"{_reason(self.m.get_error())}")
+                               f"{_reason(m.get_error())}")
 
-    def _timed_mask(self, out: np.ndarray) -> None:
+    def _at(self, path: list[int]):
+        """The matcher after the committed tokens + ``path``: the committed matcher itself
+        for an empty path, else a copy of it that took ``path`` (a copy costs under a
+        microsecond).  Never the committed matcher rolled back: llguidance's matcher, asked
+        for a mask after drafted tokens and rolled back, later answered another path with the
+        mask of the one it had been asked about (an agent's ``read_file`` call's arguments
+        for its ``write_file`` call's), so a path's answer would depend on the paths asked
+        about before it (tests/test_realmodel.py)."""
+        if not path:
+            return self.m
+        m = self.m.deep_copy()
+        if not m.consume_tokens(path):
+            raise self._failed("at a drafted token", m)
+        return m
+
+    def _timed_mask(self, out: np.ndarray, m) -> None:
         t = self.g.clock()
-        self.m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+        m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         took = self.g.clock() - t
         self.spent += took
         if took > MASK_SECONDS:
@@ -333,16 +349,11 @@ class GrammarState:
         if any(t in self._end for t in path):  # nothing after an end token is ever emitted
             return self.g._end_mask.copy()
         out = np.zeros(self.g.words, np.int32)
-        if path and not self.m.consume_tokens(path):
-            raise self._failed("at a drafted token")
-        try:
-            if not self.m.is_stopped():
-                self._timed_mask(out)
-                if self.m.is_error():
-                    raise self._failed("computing a token mask")
-        finally:
-            if path:
-                self.m.rollback(len(path))
+        m = self._at(path)
+        if not m.is_stopped():
+            self._timed_mask(out, m)
+            if m.is_error():
+                raise self._failed("computing a token mask", m)
         if not out.any():
             out[:] = self.g._end_mask
         return out
@@ -354,13 +365,8 @@ class GrammarState:
         path = [int(t) for t in path]
         if any(t in self._end for t in path):
             return []
-        if path and not self.m.consume_tokens(path):
-            raise self._failed("at a drafted token")
-        try:
-            out = [] if self.m.is_stopped() else self.m.compute_ff_tokens()
-        finally:
-            if path:
-                self.m.rollback(len(path))
+        m = self._at(path)
+        out = [] if m.is_stopped() else m.compute_ff_tokens()
         keep = []
         for t in out:  # an end token or one the model lacks ends the candidate chain
             if not 0 <= t < self.g.n_vocab or t in self._end:
