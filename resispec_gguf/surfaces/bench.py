@@ -137,6 +137,7 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
         items, sequential = workloads[w], is_sequential(workloads[w])
         for t in temperatures:
             runs: dict[str, list] = {name: [] for name, _, _ in variants}
+            failed: dict[str, list] = {name: [] for name, _, _ in variants}  # replies ended by an error
             for r in range(repeat):
                 for i, v in run_order(len(prompt_toks), len(variants), sequential):
                     if sequential and i == 0:
@@ -146,10 +147,15 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
                                          max_tokens=items[i].get("max_tokens", sp.max_tokens))
                     res = engine.generate(pt, item_sp, d, constraint=as_run(plan, c))
                     runs[name].append(((r, i), res.stats))
+                    if res.finish_reason == "error":
+                        failed[name].append(res.error or "unknown error")
                     bar.update(1)
             baseline = {key: s.tokens_per_s for key, s in runs[base]}
             e2e = {key: s.end_to_end_tokens_per_s for key, s in runs[base]}
             summary = {name: summarise(runs[name], baseline, e2e) for name, _, _ in variants}
+            for name, errors in failed.items():
+                summary[name]["errors"] = len(errors)
+                summary[name]["first_error"] = errors[0] if errors else None
             out.append({"workload": w, "temperature": t, "sequential": sequential, "methods": summary, "runs": runs})
     bar.close()
     return out
@@ -325,6 +331,10 @@ def format_table(results) -> str:
                 f"{m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  "
                 f"{by_depth}"
             )
+        for name, m in block["methods"].items():
+            if m.get("errors"):  # its speeds are not the method's: some replies stopped early
+                lines.append(f"     {name}: {m['errors']} of {m['runs']} replies ended in an error, the first: "
+                             f"{m['first_error']}")
         if n + 1 == len(results) or results[n + 1].get("workload") != workload:
             lines += format_phases([b for b in results if b.get("workload") == workload], width)
     return "\n".join(lines)

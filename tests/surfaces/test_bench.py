@@ -228,3 +228,43 @@ def test_chat_prompts_run_as_planned_so_a_reasoning_budget_applies(open_think, e
     bench.run_bench(open_think, {"chat": [chat]}, ["none"], [1.0], SamplingParams(max_tokens=8, seed=0), DraftParams(),
                     progress=False)
     assert replies and not any(constrained for constrained, _ in replies)  # no budget, no schema: free text
+
+
+class _Failing:
+    """A constraint whose mask fails at the third token: each reply under it ends in an error."""
+
+    def start(self):
+        return _FailingState()
+
+
+class _FailingState:
+    def __init__(self):
+        self.n = 0
+
+    def mask(self, path):
+        import numpy as np
+        from resispec_gguf.errors import ConstraintError
+
+        if self.n + len(path) >= 2:
+            raise ConstraintError("the test's constraint gave up")
+        return np.full(64, -1, np.int32)
+
+    def advance(self, tokens):
+        self.n += len(tokens)
+
+    def is_stopped(self):
+        return False
+
+
+def test_replies_ended_by_an_error_are_named_under_the_table(engine):
+    """A method whose replies stop at an error would look fast or slow for the wrong reason:
+    the table says how many did and why."""
+    workloads = {"code": bench.WORKLOADS["code"][:2]}
+    variants = [("none", DraftParams(method="none"), None), ("failing", DraftParams(method="none"), _Failing())]
+    results = bench.run_variants(engine, workloads, variants, [0.0], SamplingParams(max_tokens=8, seed=0),
+                                 progress=False)
+    m = results[0]["methods"]
+    assert m["none"]["errors"] == 0 and m["failing"]["errors"] == 2
+    table = bench.format_table(results)
+    assert "failing: 2 of 2 replies ended in an error, the first: the test's constraint gave up" in table
+    assert "none: 0 of" not in table
