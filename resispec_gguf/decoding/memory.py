@@ -83,10 +83,12 @@ class Memory:
             sid = next(self._ids)
         self.index.add(sid, list(tokens))
 
-    def clear(self) -> None:
+    def clear(self, learnt: bool = True) -> None:
+        """Forget every answer; with ``learnt``, also what ``learn`` kept."""
         self.index.clear()
-        with self._lock:
-            self._bins = None
+        if learnt:
+            with self._lock:
+                self._bins = None
 
     def learn(self, bins) -> None:
         """Keep what a request that read this memory learnt of its candidates

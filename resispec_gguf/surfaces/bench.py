@@ -1,10 +1,11 @@
 """``bench`` and ``analyze``: measure methods on the user's own pair and hardware.
 
 ``bench`` runs every method in one process on the same prompts and seeds, interleaved after a
-warm-up, so the ratios it prints hold on a noisy machine; a tool loop (the ``agent``
-workload) runs method by method instead, each method's sequence started cold (the engine's
-memory of past answers emptied, its prompt caches dropped), so that every method sees the
-same history.  Beside the decode speed it reports the end-to-end speed and where a
+warm-up, so the ratios it prints hold on a noisy machine, each run started cold (the
+engine's memory of past answers emptied, its prompt caches dropped: no method finds the
+prompt, or another method's answer to it, left by the run before); a tool loop (the
+``agent`` workload) runs method by method instead, each method's sequence started cold, so
+that every method sees the same history.  Beside the decode speed it reports the end-to-end speed and where a
 request's time went (``format_phases``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
@@ -116,9 +117,10 @@ def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams
 def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingParams, repeat=1, progress=True,
                  reasoning: ReasoningParams | None = None):
     """Run every variant ``(name, DraftParams, constraint or None)`` on every prompt, after
-    one warm-up generation each: in turn per prompt and seed, or, for a tool loop
-    (``is_sequential``), each variant's whole sequence in turn, started cold: the engine's
-    memory of past answers emptied and its prompt caches dropped (``run_order``, ``forget``).  A chat prompt runs as
+    one warm-up generation each: in turn per prompt and seed, each run started cold (the
+    engine's memory of past answers emptied and its prompt caches dropped: ``forget``), or,
+    for a tool loop (``is_sequential``), each variant's whole sequence in turn, started cold
+    (``run_order``).  A chat prompt runs as
     planned (``prompt_plan``, ``as_run``); an item's own ``max_tokens`` replaces ``sp``'s.
     The first variant is the baseline of ``speedup_vs_none``.  Returns ``[{"workload",
     "temperature", "methods": {name: summary}, "runs": {name: [(key, Stats)]}}]``."""
@@ -142,6 +144,12 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
                 for i, v in run_order(len(prompt_toks), len(variants), sequential):
                     if sequential and i == 0:
                         forget(engine)
+                    elif not sequential:
+                        # interleaved, every run starts cold too: otherwise a method would find the
+                        # prompt in the cache and, in the memory of past answers, the answer the
+                        # method before it gave to the same prompt (at T 0, its own reply); what
+                        # auto learnt of the memory's candidates stays, as between a user's requests
+                        forget(engine, learnt=False)
                     (pt, plan), (name, d, c) = prompt_toks[i], variants[v]
                     item_sp = sp.replace(temperature=t, seed=(sp.seed or 0) + 1000 * r + i,
                                          max_tokens=items[i].get("max_tokens", sp.max_tokens))

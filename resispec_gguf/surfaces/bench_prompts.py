@@ -165,13 +165,15 @@ def run_order(n_items: int, n_variants: int, sequential: bool) -> list[tuple[int
     return [(i, v) for i in range(n_items) for v in range(n_variants)]
 
 
-def forget(engine) -> None:
+def forget(engine, learnt: bool = True) -> None:
     """Start a sequence cold: empty the engine's memory of past answers (shared across
     requests) if it keeps one, the models' caches and the RAM prompt cache, so that no
-    method finds the prompts or the answers of the method that ran before it."""
+    method finds the prompts or the answers of the method that ran before it.  ``learnt``
+    False keeps what ``auto`` learnt of the memory's candidates (``Memory.learn``), as a
+    user's next request would."""
     memory = getattr(engine, "memory", None)
     if memory is not None:
-        memory.clear()
+        memory.clear(learnt)
     for model in (getattr(engine, "target", None), getattr(engine, "draft", None)):
         if model is not None:
             model.reset()

@@ -170,5 +170,7 @@ def test_a_request_starts_from_what_the_last_one_learnt_of_the_memory():
     assert np.allclose(cal.look_acc / cal.look_seen, learnt[0] / learnt[1])  # each bin's rate carried over
     off = engine.generation(LOOKUP_PROMPT, sp, dp.replace(use_memory=False)).auto.tuner.calibration
     assert not np.allclose(off.look_acc / off.look_seen, learnt[0] / learnt[1])  # without the memory: the priors
+    memory.clear(learnt=False)  # the answers go, what auto learnt stays (bench's interleaved runs)
+    assert memory.learnt() is learnt and len(memory.index) == 0
     memory.clear()
     assert memory.learnt() is None

@@ -61,6 +61,7 @@ def test_bench_report_schema(engine):
         assert set(block["methods"]) == {"none", "resispec", "auto"}
         for m in block["methods"].values():
             assert keys <= set(m) and m["runs"] == 2
+            assert m["prompt_reused"] == 0  # interleaved, each run starts cold: no method finds the last one's prompt
         assert block["methods"]["none"]["speedup_vs_none"] == pytest.approx(1.0)
         assert block["methods"]["resispec"]["nodes_per_step"] > 0
     json.dumps(results)
