@@ -27,16 +27,15 @@ from servers import MESSAGES, SlowEngine, api_error, load, read_until_content, s
 
 
 @pytest.fixture(scope="module")
-def engines(tiny_pair):
-    loaded = [load(tiny_pair) for _ in range(3)]
-    yield loaded
-    for e in loaded:
-        e.close()
+def tiny_engine(tiny_pair):
+    engine = load(tiny_pair)
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(scope="module")
-def slow(engines):
-    engine = SlowEngine(engines[2])
+def slow(tiny_engine):
+    engine = SlowEngine(tiny_engine)
     app = create_app(engine, model_name="slow", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
     with serving(app) as url:
@@ -138,8 +137,8 @@ def test_unexpected_error_is_500_and_server_survives(slow):
 
 
 @pytest.fixture(scope="module")
-def slow_slots(engines):
-    engine = SlowEngine(engines[2])
+def slow_slots(tiny_engine):
+    engine = SlowEngine(tiny_engine)
     engine.n_slots = 2  # two requests run at once (the worker's threads); one may wait
     app = create_app(engine, model_name="slow", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
