@@ -5,8 +5,8 @@ warm-up, so the ratios it prints hold on a noisy machine, each run started cold 
 engine's memory of past answers emptied, its prompt caches dropped: no method finds the
 prompt, or another method's answer to it, left by the run before); a tool loop (the
 ``agent`` workload) runs method by method instead, each method's sequence started cold, so
-that every method sees the same history.  Beside the decode speed it reports the end-to-end speed and where a
-request's time went (``format_phases``).  ``analyze`` samples answers with
+that every method sees the same history.  Beside the decode speed it reports the
+end-to-end speed and where a request's time went (``format_phases``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.

@@ -23,19 +23,12 @@ pytest.importorskip("starlette")
 
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.surfaces.server import create_app  # noqa: E402
-from servers import MESSAGES, SlowEngine, api_error, load, read_until_content, serving, wait_for  # noqa: E402
+from servers import MESSAGES, SlowEngine, api_error, read_until_content, serving, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(tiny_pair):
-    engine = load(tiny_pair)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="module")
-def slow(tiny_engine):
-    engine = SlowEngine(tiny_engine)
+def slow(engine):
+    engine = SlowEngine(engine)
     app = create_app(engine, model_name="slow", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
     with serving(app) as url:
@@ -137,8 +130,8 @@ def test_unexpected_error_is_500_and_server_survives(slow):
 
 
 @pytest.fixture(scope="module")
-def slow_slots(tiny_engine):
-    engine = SlowEngine(tiny_engine)
+def slow_slots(engine):
+    engine = SlowEngine(engine)
     engine.n_slots = 2  # two requests run at once (the worker's threads); one may wait
     app = create_app(engine, model_name="slow", draft_params=DraftParams(),
                      sampling_defaults=SamplingParams(max_tokens=8), max_queue=1)
