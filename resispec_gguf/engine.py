@@ -24,6 +24,7 @@ from .progress import steps as progress_steps
 from .decoding import autorequest, autotune, costs, loop, suffix
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
+from .decoding.seeding import Ledger
 from .decoding.promptcache import PromptCache
 from .decoding.runner import Runner, Ticket
 from .decoding.generation import Generation
@@ -88,6 +89,7 @@ class Engine:
         # or for ``loop``'s one sequence with a single slot
         self.prompt_cache = PromptCache(int(cache_ram_mib) << 20) if cache_ram_mib else None
         self.memory: Memory | None = Memory() if memory == "default" else memory
+        self._ledger = Ledger()  # the seed ledger when there is no memory to keep it (``ledger``)
         self.memory_warning: str | None = None  # why a memory file could not be read (one line)
         self.save_warning: str | None = None  # why ``close`` could not write it (one line)
 
@@ -400,12 +402,31 @@ class Engine:
             raise UserError("the prompt is empty")
         state = constraint.start() if constraint is not None else None  # refuses an impossible start
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
-        auto = autorequest.Auto(self._tuner(dp), seed) if dp.method == "auto" else None
+        # a seed alone would tie this request's uniforms to the state other requests left
+        key = self.ledger.next_key() if sp.seed is not None and self.reads_shared_state(dp) else None
+        auto = autorequest.Auto(self._tuner(dp), seed, key) if dp.method == "auto" else None
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
-                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory)
+                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The keys of seeded requests that read state other requests shaped
+        (``decoding.seeding``): the memory's own ledger, saved with its file, or the engine's."""
+        return self.memory.ledger if self.memory is not None else self._ledger
+
+    def reads_shared_state(self, dp: DraftParams) -> bool:
+        """Whether a request under ``dp`` reads state that other requests' uniforms shaped, so
+        that a seeded one draws from its seed and a ledger key rather than its seed alone: the
+        memory's answers and learnt bins (``auto``, or ``lookup``, with ``use_memory``), or,
+        with more than one slot, the requests beside it in a pass, whose steps decide the rows
+        and tree room it gets.  Plain decoding (``none``) reads neither."""
+        if dp.method == "none":
+            return False
+        reads_memory = self.memory is not None and dp.use_memory and (dp.method == "auto" or dp.lookup)
+        return reads_memory or self.n_slots > 1
 
     def generation(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                    constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,

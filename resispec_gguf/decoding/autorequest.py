@@ -19,6 +19,7 @@ from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
 from .autotune import CATCH_UP_HORIZON, AutoTuner
 from .calibration import is_memory_bin
+from .seeding import side_stream
 from .stepplan import Background, StepPlan
 
 __all__ = ["Auto"]
@@ -33,13 +34,15 @@ class Auto:
     candidate, and hooks that tell it what each verified node and step showed.  What it
     learns from them (acceptance per arm, the calibration of its guesses) stays in here.
 
-    ``seed``: the request's; auto's own learning draws come from a side generator seeded from
-    it, never from the request's stream, so the output's law is untouched.
+    ``seed``, ``key``: the request's (``seeding``); auto's own learning draws come from a side
+    generator made from them, never from the request's stream, so the output's law is
+    untouched.
     """
 
-    def __init__(self, tuner: AutoTuner, seed: int):
+    def __init__(self, tuner: AutoTuner, seed: int, key: tuple[int, ...] | None = None):
         self.tuner = tuner
         self.seed = seed
+        self.key = key
         self._side_rng = None
 
     @property
@@ -189,7 +192,7 @@ class Auto:
         the K that ran."""
         tuner, cal = self.tuner, self.tuner.calibration
         if self._side_rng is None:
-            self._side_rng = np.random.default_rng([self.seed, 1])
+            self._side_rng = side_stream(self.seed, self.key)
         look = min(sum(cal.lookup(b) for _, b in kept), 0.99)
         fixed = {x for x, _ in kept}
         for k, accept in tuner.draft_accepts():

@@ -48,6 +48,7 @@ from .forced import ForcedTokens, only_token
 from .candidates import FixedScores
 from .memory import Memory, MemoryDrafts
 from .protocol import ConstraintState
+from .seeding import stream
 from .stats import Result, Stats, TokenLogprob
 from .steps import Commit, Decode, DraftSync, Room  # the step's messages, importable from here too
 from .textstream import TextAssembler
@@ -67,12 +68,13 @@ class Generation(DraftPhase):
     ``vocab``: the target's ``n_vocab``, ``is_eog`` and ``token_piece`` (any
     ``ModelBackend``).  ``has_draft``: a draft model is there to use.  ``auto``: the request's
     ``autorequest.Auto`` when ``dp.method`` is "auto" (else None).  ``logprobs``: None (off), or
-    the number of alternatives to report per token.
+    the number of alternatives to report per token.  ``seed``, ``key``: where its uniforms come
+    from (``seeding.stream``; ``key`` None: the seed alone).
     """
 
     def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
                  seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
-                 logprobs: int | None = None, memory: Memory | None = None):
+                 logprobs: int | None = None, memory: Memory | None = None, key: tuple[int, ...] | None = None):
         self.vocab = vocab
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -80,7 +82,8 @@ class Generation(DraftPhase):
         self.scores = auto if auto is not None else FixedScores()
         self.plan_ = None  # auto's StepPlan for the current step
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.key = key  # the ledger's key when the request reads cross-request state (``seeding``)
+        self.rng = stream(seed, key)
         self.uniforms = Uniforms(self.rng)  # every uniform the request draws, in the generator's order
         self.stats = Stats(method=dp.method)
         self.prompt = list(prompt_tokens)

@@ -16,10 +16,11 @@ node's counts, the memory's by match and share.  Everything here is a function o
 sequences and the node's path, fixed before the node draws anything, so the candidates are
 verified exactly as the verifier's docstring proves for any fixed set (``kernels.verify``).
 
-Seeds: with memory on, what a seeded request emits can depend on what earlier requests left
-in the memory (the law stays the target's; which uniforms a step consumes differs).  A
-request with ``DraftParams.use_memory`` False reads only its own context, and reproduces
-as before.
+Seeds: the memory (its answers and its learnt bins) is a function of earlier requests'
+uniforms, so a seeded request that reads it draws from its seed and a key of the memory's
+``ledger`` (``seeding``), never from its seed alone: the same seed reproduces a reply on an
+engine with the same history.  A request with ``DraftParams.use_memory`` False reads only
+its own context.
 
 Pure Python over the index's kernels; no model, no printing (``Memory.open`` returns its
 warning).
@@ -34,6 +35,7 @@ from typing import Sequence
 
 from ..config import DEFAULT_MEMORY_TOKENS
 from .calibration import alternate_bin, lookup_bin, memory_bin
+from .seeding import Ledger
 from .suffix import DEFAULT_DEPTH, GLOBAL_MAX_SEQUENCES, StaleCursor, SuffixIndex
 
 __all__ = ["Memory", "MemoryDrafts", "vocab_key"]
@@ -49,7 +51,8 @@ class Memory:
 
     ``max_tokens``/``max_answers``: the bounds, oldest answers evicted first.  ``path``: the
     file ``save`` writes (None: in memory only).  ``vocab_key``: the vocabulary's key, kept
-    in the file so that a file of another vocabulary is refused."""
+    in the file so that a file of another vocabulary is refused.  ``ledger``: the keys of the
+    seeded requests that read it (``seeding.Ledger``), its stamp kept in the file."""
 
     def __init__(self, max_tokens: int = DEFAULT_MEMORY_TOKENS, max_answers: int = GLOBAL_MAX_SEQUENCES, *,
                  path: str | None = None, vocab_key: str = "", index: SuffixIndex | None = None):
@@ -60,6 +63,7 @@ class Memory:
         self._ids = itertools.count(max(self.index.seq_ids(), default=-1) + 1)
         self._lock = threading.Lock()  # the id counter, the learnt bins
         self._bins = None  # how often its candidates were accepted, per bin (``learnt``); not saved
+        self.ledger = Ledger(self.index.stamp)
 
     @classmethod
     def open(cls, path: str | None, vocab_key: str, max_tokens: int = DEFAULT_MEMORY_TOKENS,
@@ -106,6 +110,7 @@ class Memory:
         nothing without a path.  ``OSError`` when the file cannot be written."""
         path = path if path is not None else self.path
         if path is not None:
+            self.index.stamp = self.ledger.stamp
             self.index.save(path)
 
     def stats(self) -> dict:

@@ -30,6 +30,7 @@ this module's own, no printing: ``load`` returns its warning.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import operator
 import os
 import tempfile
@@ -51,6 +52,7 @@ GLOBAL_MAX_TOKENS = 1_000_000  # ... and tokens held: about 170 MB of arrays (do
 FILE_FORMAT = "resispec-suffix-index"
 FILE_VERSION = 1
 _FILE_KEYS = ("format", "version", "vocab_key", "bounds", "ids", "lengths", "tokens")
+_OPTIONAL_KEYS = ("stamp",)  # absent from files written before it was kept
 
 
 class StaleCursor(ValueError):
@@ -136,6 +138,7 @@ class SuffixIndex:
         self.max_sequences = _bound(max_sequences, "max_sequences")
         self.max_tokens = _bound(max_tokens, "max_tokens")
         self.vocab_key = vocab_key
+        self.stamp = ""  # a note its owner keeps in the file (``Memory``: the seed ledger's stamp)
         self.lock = threading.RLock()
         self._empty()
 
@@ -378,7 +381,7 @@ class SuffixIndex:
     # ------------------------------------------------------------------ files
 
     def save(self, path) -> None:
-        """Write the held sequences (oldest first), the bounds and ``vocab_key`` to ``path``
+        """Write the held sequences (oldest first), the bounds, ``vocab_key`` and ``stamp`` to ``path``
         (an ``.npz``), atomically: a temporary file in the same folder, then a rename."""
         with self.lock:
             ids = np.array(list(self._slots), np.int64)
@@ -393,7 +396,8 @@ class SuffixIndex:
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, format=np.array(FILE_FORMAT), version=np.array(FILE_VERSION, np.int64),
-                         vocab_key=np.array(self.vocab_key), bounds=bounds, ids=ids, lengths=lengths, tokens=tokens)
+                         vocab_key=np.array(self.vocab_key), bounds=bounds, ids=ids, lengths=lengths, tokens=tokens,
+                         stamp=np.array(self.stamp))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -424,6 +428,7 @@ class SuffixIndex:
                     max_sequences if max_sequences is not None else file_bounds[1],
                     max_tokens if max_tokens is not None else file_bounds[2], vocab_key)
         if saved:
+            index.stamp = saved["stamp"]
             offsets = np.concatenate([[0], np.cumsum(saved["lengths"])])
             for j, sid in enumerate(saved["ids"].tolist()):
                 index.add(sid, saved["tokens"][offsets[j]:offsets[j + 1]])
@@ -440,9 +445,9 @@ def _read(path: Path, vocab_key: str) -> dict:
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise _BadFile("not a suffix index file")
     with z:
-        if set(z.files) != set(_FILE_KEYS):
+        if not set(_FILE_KEYS) <= set(z.files) <= set(_FILE_KEYS + _OPTIONAL_KEYS):
             raise _BadFile("not a suffix index file")
-        arrays = {key: z[key] for key in _FILE_KEYS}
+        arrays = {key: z[key] for key in z.files}
     if arrays["format"].shape != () or str(arrays["format"]) != FILE_FORMAT:
         raise _BadFile("not a suffix index file")
     version = int(arrays["version"])
@@ -458,9 +463,13 @@ def _read(path: Path, vocab_key: str) -> dict:
           and (tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < _k.TOKEN_LIMIT)))
     if not ok:
         raise _BadFile("inconsistent contents")
+    # a file saved before stamps were kept: its bytes stand for the history it holds
+    stamp = arrays.get("stamp", np.array(hashlib.sha256(path.read_bytes()).hexdigest()))
+    if stamp.shape != () or stamp.dtype.kind != "U":
+        raise _BadFile("inconsistent contents")
     depth, max_sequences, max_tokens = (int(b) for b in bounds)
     return {"bounds": (depth, max_sequences or None, max_tokens or None), "ids": ids, "lengths": lengths,
-            "tokens": tokens}
+            "tokens": tokens, "stamp": str(stamp)}
 
 
 def _grown(a: np.ndarray) -> np.ndarray:
