@@ -402,8 +402,8 @@ class Engine:
             raise UserError("the prompt is empty")
         state = constraint.start() if constraint is not None else None  # refuses an impossible start
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
-        # a seed alone would tie this request's uniforms to the state other requests left
-        key = self.ledger.next_key() if sp.seed is not None and self.reads_shared_state(dp) else None
+        # a repeated seed alone would tie this request's uniforms to state an earlier one shaped
+        key = self.seed_key(seed, dp) if sp.seed is not None else None
         auto = autorequest.Auto(self._tuner(dp), seed, key) if dp.method == "auto" else None
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
@@ -417,16 +417,21 @@ class Engine:
         (``decoding.seeding``): the memory's own ledger, saved with its file, or the engine's."""
         return self.memory.ledger if self.memory is not None else self._ledger
 
-    def reads_shared_state(self, dp: DraftParams) -> bool:
-        """Whether a request under ``dp`` reads state that other requests' uniforms shaped, so
-        that a seeded one draws from its seed and a ledger key rather than its seed alone: the
-        memory's answers and learnt bins (``auto``, or ``lookup``, with ``use_memory``), or,
-        with more than one slot, the requests beside it in a pass, whose steps decide the rows
-        and tree room it gets.  Plain decoding (``none``) reads neither."""
-        if dp.method == "none":
-            return False
-        reads_memory = self.memory is not None and dp.use_memory and (dp.method == "auto" or dp.lookup)
-        return reads_memory or self.n_slots > 1
+    def seed_key(self, seed: int, dp: DraftParams) -> tuple[int, ...] | None:
+        """The ledger key a request seeded ``seed`` under ``dp`` draws under (``decoding.seeding``;
+        None: the seed alone), its use counted when it takes part in state that spans
+        requests.  It reads such state under ``auto`` or ``lookup`` with ``use_memory`` (the
+        memory's answers; ``auto`` also its learnt bins) and, with more than one slot, always
+        (the requests of its pass decide its rows and tree room); with ``use_memory`` its
+        answer joins the memory.  One that only adds to the memory, alone in its slot, keeps
+        its seed alone: nothing it reads was shaped by anyone, and the use counted keys every
+        later reader of that seed apart from it."""
+        fills = self.memory is not None and dp.use_memory
+        reads = self.n_slots > 1 or (fills and (dp.method == "auto" or (dp.lookup and dp.method != "none")))
+        if not (reads or fills):
+            return None
+        key = self.ledger.key(seed)
+        return key if reads else None
 
     def generation(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                    constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,

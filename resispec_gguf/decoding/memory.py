@@ -17,10 +17,9 @@ sequences and the node's path, fixed before the node draws anything, so the cand
 verified exactly as the verifier's docstring proves for any fixed set (``kernels.verify``).
 
 Seeds: the memory (its answers and its learnt bins) is a function of earlier requests'
-uniforms, so a seeded request that reads it draws from its seed and a key of the memory's
-``ledger`` (``seeding``), never from its seed alone: the same seed reproduces a reply on an
-engine with the same history.  A request with ``DraftParams.use_memory`` False reads only
-its own context.
+uniforms, so a seeded request that reads it or adds to it draws under a key of the memory's
+``ledger`` (``seeding``) once its seed was used before: a repeated seed is a fresh draw.  A
+request with ``DraftParams.use_memory`` False reads only its own context and adds nothing.
 
 Pure Python over the index's kernels; no model, no printing (``Memory.open`` returns its
 warning).
@@ -51,8 +50,8 @@ class Memory:
 
     ``max_tokens``/``max_answers``: the bounds, oldest answers evicted first.  ``path``: the
     file ``save`` writes (None: in memory only).  ``vocab_key``: the vocabulary's key, kept
-    in the file so that a file of another vocabulary is refused.  ``ledger``: the keys of the
-    seeded requests that read it (``seeding.Ledger``), its stamp kept in the file."""
+    in the file so that a file of another vocabulary is refused.  ``ledger``: the seeds of
+    the requests that read or fill it (``seeding.Ledger``), its stamp kept in the file."""
 
     def __init__(self, max_tokens: int = DEFAULT_MEMORY_TOKENS, max_answers: int = GLOBAL_MAX_SEQUENCES, *,
                  path: str | None = None, vocab_key: str = "", index: SuffixIndex | None = None):
@@ -110,7 +109,7 @@ class Memory:
         nothing without a path.  ``OSError`` when the file cannot be written."""
         path = path if path is not None else self.path
         if path is not None:
-            self.index.stamp = self.ledger.stamp
+            self.index.stamp = self.ledger.saved_stamp()
             self.index.save(path)
 
     def stats(self) -> dict:

@@ -1,27 +1,28 @@
-"""A request's random stream, and the ledger that keeps it apart from state earlier requests'
+"""A request's random stream, and the ledger that keeps it apart from state other requests'
 randomness shaped.
 
 Why.  Some state outlives a request: the memory of past answers, the acceptance figures
-``auto`` carries from one request to the next, and, under ``--parallel``, what the other
-requests in the pass did (the rows each request may use are shared by their past steps).
-All of it is a function of other requests' uniforms.  A request that reads it and draws its
-own uniforms from its seed alone can verify a candidate with the very uniform that produced
+``auto`` carries from one request to the next, and, with several slots, the requests beside
+one in a pass (their steps decide the rows and tree room it gets).  All of it is a function
+of other requests' uniforms.  Two requests with one seed drawing from that seed alone share
+their uniforms, so the second can verify a candidate with the very uniform that produced
 it: request 1 plain, request 2 lookup, both seed s, a fair coin for a target; request 2
 re-draws request 1's first tokens from the same uniforms, then the memory proposes request
-1's third token and checks it with the uniform that drew it (0 comes out 3 times in 4).
+1's third token and checks it with the uniform that drew it (0 came out 3 times in 4).
 
-The rule.  A seeded request that reads such state draws from ``SeedSequence(seed,
-spawn_key=key)``, where ``key`` is the ledger's next stamp: a SHA-256 chain advanced once per
-such request, so no two of them share a stream.  Every request whose uniforms could have
-shaped the state it reads drew from another stream (its own key, or its seed alone if it
-read nothing, or fresh entropy if it had no seed), so the state is independent of the
-uniforms it verifies with, and every proof for one request holds as written.  A request
-that reads nothing of the kind draws from its seed alone and reproduces from it.
+The rule.  On an engine whose state spans requests, a seeded request that takes part in it
+(reads or adds to the memory, or shares a pass) draws from ``SeedSequence(seed,
+spawn_key=key)``, ``key`` from the ledger: the ledger's stamp and the number of such
+requests that used this seed before (``Ledger.key``).  No two of them share a key, so every
+request whose uniforms could have shaped the state a request reads drew from another stream
+(a key of its own, or fresh entropy if it had no seed), the state is independent of the
+uniforms it is verified with, and every proof for one request holds as written.  The first
+use of a seed on a new ledger has no key: the seed alone, as a request that takes no part.
 
-Reproducing.  The chain starts from a constant for a new memory (or none), and from the
-stamp a memory file was saved with, so the same seed gives the same reply on an engine with
-the same history (a fresh engine's first request, say); saving the stamp with the file
-keeps a later process from reusing a key whose request left its answer in that file.
+Reproducing.  A seed therefore reproduces a reply on its first use on a fresh engine (or
+always, for a request that takes no part), and a repeat of a seed gets a fresh stream.  A
+ledger read from a memory file starts from the stamp saved with it, never the origin, so a
+later process never reuses a stream whose answers are in that file.
 
 NumPy and hashlib only; no model, no decoding.
 """
@@ -36,31 +37,45 @@ import numpy as np
 __all__ = ["Ledger", "side_stream", "stream"]
 
 _ORIGIN = hashlib.sha256(b"resispec-gguf ledger").hexdigest()
+# distinct seeds counted before the ledger moves to a new stamp (the counts then start over)
+MAX_SEEDS = 100_000
 
 
 class Ledger:
-    """The chain of stamps handed to seeded requests that read cross-request state.
+    """Which seeds the requests taking part in cross-request state used, and how often.
 
-    ``stamp``: where the chain stands (hex), e.g. as a memory file saved it; "" starts it
-    at its origin."""
+    ``stamp``: where its chain stands (hex), as a memory file saved it; "" for a new one."""
 
     def __init__(self, stamp: str = ""):
         self._stamp = stamp or _ORIGIN
+        self._uses: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    @property
-    def stamp(self) -> str:
-        """Where the chain stands now (what a memory file saves)."""
+    def key(self, seed: int) -> tuple[int, ...] | None:
+        """The key of a seeded request that takes part (``seeding`` module docstring), the use
+        counted: None on a seed's first use on a new ledger (the seed alone), else 8 words of
+        the stamp and the number of earlier uses.  No two calls for one seed return the same
+        key (the stream is made from the seed and the key)."""
         with self._lock:
-            return self._stamp
+            if len(self._uses) >= MAX_SEEDS:  # a new stamp: every (stamp, count) is new again
+                self._stamp = _advance(self._stamp, "rolled")
+                self._uses.clear()
+            n = self._uses.get(seed, 0)
+            self._uses[seed] = n + 1
+            stamp = self._stamp
+        if n == 0 and stamp == _ORIGIN:
+            return None
+        return tuple(int(stamp[i:i + 8], 16) for i in range(0, 56, 8)) + (n,)
 
-    def next_key(self) -> tuple[int, ...]:
-        """The key of the next request that reads cross-request state (8 words of 32 bits),
-        the chain advanced past it: each call returns a new key."""
+    def saved_stamp(self) -> str:
+        """The stamp a file saved now carries: past this ledger's own, so that a process that
+        loads the file draws under keys this one never used."""
         with self._lock:
-            key = self._stamp
-            self._stamp = hashlib.sha256(("next " + key).encode()).hexdigest()
-        return tuple(int(key[i:i + 8], 16) for i in range(0, 64, 8))
+            return _advance(self._stamp, "saved")
+
+
+def _advance(stamp: str, why: str) -> str:
+    return hashlib.sha256(f"{why} {stamp}".encode()).hexdigest()
 
 
 def stream(seed: int, key: tuple[int, ...] | None) -> np.random.Generator:

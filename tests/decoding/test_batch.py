@@ -53,17 +53,22 @@ def test_each_request_keeps_its_law_and_two_requests_are_independent(mix):
     check_law(pairs, product, f"{mix}: pair independence")
 
 
-def test_two_requests_with_the_same_seed_and_config_are_not_tied_together():
-    """Each generation draws from its own stream: the batch itself adds no shared randomness
-    (same seeds give the same output in every slot)."""
+def test_two_requests_with_the_same_seed_in_one_pass_draw_apart():
+    """Requests beside each other in a pass read each other's steps (rows, tree room), so a
+    seed used again on a several-slot engine draws under a ledger key of its own
+    (``seeding``): three requests with one seed and config give different replies, and the
+    first is the seed's alone (what a one-slot engine gives)."""
     engine, _ = _engine("gpu")
     batch = engine.batch()
     dp = _dp("resispec")
-    reqs = [batch.admit(engine.generation(PROMPT, T1.replace(seed=7, max_tokens=12), dp)) for _ in range(3)]
+    sp = T1.replace(seed=7, max_tokens=12)
+    reqs = [batch.admit(engine.generation(PROMPT, sp, dp)) for _ in range(3)]
     while batch.busy:
         batch.step()
-    outs = {tuple(r.gen.out) for r in reqs}
-    assert len(outs) == 1
+    outs = [tuple(r.gen.out) for r in reqs]
+    assert len(set(outs)) > 1
+    single = Engine(*slotted_pair(1), cost_curves=MIXES["gpu"][0], memory=None)
+    assert outs[0] == tuple(single.generate(PROMPT, sp, dp).tokens)
 
 
 CASES_ALONE = [

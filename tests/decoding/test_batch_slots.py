@@ -182,10 +182,11 @@ FIXED = [
 def test_a_cancelled_request_frees_its_slot_and_the_others_go_on_unchanged():
     """Fixed-shape requests do not depend on their neighbours' trees: with one cancelled
     after its second step, the others' outputs are those of a batch where it ran on."""
-    engine, target = _engine("gpu", n_slots=3)
-    _, draft = engine.target, engine.draft
     for seed in range(4):
-        full = _outputs(engine, FIXED, seed=seed)
+        # each run on a fresh engine: a seed repeated on one draws anew (``seeding``)
+        full = _outputs(_engine("gpu", n_slots=3)[0], FIXED, seed=seed)
+        engine, target = _engine("gpu", n_slots=3)
+        draft = engine.draft
         cut = _outputs(engine, FIXED, cancel_at=2, seed=seed)
         assert cut[0].done and cut[0].gen.result().finish_reason == "interrupted"
         assert len(cut[0].gen.out) <= len(full[0].gen.out)
@@ -220,11 +221,10 @@ class _FailingState:
 
 
 def test_one_requests_failing_constraint_mid_step_leaves_the_others_alone():
-    engine, target = _engine("gpu", n_slots=3)
-    for seed in range(4):
-        calm = _outputs(engine, FIXED, seed=seed)
+    for seed in range(4):  # each run on a fresh engine: a seed repeated on one draws anew
+        calm = _outputs(_engine("gpu", n_slots=3)[0], FIXED, seed=seed)
         bad = [(PROMPT, T1, _dp("resispec"), _Failing())] + FIXED[1:]
-        hit = _outputs(engine, bad, seed=seed)
+        hit = _outputs(_engine("gpu", n_slots=3)[0], bad, seed=seed)
         res = hit[0].gen.result()
         assert res.finish_reason == "error" and "gave up" in res.error
         for a, b in zip(calm[1:], hit[1:]):
@@ -256,12 +256,11 @@ class _FailingAdvance:
 def test_a_constraint_failing_as_it_commits_ends_its_own_request_only():
     """``emit`` commits a step's tokens to the constraint; a failure there is the request's
     own, as in ``loop.run``: it ends with "error" and the others go on unchanged."""
-    engine, target = _engine("gpu", n_slots=3)
     failed = 0
-    for seed in range(6):
-        calm = _outputs(engine, FIXED, seed=seed)
+    for seed in range(6):  # each run on a fresh engine: a seed repeated on one draws anew
+        calm = _outputs(_engine("gpu", n_slots=3)[0], FIXED, seed=seed)
         failing = _FailingAdvance()
-        hit = _outputs(engine, [(PROMPT, T1, _dp("resispec"), failing)] + FIXED[1:], seed=seed)
+        hit = _outputs(_engine("gpu", n_slots=3)[0], [(PROMPT, T1, _dp("resispec"), failing)] + FIXED[1:], seed=seed)
         res = hit[0].gen.result()
         if failing.states[0].steps:  # (a reply may end at its first token)
             failed += 1

@@ -154,34 +154,47 @@ def test_a_seed_alone_fixes_requests_that_read_no_shared_state():
         first = engine.generate(LOOKUP_PROMPT, sp, dp).tokens
         engine.generate(LOOKUP_PROMPT, sp.replace(seed=6), AUTO)  # fills the memory
         assert engine.generate(LOOKUP_PROMPT, sp, dp).tokens == first
-        assert not engine.reads_shared_state(dp)
+        assert engine.seed_key(5, dp) is None
 
 
 def test_a_seed_and_the_same_history_reproduce_a_reply_that_reads_the_memory():
-    """Two fresh engines given the same requests give the same replies; each reader draws
-    from a key of its own (the ledger advances), so a repeat on one engine is a new draw."""
+    """Two fresh engines given the same requests give the same replies: a seed's first use is
+    the seed alone, its later uses under keys of their own, so a repeat is a new draw."""
     def replies():
         target, draft = _pair()
         engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"])
         sp = TEMPERATURES["T1"].replace(seed=5, max_tokens=16)
-        return [tuple(engine.generate(LOOKUP_PROMPT, sp, dp).tokens) for dp in (PLAIN, AUTO, AUTO, LOOKUP)]
+        return [tuple(engine.generate(LOOKUP_PROMPT, sp, dp).tokens) for dp in (AUTO, PLAIN, AUTO, AUTO, LOOKUP)]
 
-    assert replies() == replies()
+    first, second = replies(), replies()
+    assert first == second
+    alone = Engine(*_pair(), cost_curves=COST_REGIMES["gpu"], memory=None)
+    assert first[0] == tuple(alone.generate(LOOKUP_PROMPT, TEMPERATURES["T1"].replace(seed=5, max_tokens=16),
+                                            AUTO).tokens)  # a first use: the seed alone
+    assert len({first[0], first[2], first[3]}) > 1  # repeats under auto: new draws
 
 
-def test_the_ledger_gives_every_reader_a_new_key_and_its_stamp_survives_a_file(tmp_path):
+def test_the_ledger_never_gives_one_key_twice_and_a_saved_file_moves_it_on(tmp_path, monkeypatch):
     ledger = Ledger()
-    keys = [ledger.next_key() for _ in range(50)]
-    assert len(set(keys)) == 50 and all(len(k) == 8 for k in keys)
-    assert Ledger().next_key() == keys[0]  # a new chain starts where every new one does
+    keys = [ledger.key(seed) for seed in (7, 7, 7, 8, 8)]
+    assert keys[0] is None and keys[3] is None  # first uses: the seed alone
+    assert keys[1] != keys[2] and all(len(k) == 8 for k in (keys[1], keys[2]))
+    assert Ledger().key(7) is None
     memory = Memory()
     memory.remember([1, 2, 3, 4, 5])
-    memory.ledger.next_key()
-    stamp = memory.ledger.stamp
+    assert memory.ledger.key(7) is None
     memory.save(tmp_path / "m.npz")
     again, warning = Memory.open(str(tmp_path / "m.npz"), "")
-    assert warning is None and again.ledger.stamp == stamp
+    assert warning is None
+    loaded = [again.ledger.key(7), again.ledger.key(7)]
+    assert None not in loaded and loaded[0] != loaded[1]  # no stream of the process that saved it
+    assert loaded[0] not in keys
+    # a ledger that has counted too many seeds moves to a new stamp: no key comes back
+    monkeypatch.setattr("resispec_gguf.decoding.seeding.MAX_SEEDS", 3)
+    small = Ledger()
+    seen = {small.key(s) for s in (1, 2, 3, 1)}
+    assert None in seen and small.key(1) not in seen
     # streams under two keys, or under a key and none, are unrelated
-    a, b, c = (stream(7, k).random(4) for k in (keys[0], keys[1], None))
+    a, b, c = (stream(7, k).random(4) for k in (keys[1], keys[2], None))
     assert not (np.allclose(a, b) or np.allclose(a, c))
     assert np.array_equal(c, np.random.default_rng(7).random(4))
