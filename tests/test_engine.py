@@ -138,9 +138,9 @@ def test_kv_cache_consistent_after_many_steps(engine, tiny_reference):
 
 
 def test_same_seed_same_output_and_stream_matches(engine):
-    """Without the memory of past answers a seed fixes the output; with it, the answers
-    earlier requests left there may change which candidates a step tries (and so which
-    uniforms it uses), never the law."""
+    """Without the memory of past answers a one-slot engine's seed fixes the output however
+    often it is used (a request that reads the memory draws anew when its seed repeats:
+    ``decoding.seeding``)."""
     sp = SamplingParams(temperature=1.0, max_tokens=50, seed=11)
     alone = DraftParams(use_memory=False)
     a = engine.generate("Seeds", sp, alone)

@@ -415,7 +415,10 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
 
     target, draft = _fake_pair(noise, n_ctx=4096)
     clock = [0.0]
-    engine = Engine(Clocked(target, GPU_T, clock), Clocked(draft, GPU_D, clock), cost_curves=(GPU_T, GPU_D))
+    # no memory of past answers: every setting runs the same seeds, each from its seed alone
+    # (a memory filled by the others' replies would key auto's repeated seeds apart)
+    engine = Engine(Clocked(target, GPU_T, clock), Clocked(draft, GPU_D, clock), cost_curves=(GPU_T, GPU_D),
+                    memory=None)
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=300)
 
     def rate(dp):
