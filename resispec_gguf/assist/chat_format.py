@@ -1,5 +1,7 @@
 """Chat messages and templates: check OpenAI-style messages (``check_messages``), render a
-model's Jinja chat template the way llama-cpp-python does (sandboxed Jinja2,
+model's Jinja chat template in the environment Hugging Face's ``apply_chat_template`` gives it,
+which the models were trained with (sandboxed Jinja2 with its ``tojson``, ``raise_exception``,
+``strftime_now``, loop controls and ``{% generation %}``;
 ``messages``/``bos_token``/``eos_token``/``add_generation_prompt``/``tools``, and a request's
 ``chat_template_kwargs``), and split a
 rendered chat into the template's own text and the messages' contents, so that only the
@@ -14,11 +16,16 @@ Pure Python, no model.  May import ``errors`` only; never the engine, ``llama`` 
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from datetime import datetime
 from typing import Callable
 import secrets
 
 import jinja2
+import jinja2.ext
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import FieldError, UserError
@@ -39,6 +46,51 @@ _RENAMED_ROLES = {"developer": "system"}
 
 def _raise(message):
     raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """The ``tojson`` filter as Hugging Face's templates have it: keys in their given order,
+    no HTML escaping, non-ASCII kept, with ``json.dumps``' ``indent``, ``separators`` and
+    ``sort_keys`` (Jinja's own sorts the keys and writes ``'``, ``<``, ``>``, ``&`` as
+    ``\\u0027`` and the like, text the models never saw in training)."""
+    try:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+    except (TypeError, ValueError) as e:  # an undefined or unserializable value: the template's fault
+        raise jinja2.exceptions.TemplateError(f"tojson: {e}") from None
+
+
+def _strftime_now(format):
+    """Today's date or time in ``format``, which templates print in their system text."""
+    return datetime.now().strftime(format)
+
+
+class _Generation(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``, which marks the assistant's text for
+    Hugging Face's training masks: rendered as its body alone."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        # a call block, as there: the body is rendered in a scope of its own
+        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
+_ENV = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                     extensions=[_Generation, jinja2.ext.loopcontrols])
+_ENV.filters["tojson"] = _tojson
+_ENV.globals.update(raise_exception=_raise, strftime_now=_strftime_now)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str) -> jinja2.Template:
+    """``template`` compiled once: every chat is rendered twice (contents, then marks)."""
+    return _ENV.from_string(template)
 
 
 class MessageError(FieldError):
@@ -217,9 +269,8 @@ def render(template: str | None, messages, *, bos_token="", eos_token="", add_ge
     """``template`` (None: ChatML) applied to ``messages``; ``extra``: more template variables
     (a request's ``chat_template_kwargs``, such as ``enable_thinking``), set under the
     renderer's own."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
-        tmpl = env.from_string(template or CHATML)
+        tmpl = _compiled(template or CHATML)
         return tmpl.render({
             **(extra or {}),
             "messages": check_messages(messages),

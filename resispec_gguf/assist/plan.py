@@ -328,10 +328,12 @@ def _format(engine, msgs, req):
 def _rendering(fmt, msgs, options: ChatOptions) -> tuple[list, dict]:
     """The messages and the keywords (``tools``, ``template_kwargs``, only where set) the
     template is applied with: the format (if any) renders tools, earlier calls and their
-    results."""
+    results; the tools it shows the template are the client's tool objects as sent
+    (``tools.as_sent``), as Hugging Face's ``apply_chat_template`` renders a request's tools."""
     kw = {}
     if fmt is not None:
-        msgs, kw["tools"] = fmt.prepare_messages(msgs, options.tools)
+        msgs, shown = fmt.prepare_messages(msgs, options.tools)
+        kw["tools"] = _tools.as_sent(shown)
     variables = options.reasoning.template_variables()
     if variables:
         kw["template_kwargs"] = variables

@@ -5,6 +5,12 @@ what may be a call (``ToolStream``).  How each model family writes its calls —
 grammars, parsing, rendering — is the ``formats`` package's; ``ToolStream`` asks a format
 only ``pending``, ``parse`` and ``calls_start``.
 
+What a chat template is shown: each tool as the client sent it (``Function``, ``as_sent``),
+as Hugging Face's ``apply_chat_template`` shows it the request's tools: key order, keys this
+server does not use (``strict``) and a function without ``parameters`` left as they are.
+Checking, grammars and parsing read the same functions' checked fields (``f["name"]``,
+``f["parameters"]``, which a function sent without them reads as the empty object schema).
+
 How a call is constrained (``tool_choice``): ``"required"`` or a named function — the whole
 reply is one call (or, with ``parallel_tool_calls``, several) whose ``name`` is one of the
 allowed functions and whose ``arguments`` are valid under that function's JSON schema;
@@ -26,8 +32,8 @@ from dataclasses import dataclass
 from ..errors import FieldError
 from .grammar import laid_out
 
-__all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "check_tools", "check_tool_choice",
-           "check_tool_messages", "call_schema", "own_guidance", "new_call", "new_call_id", "rebased"]
+__all__ = ["ToolError", "ToolRequest", "ToolCall", "ToolStream", "Function", "check_tools", "check_tool_choice",
+           "as_sent", "check_tool_messages", "call_schema", "own_guidance", "new_call", "new_call_id", "rebased"]
 
 MAX_TOOLS = 128
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # whole names only: fullmatch
@@ -47,11 +53,46 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+class Function(dict):
+    """One checked function definition.  Its items are the client's function object as sent,
+    in the client's order, keys this server does not use included (``strict``, ``x-...``):
+    that is what a template sees when a format shows it (``{"type": "function", "function":
+    f}``, or ``json.dumps`` of it in a system message).  The checked fields are read by
+    subscript, as ever: ``f["name"]``, ``f["parameters"]`` — the empty object schema when the
+    client sent none, without adding it to the items (``f.get("parameters")`` stays None
+    then).  ``tool``: the client's whole tool object, as sent (``as_sent``)."""
+
+    __slots__ = ("tool",)
+
+    def __init__(self, function: dict, tool: dict):
+        super().__init__(function)
+        self.tool = tool
+
+    def __missing__(self, key):
+        if key == "parameters":
+            return {"type": "object", "properties": {}}  # a fresh one: callers may keep it
+        raise KeyError(key)
+
+    def __reduce__(self):  # copy/pickle keep the tool (dict's own would drop the slot)
+        return Function, (dict(self), self.tool)
+
+
+def as_sent(tools: list | None) -> list | None:
+    """The tool objects a format shows a template (``ToolFormat.prepare_messages``: OpenAI's
+    ``{"type": "function", "function": f}`` around checked ``Function``s), each replaced by the
+    tool the client sent, as sent (its own top-level keys and their order too, a plain dict
+    throughout); tools made some other way stay as they are."""
+    if tools is None:
+        return None
+    return [t["function"].tool if isinstance(t, dict) and isinstance(t.get("function"), Function) else t
+            for t in tools]
+
+
 @dataclass
 class ToolRequest:
     """What a request asks of tools: the checked functions, which may be called, and how."""
 
-    functions: list[dict]  # [{"name", "description"?, "parameters"}]
+    functions: list[Function]  # checked: f["name"], f["parameters"] (``Function``)
     choice: str  # "none" | "auto" | "required"
     allowed: list[str]  # names that may be called (a named tool_choice: that one)
     parallel: bool = False
@@ -61,8 +102,11 @@ class ToolRequest:
         return self.choice != "none" and bool(self.functions)
 
 
-def check_tools(tools, functions=None) -> list[dict]:
-    """The function definitions of OpenAI ``tools`` (or legacy ``functions``), checked."""
+def check_tools(tools, functions=None) -> list[Function]:
+    """The function definitions of OpenAI ``tools`` (or legacy ``functions``, each as
+    ``{"type": "function", "function": f}``), checked, each kept as the client sent it
+    (``Function``): a missing ``parameters`` reads as the empty object schema, an empty
+    ``description`` is kept, other keys stay for the template."""
     if tools is None and functions is not None:
         if not isinstance(functions, list):
             raise ToolError("functions must be a list", "functions")
@@ -93,13 +137,10 @@ def check_tools(tools, functions=None) -> list[dict]:
         desc = f.get("description")
         if desc is not None and not isinstance(desc, str):
             raise ToolError(f"{where}.function.description must be a string", f"{where}.function.description")
-        params = f.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
+        fn = Function(f, t)
+        if not isinstance(fn["parameters"], dict):
             raise ToolError(f"{where}.function.parameters must be a JSON schema object",
                             f"{where}.function.parameters")
-        fn = {"name": name, "parameters": params}
-        if desc:
-            fn["description"] = desc
         out.append(fn)
     return out
 

@@ -43,7 +43,9 @@ def test_the_template_renders_tools_calls_and_results(engine):
     text = prompt_text(engine, plan_chat(engine, HISTORY, tools=TOOLS))  # ids "call_1": the template needs 9
     cid = mistral_id("call_1")
     shown = prompt_text(engine, plan_chat(engine, MSGS, tools=TOOLS))
-    assert '[AVAILABLE_TOOLS][{"function": {"description": "Weather for a city"' in shown and '"name": "add"' in shown
+    # the tools' JSON in the given key order, as Hugging Face's tojson writes it
+    assert '[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather", ' in shown
+    assert '"description": "Weather for a city"' in shown and '"name": "add"' in shown
     call = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}, "id": "%s"}' % cid
     assert f"[TOOL_CALLS][{call}]" in text
     assert f'[TOOL_RESULTS]{{"content": "12 C, clear", "call_id": "{cid}"}}[/TOOL_RESULTS]' in text

@@ -17,7 +17,9 @@ pytest.importorskip("llama_cpp")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+import tool_formats as tf  # noqa: E402
 from resispec_gguf.config import ConfigError, DraftParams, SamplingParams, ServerParams  # noqa: E402
+from resispec_gguf.engine import Engine  # noqa: E402
 from resispec_gguf.errors import UserError  # noqa: E402
 from resispec_gguf.surfaces.server import API_KEY_ENV, api_key, create_app  # noqa: E402
 from servers import (MESSAGES, POST_ROUTES, SlowEngine, anthropic_error, api_error, load, read_until_content,  # noqa: E402
@@ -80,6 +82,26 @@ def test_apply_template_is_the_prompt_a_chat_gets(url, engines):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     with_tools = httpx.post(f"{url}/apply-template", json={"messages": MESSAGES, "tools": tools}).json()["prompt"]
     assert '"name": "f"' in with_tools or '"f"' in with_tools and with_tools != r["prompt"]
+
+
+def test_apply_template_shows_the_tools_as_the_client_sent_them(url, engines):
+    """A template that renders tools (Hermes') is shown each tool object exactly as sent: its
+    keys' order, a key the server does not use, no ``parameters`` when none came, text
+    unescaped; the tiny model's own template, which knows no tools, gets each function as sent
+    in the system text."""
+    tools = [{"function": {"description": "it's <b> & é", "name": "look_up", "strict": True,
+                           "parameters": {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {}}}},
+              "type": "function"},
+             {"type": "function", "function": {"name": "ping"}}]
+    hermes = Engine(engines[1].target, engines[1].draft, chat_template=tf.HERMES)
+    app = create_app(hermes, model_name="hermes", draft_params=DraftParams(), sampling_defaults=SamplingParams())
+    with serving(app) as u:
+        prompt = httpx.post(f"{u}/apply-template", json={"messages": MESSAGES, "tools": tools}).json()["prompt"]
+    assert "<tools>" + "".join(json.dumps(t, ensure_ascii=False) for t in tools) + "</tools>" in prompt
+    assert "\\u0027" not in prompt and "it's <b> & é" in prompt
+    plain = httpx.post(f"{url}/apply-template", json={"messages": MESSAGES, "tools": tools}).json()["prompt"]
+    for t in tools:
+        assert json.dumps({"type": "function", "function": t["function"]}, ensure_ascii=False) in plain
 
 
 def test_props_and_slots(url, engines):
