@@ -42,6 +42,7 @@ from scipy import stats
 from fake_models import MarkovModel, random_rows
 from resispec_gguf.kernels import sampling
 from resispec_gguf.decoding.autotune import AutoTuner, CostCurve
+from resispec_gguf.decoding.memory import Memory
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
@@ -363,5 +364,46 @@ def sample_batch(engine: Engine, requests, runs: int, chunk: int = 256) -> list[
             seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
             assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
             seqs.append(seq)
+        out.append(tuple(seqs))
+    return out
+
+
+# --------------------------------------------------------------------------- the memory of past answers
+
+
+def filled_memory(seed: int = 7) -> Memory:
+    """A ``Memory`` of past answers that continue ``LOOKUP_PROMPT`` in many ways, with uneven
+    counts (test_memory_law.py's ``_memory``): the prompt's own tail followed by random
+    tokens, and random sequences.  Every node of a harness request then carries several
+    counted candidates from it."""
+    rng = np.random.default_rng(seed)
+    memory = Memory(max_tokens=100_000)
+    tail = LOOKUP_PROMPT[-3:]
+    for i in range(150):
+        body = rng.choice(EOG, size=6, p=[0.4, 0.25, 0.15, 0.12, 0.08]).tolist()
+        memory.remember((tail + body) if i % 2 else body + tail + body[:3])
+    return memory
+
+
+def sample_batch_observed(engine: Engine, requests, runs: int, observe, chunk: int = 256) -> list[tuple]:
+    """``sample_batch``, calling ``observe(generations)`` after each run with the run's
+    ``Generation``s in request order (what each request's steps did: stats, trees seen)."""
+    out = []
+    for run in range(runs):
+        batch = engine.batch(chunk)
+        reqs = []
+        for i, (prompt, sp, dp, constraint) in enumerate(requests):
+            gen = engine.generation(prompt, sp.replace(seed=run + 100003 * i, max_tokens=N_TOKENS), dp,
+                                    constraint=constraint)
+            reqs.append(batch.admit(gen))
+        while batch.busy:
+            batch.step()
+        seqs = []
+        for r in reqs:
+            res = r.gen.result()
+            seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+            assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
+            seqs.append(seq)
+        observe([r.gen for r in reqs])
         out.append(tuple(seqs))
     return out

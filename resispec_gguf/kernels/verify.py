@@ -47,10 +47,14 @@ every method is exact for its own target.  The method's exactness conditions sti
 the rejections: the draws are iid (or without replacement) from q and were made independently
 of the candidates' uniforms, and the rest are fresh, so conditioning on the rejections changes
 neither their law nor q.  ``p(x_j)`` equal to all the mass left always accepts, 0 always
-rejects.  The argument needs X fixed before the node's draws (from the context alone): a
-candidate chosen from the draws changes ``p'`` with them, and the average over draws is no
-longer p (with ``p = (.5, .3, .2)``, ``q = (.6, .3, .1)``, chain and "x0 = the draw" emit
-``(.4, .3, .3)``).  The kernels never copy p for this: ``p'`` is read as ``p`` scaled by
+rejects.  A repeated candidate (``x_j = x_i``, i < j) is skipped, its uniform unread: it is
+reached only once ``x_i`` was rejected, and p' then gives it 0, so skipping it is the rule
+(checking it with ``p(x_j)`` again would emit it too often: candidates (0, 0) with
+``p = (.3, .7)`` would give 0 with chance .3 + .7 (.3 / .7) = .6).  The argument needs X
+fixed before the node's draws (from the context alone): a candidate chosen from the draws
+changes ``p'`` with them, and the average over draws is no longer p (with
+``p = (.5, .3, .2)``, ``q = (.6, .3, .1)``, chain and "x0 = the draw" emit ``(.4, .3, .3)``).
+The kernels never copy p for this: ``p'`` is read as ``p`` scaled by
 ``1 / (1 - p(X))`` with X masked out (``stages._target_at``), and X joins the support list
 (with ``q = 0`` where the draft lacks a candidate) so the fallback excludes it.
 
@@ -287,23 +291,46 @@ def _verify(method, p, qids, qp, draws, u):
 
 @njit(cache=True)
 def _verify_with_candidates(method, p, xs, qids, qp, draws, u):
-    """Deterministic candidates ``xs`` (m >= 1, distinct) checked in order, then the method's
-    draws against the target without them.  Candidate j, reached when the ones before it were
+    """Deterministic candidates ``xs`` (m >= 1) checked in order, then the method's draws
+    against the target without them.  Candidate j, reached when the ones before it were
     rejected, is accepted when ``u[j] * rest < p(xs[j])``, ``rest = 1 - p(xs[:j])``: the chance
-    ``p'(xs[j])`` of the target with the earlier candidates removed.  Accepted index j means
-    candidate j, ``m + i`` draw i, -1 the fallback."""
+    ``p'(xs[j])`` of the target with the earlier candidates removed.  A candidate equal to an
+    earlier one is skipped (its uniform goes unread): once that one was rejected, p' gives
+    it 0, so checking it again is the rule itself, where counting its mass twice would
+    over-weight it.  Accepted index j means candidate j, ``m + i`` draw i, -1 the fallback."""
     # qids, qp: [n] (n may be 0 when K = 0); draws: [K]; u: [m + K + 1]
     m = xs.shape[0]
     rest = 1.0
+    repeats = 0
+    last = m - 1  # the last candidate checked (not a repeat)
     for j in range(m):
-        px = p[xs[j]]
+        x = xs[j]
+        again = False
+        for i in range(j):  # a scan: a node holds a few candidates
+            if xs[i] == x:
+                again = True
+                break
+        if again:
+            repeats += 1
+            continue
+        last = j
+        px = p[x]
         if u[j] * rest < px or not px < rest:
-            return xs[j], j
+            return x, j
         rest -= px
+    if repeats:  # the draws' stages and the fallback see each removed token once
+        distinct = np.empty(m - repeats, np.int64)
+        t = 0
+        for j in range(m):
+            if _index_of(distinct[:t], xs[j]) < 0:
+                distinct[t] = xs[j]
+                t += 1
+        xs = distinct
     s0 = 1.0 / rest
     n = qids.shape[0]
+    c = xs.shape[0]
     missing = 0
-    for j in range(m):
+    for j in range(c):
         if _index_of(qids, xs[j]) < 0:
             missing += 1
     if missing:  # p'(x) = 0 on xs must be visible to the fallback: xs join the support with q = 0
@@ -312,7 +339,7 @@ def _verify_with_candidates(method, p, xs, qids, qp, draws, u):
         ids[:n] = qids
         probs[:n] = qp
         t = n
-        for j in range(m):
+        for j in range(c):
             if _index_of(qids, xs[j]) < 0:
                 ids[t] = xs[j]
                 t += 1
@@ -320,7 +347,7 @@ def _verify_with_candidates(method, p, xs, qids, qp, draws, u):
     else:
         tok, idx = _verify_target(method, p, qids, qp, draws, u[m:], xs, s0)
     if tok < 0:  # p' has no mass: p lies on xs up to round-off
-        return xs[m - 1], m - 1
+        return xs[c - 1], last
     return tok, idx + m if idx >= 0 else -1
 
 
@@ -423,8 +450,10 @@ def verify(method: str, p, q, draws, u, x0=-1) -> tuple[int, int]:
     candidates in draw order (iid from q; without replacement for ``rrs``; K <= 1 for
     ``chain``), K >= 0.  ``x0``: the node's deterministic candidates (context lookup, memory,
     the grammar), checked in order before the draws: a token id (-1 for none) or a sequence
-    of m distinct ids.  ``u``: uniforms in [0, 1), ``[m + K + 1]``: ``u[j]`` decides
-    candidate j, ``u[m + i]`` draw i, ``u[m + K]`` drives the fallback.
+    of m ids, distinct as the engine builds them (a repeat is skipped, its uniform unread:
+    once the first was rejected it has chance 0, so the law stays p).  ``u``: uniforms in
+    [0, 1), ``[m + K + 1]``: ``u[j]`` decides candidate j, ``u[m + i]`` draw i, ``u[m + K]``
+    drives the fallback.
     ``accepted_index``: j for candidate j, ``m + i`` for draw i, -1 for the fallback sample.
     Deterministic in its inputs; the token has exactly p's law when the draws and uniforms
     have the stated laws and the candidates were fixed before the draws.  Anything not
