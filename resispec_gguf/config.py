@@ -401,12 +401,11 @@ class DraftParams(_Settings):
     token that followed the longest earlier match of its context), checked before the draws;
     with no draft model the tree is lookup trees alone.  ``lookup_k``: the candidates per node
     from the request's context and from the engine's memory of past answers (``decoding.memory``),
-    each at most.  ``use_memory`` False: the request reads its own context only (a seeded
-    request then reproduces whatever requests ran before it).  ``auto`` always considers lookup,
-    and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
+    each at most.  ``use_memory`` False: the request reads its own context only.  ``views``: lookup
+    also reads the prompt as JSON strings quote it (``decoding.views``).  ``auto`` always considers
+    lookup, and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
     never call the draft model, even when one is loaded (trees are lookup chains alone, so
-    it needs ``lookup``; auto considers lookup trees only); the command line's equivalent is
-    loading no draft, ``--draft ''``.
+    it needs ``lookup``; auto considers lookup trees only); on the command line, ``--draft ''``.
     """
 
     method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS))
@@ -425,8 +424,9 @@ class DraftParams(_Settings):
     use_draft: bool = setting(True, help="call the draft model when one is loaded (off: lookup chains alone)")
     lookup_k: int = setting(3, "--lookup-k", help="candidates per tree node from the context and from the memory of "
                                                   "past answers, each at most", check=Range(1, 8))
-    use_memory: bool = setting(True, help="read the engine's memory of past answers (off: this request's own context "
-                                          "only, so a seeded request reproduces whatever ran before it)")
+    use_memory: bool = setting(True, help="read the engine's memory of past answers (off: this request's own context)")
+    views: bool = setting(True, "--views", help="lookup also reads the prompt escaped as a JSON string, and its JSON "
+                                                "strings unescaped, as replies quote them")
 
     def __post_init__(self):
         super().__post_init__()

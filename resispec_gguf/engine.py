@@ -21,7 +21,7 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import steps as progress_steps
-from .decoding import autorequest, autotune, costs, loop, suffix
+from .decoding import autorequest, autotune, costs, loop, suffix, views
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.seeding import Ledger
@@ -408,8 +408,19 @@ class Engine:
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)
+        use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
-                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key)
+                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key,
+                          views=self.prompt_views(tokens) if use_lookup and dp.views else ())
+
+    def prompt_views(self, tokens: list[int]) -> list[list[int]]:
+        """The prompt's text as replies quote it (``decoding.views``), each tokenized with the
+        target's tokenizer as plain text; none for a backend without a tokenizer (the test
+        fakes).  A function of the prompt alone, so its candidates keep the law exact."""
+        if not hasattr(self.target, "tokenize"):
+            return []
+        text = self.detokenize(tokens).decode("utf-8", "replace")
+        return [self.tokenize(v, add_special=False, parse_special=False) for v in views.views_of(text)]
 
     @property
     def ledger(self) -> Ledger:

@@ -69,12 +69,14 @@ class Generation(DraftPhase):
     ``ModelBackend``).  ``has_draft``: a draft model is there to use.  ``auto``: the request's
     ``autorequest.Auto`` when ``dp.method`` is "auto" (else None).  ``logprobs``: None (off), or
     the number of alternatives to report per token.  ``seed``, ``key``: where its uniforms come
-    from (``seeding.stream``; ``key`` None: the seed alone).
+    from (``seeding.stream``; ``key`` None: the seed alone).  ``views``: token sequences of the
+    prompt's text as a reply would quote it (``decoding.views``), for its lookup.
     """
 
     def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
                  seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
-                 logprobs: int | None = None, memory: Memory | None = None, key: tuple[int, ...] | None = None):
+                 logprobs: int | None = None, memory: Memory | None = None, key: tuple[int, ...] | None = None,
+                 views: Sequence[Sequence[int]] = ()):
         self.vocab = vocab
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -102,7 +104,7 @@ class Generation(DraftPhase):
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
         # free candidates from the context and the engine's memory of past answers (``memory``)
         self.memory = memory if dp.use_memory else None  # the answer joins it at the end
-        self.lookup = MemoryDrafts(self.prompt, self.memory, dp.lookup_k) if use_lookup else None
+        self.lookup = MemoryDrafts(self.prompt, self.memory, dp.lookup_k, views) if use_lookup else None
         self.copy_run = 0  # emitted tokens in a row that the context's leading candidate had predicted
         self.constraint = constraint
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root

@@ -133,15 +133,20 @@ def _top(index: SuffixIndex, cursor, k: int, min_length: int) -> tuple[list[int]
 
 
 class MemoryDrafts:
-    """One request's candidate source: its prompt and output, and the engine's ``memory``
-    (None: its own context only).  ``k``: candidates per node from each index, at most."""
+    """One request's candidate source: its prompt and output, the prompt's ``views`` (token
+    sequences of its text as a reply would quote it, ``decoding.views``), and the engine's
+    ``memory`` (None: its own context only).  ``k``: candidates per node from each index, at
+    most."""
 
-    def __init__(self, prompt: Sequence[int], memory: Memory | None = None, k: int = 3):
+    def __init__(self, prompt: Sequence[int], memory: Memory | None = None, k: int = 3,
+                 views: Sequence[Sequence[int]] = ()):
         self.k = int(k)
         self.memory = memory
         self.local = SuffixIndex(DEFAULT_DEPTH)
         self.tokens = list(prompt)  # what the request's index holds: the prompt, then the output
         self.local.add(0, self.tokens)
+        for i, view in enumerate(views, 1):  # beside it, fixed: its views
+            self.local.add(i, list(view))
         self._cursors: dict[tuple, tuple] = {}  # path -> (local cursor, memory cursor), this state
         self._versions = (-1, -1)
 

@@ -170,6 +170,20 @@ def test_json_output_follows_the_schema(client):
     jsonschema.validate(json.loads(msg.content[0].text), schema)
 
 
+def test_tools_are_shown_to_the_template_in_openais_order():
+    """A custom tool becomes OpenAI's tool object, name, description, parameters in that
+    order (what the chat template is shown), whatever order the client wrote."""
+    from resispec_gguf.surfaces.server.anthropic import _tools
+
+    sent = {"input_schema": WEATHER["input_schema"], "cache_control": {"type": "ephemeral"},
+            "description": WEATHER["description"], "name": "get_weather"}
+    fn = {"name": "get_weather", "description": WEATHER["description"], "parameters": WEATHER["input_schema"]}
+    (tool,) = _tools({"tools": [sent]})
+    assert json.dumps(tool) == json.dumps({"type": "function", "function": fn})
+    (tool,) = _tools({"tools": [{"input_schema": {}, "name": "f"}]})
+    assert list(tool["function"]) == ["name", "parameters"]
+
+
 def test_count_tokens_is_the_prompt_the_message_used(client):
     kw = dict(model="x", messages=USER, system="Be brief.", tools=[WEATHER])
     counted = client.messages.count_tokens(**kw)

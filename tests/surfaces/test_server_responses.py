@@ -147,6 +147,18 @@ def test_previous_response_id_continues_a_stored_conversation(client, url):
     api_error(httpx.get(f"{url}/v1/responses/{unstored.id}"), 404, "response_id")
 
 
+def test_function_tools_are_shown_to_the_template_in_openais_order():
+    """A flat function tool becomes the chat's tool object, name, description, parameters in
+    that order (what the chat template is shown), whatever order the client wrote."""
+    from resispec_gguf.surfaces.server.responses import _tools
+
+    sent = {"parameters": WEATHER["parameters"], "strict": True, "description": WEATHER["description"],
+            "name": "get_weather", "type": "function"}
+    fn = {"name": "get_weather", "description": WEATHER["description"], "parameters": WEATHER["parameters"]}
+    (tool,) = _tools({"tools": [sent]})
+    assert json.dumps(tool) == json.dumps({"type": "function", "function": fn})
+
+
 def test_the_store_keeps_the_last_responses_first_in_first_out():
     store = ResponseStore(limit=3)
     for i in range(5):

@@ -33,7 +33,7 @@ __all__ = ["chat_body", "rename", "error_body", "message_object", "stop_reason",
 
 # fields passed to the chat request as they are
 _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "speculative", *samplers.FIELDS)
+           "memory", "views", "speculative", *samplers.FIELDS)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                 503: "overloaded_error"}
@@ -208,6 +208,10 @@ def _messages(body: dict) -> tuple[list[dict], list[str]]:
 
 
 def _tools(body: dict) -> list | None:
+    """Anthropic's custom tools as OpenAI's, the tool objects the chat template is shown:
+    ``{"type": "function", "function": {"name", "description" (when given), "parameters"
+    (the ``input_schema``)}}``, in that order, as OpenAI lists them; Anthropic's other keys
+    (``cache_control``...) are not shown."""
     tools = body.get("tools")
     if tools is None:
         return None
@@ -223,9 +227,11 @@ def _tools(body: dict) -> list | None:
                       "run; give a custom tool (name, description, input_schema)", f"{w}.type", "unsupported_value")
         if "input_schema" not in t:
             raise bad(f"{w}.input_schema is required", f"{w}.input_schema", "missing_field")
-        fn = {"name": t.get("name"), "parameters": t["input_schema"]}
+        # in OpenAI's order (name, description, parameters): what the template is shown
+        fn = {"name": t.get("name")}
         if t.get("description") is not None:
             fn["description"] = t["description"]
+        fn["parameters"] = t["input_schema"]
         out.append({"type": "function", "function": fn})
     return out
 

@@ -301,7 +301,8 @@ def _draft_fields(body: dict) -> tuple[dict, dict]:
     """The speculation settings a request may override (None: not given), and the request
     field behind each setting not named as the setting (``speculative.n_max``)."""
     draft = {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
-             "budget": _integer(body, "budget"), "use_memory": _boolean(body, "memory")}
+             "budget": _integer(body, "budget"), "use_memory": _boolean(body, "memory"),
+             "views": _boolean(body, "views")}
     spec = _speculative(body)
     renamed = {"use_memory": "memory"}
     n_max = _integer(spec, "speculative.n_max")

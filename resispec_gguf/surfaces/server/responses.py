@@ -38,7 +38,7 @@ __all__ = ["STORED_RESPONSES", "ResponseStore", "Turn", "chat_body", "rename", "
 
 STORED_RESPONSES = 256
 _PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "speculative", "parallel_tool_calls", *samplers.FIELDS)
+           "memory", "views", "speculative", "parallel_tool_calls", *samplers.FIELDS)
 _REFUSED = {"conversation": "conversations are not kept here; chain turns with previous_response_id",
             "prompt": "stored prompt templates are not supported", "background": "background responses are not supported"}
 _STATIC_NAMES = [
@@ -187,6 +187,10 @@ def _input(body: dict, ids: set) -> tuple[list, list]:
 
 
 def _tools(body: dict) -> list | None:
+    """The Responses API's flat function tools as the chat's, the tool objects the chat
+    template is shown: ``{"type": "function", "function": {"name", "description",
+    "parameters"}}`` (those given, in that order, as OpenAI lists them); other keys
+    (``strict``) are not shown."""
     tools = body.get("tools")
     if tools is None:
         return None

@@ -1,0 +1,101 @@
+"""The prompt's views (``decoding.views``): the texts themselves, their place in the request's
+index, and the law with views on (a view is a fixed token sequence beside the prompt, so the
+engine's law tests run with one standing in for the tokenized text the fakes cannot make)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fake_models import PathConstraint
+from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
+                         constrained_law, exact_law)
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.decoding.memory import MemoryDrafts
+from resispec_gguf.decoding.views import json_string_view, raw_view, views_of
+from resispec_gguf.engine import Engine
+
+FILE = 'def f(x):\n    return "a\\tb" + x\n\nprint(f(\'é\'))\n'
+
+
+def test_the_json_string_view_is_the_text_as_a_json_string_quotes_it():
+    view = json_string_view(FILE)
+    assert json.dumps({"content": FILE}, ensure_ascii=False) == '{"content": "' + view + '"}'
+    assert "\\n    return \\\"a\\\\tb\\\"" in view and "é" in view
+    assert json_string_view("no escapes here") is None
+
+
+def test_the_raw_view_unescapes_the_prompts_long_json_strings():
+    call = json.dumps({"name": "write_file", "arguments": {"path": "f.py", "content": FILE}})
+    text = "Earlier you wrote: " + call + ' and "a short\\nkey"'
+    assert raw_view(text) == FILE  # the path and the short string are not worth a view
+    assert raw_view("nothing quoted") is None
+    assert raw_view('"' + "x" * 30 + '\\q"') is None  # not JSON
+    assert views_of(text) == [json_string_view(text), FILE]
+
+
+def test_a_view_feeds_the_lookup_where_the_prompt_itself_has_no_match():
+    prompt = [1, 2, 3, 4, 5, 6]
+    view = [7, 8, 9, 10, 11]
+    plain = MemoryDrafts(prompt, None, k=3)
+    drafts = MemoryDrafts(prompt, None, k=3, views=[view])
+    drafts.extend([7, 8])
+    plain.extend([7, 8])
+    assert [t for t, _ in drafts.propose()][:1] == [9]
+    assert [t for t, _ in drafts.propose([9])][:1] == [10]
+    assert 9 not in [t for t, _ in plain.propose()]
+
+
+VIEW = [4, 1, 3, 2, 0, 4, 1, 3, 2, 1, 4, 0]  # a fixed sequence standing in for a tokenized view
+CASES = {
+    "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),
+    "auto, no draft": ("none", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
+    "auto": ("draft", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
+}
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_views_keep_the_law_exact(case, temp, constrained):
+    kind, dp = CASES[case]
+    target, draft = _pair()
+    engine = Engine(target, draft if kind == "draft" else None,
+                    cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
+    calls = []
+    engine.prompt_views = lambda tokens: calls.append(1) or [VIEW, list(reversed(VIEW))]
+    sp = TEMPERATURES[temp]
+    constraint = PathConstraint(V, EOG) if constrained else None
+    counts = {}
+    for seed in range(RUNS):
+        res = engine.generate(LOOKUP_PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        counts[seq] = counts.get(seq, 0) + 1
+    assert len(calls) == RUNS
+    law = (constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, constraint) if constrained
+           else exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS))
+    check_law(counts, law, f"views/{case}/{temp}/{'constrained' if constrained else 'free'}")
+
+
+def test_views_off_are_not_made():
+    target, _ = _pair()
+    engine = Engine(target, None, cost_curves=COST_REGIMES["gpu no draft"], memory=None)
+    engine.prompt_views = lambda tokens: pytest.fail("views made with views off")
+    engine.generate(LOOKUP_PROMPT, SamplingParams(temperature=1.0, seed=1, max_tokens=4),
+                    CASES["auto, no draft"][1].replace(views=False))
+
+
+def test_greedy_with_views_is_plain_greedy_on_the_tiny_gguf(engine):
+    """On a real llama.cpp model (the tiny pair, a byte vocabulary that tokenizes), a prompt
+    holding a file and a JSON answer quoting it: the views exist, and greedy output under
+    auto and lookup is plain greedy's."""
+    prompt = "Earlier: " + json.dumps({"content": FILE}) + "\nFile:\n" + FILE + "\nAs JSON: {\"content\": \"def"
+    tokens = engine.text_tokens(prompt)
+    assert len(engine.prompt_views(tokens)) == 2
+    sp = SamplingParams(temperature=0.0, max_tokens=40)
+    want = engine.generate(prompt, sp, DraftParams(method="none")).tokens
+    for dp in (DraftParams(method="auto"), DraftParams(method="resispec", lookup=True)):
+        assert engine.generate(prompt, sp, dp).tokens == want
+    assert np.all(np.array(want) >= 0)
