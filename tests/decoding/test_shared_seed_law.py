@@ -24,8 +24,6 @@ from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, RUNS, TEMPERATURES, V
                          constrained_law, exact_law)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.decoding.memory import Memory
-from resispec_gguf.decoding.seeding import Ledger, stream
 
 # a context-free fair coin: tokens 0 and 1 at 1/2 each; 2 (the prompt's) and 3 (end) never
 COIN_V, COIN_EOG = 4, 3
@@ -172,29 +170,3 @@ def test_a_seed_and_the_same_history_reproduce_a_reply_that_reads_the_memory():
     assert first[0] == tuple(alone.generate(LOOKUP_PROMPT, TEMPERATURES["T1"].replace(seed=5, max_tokens=16),
                                             AUTO).tokens)  # a first use: the seed alone
     assert len({first[0], first[2], first[3]}) > 1  # repeats under auto: new draws
-
-
-def test_the_ledger_never_gives_one_key_twice_and_a_saved_file_moves_it_on(tmp_path, monkeypatch):
-    ledger = Ledger()
-    keys = [ledger.key(seed) for seed in (7, 7, 7, 8, 8)]
-    assert keys[0] is None and keys[3] is None  # first uses: the seed alone
-    assert keys[1] != keys[2] and all(len(k) == 8 for k in (keys[1], keys[2]))
-    assert Ledger().key(7) is None
-    memory = Memory()
-    memory.remember([1, 2, 3, 4, 5])
-    assert memory.ledger.key(7) is None
-    memory.save(tmp_path / "m.npz")
-    again, warning = Memory.open(str(tmp_path / "m.npz"), "")
-    assert warning is None
-    loaded = [again.ledger.key(7), again.ledger.key(7)]
-    assert None not in loaded and loaded[0] != loaded[1]  # no stream of the process that saved it
-    assert loaded[0] not in keys
-    # a ledger that has counted too many seeds moves to a new stamp: no key comes back
-    monkeypatch.setattr("resispec_gguf.decoding.seeding.MAX_SEEDS", 3)
-    small = Ledger()
-    seen = {small.key(s) for s in (1, 2, 3, 1)}
-    assert None in seen and small.key(1) not in seen
-    # streams under two keys, or under a key and none, are unrelated
-    a, b, c = (stream(7, k).random(4) for k in (keys[1], keys[2], None))
-    assert not (np.allclose(a, b) or np.allclose(a, c))
-    assert np.array_equal(c, np.random.default_rng(7).random(4))
