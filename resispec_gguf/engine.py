@@ -428,6 +428,15 @@ class Engine:
         (``decoding.seeding``): the memory's own ledger, saved with its file, or the engine's."""
         return self.memory.ledger if self.memory is not None else self._ledger
 
+    def start_afresh(self) -> None:
+        """Forget the state that spans requests, the memory's answers and learnt bins, and with
+        it the seed ledger: seeds then draw as on a freshly started engine (a benchmark that
+        replays its seeds does the same work each time).  Only while no request runs."""
+        if self.memory is not None:
+            self.memory.clear()
+            self.memory.ledger = Ledger()
+        self._ledger = Ledger()
+
     def seed_key(self, seed: int, dp: DraftParams) -> tuple[int, ...] | None:
         """The ledger key a request seeded ``seed`` under ``dp`` draws under (``decoding.seeding``;
         None: the seed alone), its use counted when it takes part in state that spans

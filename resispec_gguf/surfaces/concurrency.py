@@ -124,6 +124,7 @@ def run_concurrency(engine, workloads: dict, levels: list[int], methods: list[st
             mdp = dp.replace(method=method)
             run_level(engine, prompts, max(levels), sp, mdp)  # untimed
             for c in levels:
+                engine.start_afresh()  # each level draws what the first drew (``decoding.seeding``)
                 out.append({"workload": name, "method": method, **run_level(engine, prompts, c, sp, mdp)})
     return out
 

@@ -170,3 +170,14 @@ def test_a_seed_and_the_same_history_reproduce_a_reply_that_reads_the_memory():
     assert first[0] == tuple(alone.generate(LOOKUP_PROMPT, TEMPERATURES["T1"].replace(seed=5, max_tokens=16),
                                             AUTO).tokens)  # a first use: the seed alone
     assert len({first[0], first[2], first[3]}) > 1  # repeats under auto: new draws
+
+
+def test_starting_afresh_replays_a_seed():
+    """``start_afresh`` forgets the memory and the ledger together: a replayed seed then draws
+    what it drew on the fresh engine (what benchmarks that replay their seeds need)."""
+    engine = Engine(*_pair(), cost_curves=COST_REGIMES["gpu"])
+    sp = TEMPERATURES["T1"].replace(seed=3, max_tokens=16)
+    first = [engine.generate(LOOKUP_PROMPT, sp, AUTO).tokens for _ in range(3)]
+    engine.start_afresh()
+    assert engine.memory.stats()["answers"] == 0 and engine.memory.learnt() is None
+    assert [engine.generate(LOOKUP_PROMPT, sp, AUTO).tokens for _ in range(3)] == first
