@@ -344,10 +344,12 @@ def run_case(case, label: str) -> dict:
 # --------------------------------------------------------------------------- several requests at once
 
 
-def sample_batch(engine: Engine, requests, runs: int, chunk: int = 256) -> list[tuple]:
+def sample_batch(engine: Engine, requests, runs: int, chunk: int = 256, observe=None) -> list[tuple]:
     """Run ``requests`` (``(prompt, sp, dp, constraint)`` each) together in one
     ``engine.batch()``, ``runs`` times; returns per run the tuple of each request's first
-    ``N_TOKENS`` tokens (EOG appended at "eos").  Request i of run r is seeded ``r + 100003 * i``."""
+    ``N_TOKENS`` tokens (EOG appended at "eos").  Request i of run r is seeded ``r + 100003 * i``.
+    ``observe``: called after each run with its ``Generation``s in request order (what each
+    request's steps did: stats, trees seen)."""
     out = []
     for run in range(runs):
         batch = engine.batch(chunk)
@@ -364,6 +366,8 @@ def sample_batch(engine: Engine, requests, runs: int, chunk: int = 256) -> list[
             seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
             assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
             seqs.append(seq)
+        if observe is not None:
+            observe([r.gen for r in reqs])
         out.append(tuple(seqs))
     return out
 
@@ -383,27 +387,3 @@ def filled_memory(seed: int = 7) -> Memory:
         body = rng.choice(EOG, size=6, p=[0.4, 0.25, 0.15, 0.12, 0.08]).tolist()
         memory.remember((tail + body) if i % 2 else body + tail + body[:3])
     return memory
-
-
-def sample_batch_observed(engine: Engine, requests, runs: int, observe, chunk: int = 256) -> list[tuple]:
-    """``sample_batch``, calling ``observe(generations)`` after each run with the run's
-    ``Generation``s in request order (what each request's steps did: stats, trees seen)."""
-    out = []
-    for run in range(runs):
-        batch = engine.batch(chunk)
-        reqs = []
-        for i, (prompt, sp, dp, constraint) in enumerate(requests):
-            gen = engine.generation(prompt, sp.replace(seed=run + 100003 * i, max_tokens=N_TOKENS), dp,
-                                    constraint=constraint)
-            reqs.append(batch.admit(gen))
-        while batch.busy:
-            batch.step()
-        seqs = []
-        for r in reqs:
-            res = r.gen.result()
-            seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-            assert len(seq) == N_TOKENS or seq[-1] == EOG, (seq, res.finish_reason)
-            seqs.append(seq)
-        observe([r.gen for r in reqs])
-        out.append(tuple(seqs))
-    return out

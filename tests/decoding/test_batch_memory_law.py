@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from law_harness import (COST_REGIMES, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, check_law, exact_law,
-                         filled_memory, sample_batch_observed, slotted_pair)
+                         filled_memory, sample_batch, slotted_pair)
 from resispec_gguf.config import DraftParams
 from resispec_gguf.decoding import drafting, generation
 from resispec_gguf.decoding.calibration import is_memory_bin
@@ -99,7 +99,7 @@ def test_two_requests_reading_a_growing_memory_keep_their_laws_and_are_independe
             per_request[i]["runs accepting a candidate"] += got["candidates accepted"] > 0
             per_request[i].update(got)
 
-    runs = sample_batch_observed(engine, requests, RUNS, observe)
+    runs = sample_batch(engine, requests, RUNS, observe=observe)
     # the mechanism: both requests read the memory and had its (or the context's) candidates
     # accepted, run after run, and the memory grew by the answers
     assert engine.memory.stats()["answers"] >= before + RUNS, engine.memory.stats()

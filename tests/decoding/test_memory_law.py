@@ -10,31 +10,19 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from fake_models import PathConstraint
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
-                         constrained_law, exact_law, sample, sample_batch, sample_constrained, slotted_pair)
+                         constrained_law, exact_law, filled_memory, sample, sample_batch, sample_constrained,
+                         slotted_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.decoding.memory import Memory, MemoryDrafts
-
-
-def _memory(seed=7) -> Memory:
-    """Past answers that continue the harness's prompt in many ways, with uneven counts: the
-    prompt's own tail followed by random tokens, and random sequences."""
-    rng = np.random.default_rng(seed)
-    memory = Memory(max_tokens=100_000)
-    tail = LOOKUP_PROMPT[-3:]
-    for i in range(150):
-        body = rng.choice(EOG, size=6, p=[0.4, 0.25, 0.15, 0.12, 0.08]).tolist()
-        memory.remember((tail + body) if i % 2 else body + tail + body[:3])
-    return memory
+from resispec_gguf.decoding.memory import MemoryDrafts
 
 
 def test_the_filled_memory_gives_several_candidates_per_node():
-    drafts = MemoryDrafts(LOOKUP_PROMPT, _memory(), k=3)
+    drafts = MemoryDrafts(LOOKUP_PROMPT, filled_memory(), k=3)
     assert len(drafts.propose()) >= 3
     assert len(drafts.propose([0])) >= 2 and len(drafts.propose([0, 1])) >= 2
 
@@ -56,8 +44,8 @@ def _engine(kind):
     target, draft = _pair()
     if kind in ("auto", "auto-free"):
         return target, Engine(target, draft if kind == "auto" else None, cost_curves=COST_REGIMES["gpu"],
-                              memory=_memory())
-    return target, Engine(target, draft if kind == "draft" else None, memory=_memory())
+                              memory=filled_memory())
+    return target, Engine(target, draft if kind == "draft" else None, memory=filled_memory())
 
 
 @pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
@@ -85,7 +73,7 @@ def test_memory_candidates_under_a_constraint_keep_the_constrained_law(case):
 def test_requests_in_one_step_sharing_the_memory_keep_their_laws():
     """Two requests per step (``--parallel``), one memory they read and fill as they end."""
     target, draft = slotted_pair(2)
-    engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"], memory=_memory())
+    engine = Engine(target, draft, cost_curves=COST_REGIMES["gpu"], memory=filled_memory())
     sp = TEMPERATURES["T1"]
     requests = [(LOOKUP_PROMPT, sp, CASES["auto"][1], None), (LOOKUP_PROMPT, sp, CASES["resispec + memory"][1], None)]
     runs = sample_batch(engine, requests, RUNS)
