@@ -1,11 +1,15 @@
-"""The ``agent`` benchmark workload: a coding agent's tool-loop requests, run in sequence.
+"""The ``agent`` benchmark workloads: a coding agent's requests, run in sequence.
 
 Each item is one chat request as an agent framework sends it: a coding agent's system
 prompt, four function tools (``read_file``, ``write_file``, ``list_dir``, ``run_tests``), the
-user's task, the assistant's ``read_file`` call and a ``tool`` message holding the file.  The
-model then answers with a ``write_file`` call carrying the whole edited file (``tool_choice``
-"required"), or, for an extraction item, with JSON under a ``response_format`` schema
-(``tool_choice`` "none").
+user's task, the assistant's ``read_file`` call and a ``tool`` message holding the file.  In
+``agent`` the model answers an edit with JSON under a ``{"path", "content"}`` schema, the
+whole edited file in a JSON string (``tool_choice`` "none"): the copy a ``write_file``
+argument is, in the form the default 1.5B target does copy in (under a forced ``write_file``
+call it wrote placeholders or XML-like text instead).  In ``agent-tools`` (``tool_calls``)
+it answers with a ``write_file`` call carrying the whole edited file (``tool_choice``
+"required"), for targets that call tools.  An extraction item answers with JSON under its
+own schema in both.
 
 The files are real source files of the running Python's standard library (``FILES``: the
 first three found), each cut at a top-level statement to at most ``MAX_CHARS`` characters,
@@ -26,8 +30,8 @@ import json
 import os
 import sysconfig
 
-__all__ = ["FILES", "MAX_CHARS", "EDIT_TOKENS", "EXTRACT_TOKENS", "TOOLS", "SYSTEM", "agent_items", "trim_source",
-           "stdlib_sources"]
+__all__ = ["EDIT_SCHEMA", "FILES", "MAX_CHARS", "EDIT_TOKENS", "EXTRACT_TOKENS", "TOOLS", "SYSTEM", "agent_items",
+           "trim_source", "stdlib_sources"]
 
 # candidates in order of preference: small, self-contained modules
 FILES = ("fnmatch.py", "colorsys.py", "shlex.py", "glob.py", "textwrap.py", "bisect.py")
@@ -58,6 +62,12 @@ TOOLS = [
           {"pattern": {"type": "string", "description": "a pytest -k expression"}}, []),
 ]
 
+# an edit answered as JSON: the file's path and its whole new content
+EDIT_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+    "required": ["path", "content"], "additionalProperties": False,
+}
 _FUNCTIONS_SCHEMA = {
     "type": "object",
     "properties": {"functions": {"type": "array", "items": {
@@ -154,9 +164,14 @@ def _request(path: str, task: str, content: str, *, tool_choice: str, response_f
     return item
 
 
-def _edit(path, task, content):
-    return _request(path, task + " Write the whole file back with write_file.", content, tool_choice="required",
-                    max_tokens=EDIT_TOKENS)
+def _edit(path, task, content, tool_calls: bool):
+    if tool_calls:
+        return _request(path, task + " Write the whole file back with write_file.", content,
+                        tool_choice="required", max_tokens=EDIT_TOKENS)
+    return _request(path, task + " Answer with JSON only: the file's path and its whole updated content.", content,
+                    tool_choice="none", max_tokens=EDIT_TOKENS,
+                    response_format={"type": "json_schema", "json_schema": {"name": "file_edit", "schema": EDIT_SCHEMA,
+                                                                            "strict": True}})
 
 
 def _extract(path, task, content, name, schema):
@@ -165,21 +180,23 @@ def _extract(path, task, content, name, schema):
                                                                             "strict": True}})
 
 
-def _file_items(k: int, name: str, text: str) -> list[dict]:
+def _file_items(k: int, name: str, text: str, tool_calls: bool) -> list[dict]:
     """The requests on one file: an edit, a second edit, then (first two files) an extraction."""
     path = "src/" + name
     fns = _functions(text)
     first = fns[0].name
     bare = next((f.name for f in fns if ast.get_docstring(f) is None), first)
     rename = _edit(path, f"Rename the function `{first}` to `{first}_impl` in {path}, updating every use of it in "
-                         "the file.", text)
+                         "the file.", text, tool_calls)
     if k == 1 and _with_bug(text) is not None:
         broken, where = _with_bug(text)
         edits = [_edit(path, f"The tests of `{where}` in {path} fail since the last change. Find the bug and fix it.",
-                       broken),
-                 _edit(path, f"Add type hints to the parameters and the return value of `{bare}` in {path}.", text)]
+                       broken, tool_calls),
+                 _edit(path, f"Add type hints to the parameters and the return value of `{bare}` in {path}.", text,
+                       tool_calls)]
     else:
-        edits = [rename, _edit(path, f"Add a docstring to `{bare}` in {path} that says what it returns.", text)]
+        edits = [rename, _edit(path, f"Add a docstring to `{bare}` in {path} that says what it returns.", text,
+                               tool_calls)]
     if k == 2:
         return edits[:1] + [_extract(path, f"Summarise the module {path}: its name, its purpose in one sentence, "
                                            "and its public names.", text, "module_summary", _SUMMARY_SCHEMA)]
@@ -187,16 +204,17 @@ def _file_items(k: int, name: str, text: str) -> list[dict]:
                              "functions", _FUNCTIONS_SCHEMA)]
 
 
-def agent_items(sources=None, max_chars: int = MAX_CHARS) -> list[dict]:
+def agent_items(sources=None, max_chars: int = MAX_CHARS, tool_calls: bool = False) -> list[dict]:
     """The workload's requests, in the order they run: for each of the first three files of
     ``sources`` (``(name, text)``; default ``stdlib_sources()``) that define a function once
-    trimmed to ``max_chars``, its requests (``_file_items``): 8 items over 3 files."""
+    trimmed to ``max_chars``, its requests (``_file_items``): 8 items over 3 files.
+    ``tool_calls``: edits answered by a ``write_file`` call (``agent-tools``), else as JSON."""
     sources = stdlib_sources() if sources is None else sources
     items, files = [], 0
     for name, text in sources:
         text = trim_source(text, max_chars)
         if files == 3 or not _functions(text):
             continue
-        items += _file_items(files, name, text)
+        items += _file_items(files, name, text, tool_calls)
         files += 1
     return items

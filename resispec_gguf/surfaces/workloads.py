@@ -1,4 +1,4 @@
-"""Built-in benchmark workloads: what people ask a local model to do, in five kinds.
+"""Built-in benchmark workloads: what people ask a local model to do, in six kinds.
 
 * ``code`` — code completion: raw source text the model continues (no chat template).
 * ``edit`` — rewrite or modify given code: the answer copies much of its context.
@@ -6,9 +6,11 @@
 * ``infill`` — editor completion: code files held back from the other sets, each cut at two
   random points (seeded): the model fills in the lines between a prefix and a suffix, as
   through ``/infill`` (needs a model with fill-in-the-middle tokens).
-* ``agent`` — a coding agent's tool loop: chat requests with tools, each holding a source file
-  of the running Python's standard library, answered by a ``write_file`` call or JSON
-  (``agent_workload``); they run in sequence (``bench_prompts.run_order``).
+* ``agent`` — a coding agent's requests: chat requests with tools, each holding a source file
+  of the running Python's standard library read by a tool call, an edit answered as JSON
+  with the whole file in a string (``agent_workload``); they run in sequence
+  (``bench_prompts.run_order``).  ``agent-tools``: the same, edits answered by a
+  ``write_file`` call (for targets that call tools).
 
 Each item is ``{"prompt": str}``, ``{"messages": [...]}`` or ``{"infill": {"input_prefix": str,
 "input_suffix": str}}``, as in a ``--prompts`` file.  The texts live in ``workloads.json``
@@ -67,4 +69,5 @@ WORKLOADS: dict[str, list[dict]] = {
     "chat": [_user(text) for text in _DATA["chat"]],
     "infill": infill_items(_INFILL_FILES),
     "agent": agent_items(),
+    "agent-tools": agent_items(tool_calls=True),
 }

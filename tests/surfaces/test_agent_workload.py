@@ -43,14 +43,26 @@ def test_every_item_is_a_valid_chat_request_with_the_four_tools():
         check_tool_messages(check_messages(item["messages"]))  # raises on a malformed one
         options = check_chat_options(item["tools"], item["tool_choice"], None, item.get("response_format"))
         assert [f["name"] for f in options.tools.functions] == ["read_file", "write_file", "list_dir", "run_tests"]
-        if item["tool_choice"] == "required":  # an edit: the whole file back through write_file
-            assert "response_format" not in item and item["max_tokens"] == aw.EDIT_TOKENS
-            assert "write_file" in user["content"]
-        else:  # an extraction: JSON under a schema, no call
-            assert item["tool_choice"] == "none" and item["max_tokens"] == aw.EXTRACT_TOKENS
-            assert isinstance(response_schema(item["response_format"]), dict)
+        assert item["tool_choice"] == "none" and isinstance(response_schema(item["response_format"]), dict)
+        if item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA:  # an edit: the whole file as JSON
+            assert item["max_tokens"] == aw.EDIT_TOKENS and "whole updated content" in user["content"]
+        else:  # an extraction: JSON under its schema
+            assert item["max_tokens"] == aw.EXTRACT_TOKENS
         assert item["kind"] == "agent"
     json.dumps(ITEMS)
+
+
+def test_the_tool_loop_variant_answers_its_edits_with_write_file():
+    tools = workloads.WORKLOADS["agent-tools"]
+    assert len(tools) == len(ITEMS)
+    for loop, item in zip(tools, ITEMS):
+        assert loop["messages"][3] == item["messages"][3]  # the same files, read alike
+        if loop["tool_choice"] == "required":  # an edit: the whole file back through write_file
+            assert "response_format" not in loop and loop["max_tokens"] == aw.EDIT_TOKENS
+            assert "write_file" in loop["messages"][1]["content"]
+            assert item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA
+        else:
+            assert loop == item  # an extraction is the same request in both
 
 
 def test_the_tool_results_are_real_standard_library_files_of_a_few_kb():
@@ -69,7 +81,10 @@ def test_the_sequence_is_fixed_edits_then_extractions_per_file():
     paths = [_path(item) for item in ITEMS]
     files = list(dict.fromkeys(paths))
     assert len(files) == 3 and paths == [files[0]] * 3 + [files[1]] * 3 + [files[2]] * 2
-    assert [item["tool_choice"] for item in ITEMS] == ["required", "required", "none"] * 2 + ["required", "none"]
+    edits = [item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA for item in ITEMS]
+    assert edits == [True, True, False] * 2 + [True, False]
+    loop = workloads.WORKLOADS["agent-tools"]
+    assert [item["tool_choice"] for item in loop] == ["required", "required", "none"] * 2 + ["required", "none"]
     assert aw.agent_items() == ITEMS  # the same items every time
     order = [aw.FILES.index(p.removeprefix("src/")) for p in files]
     assert order == sorted(order)  # the files in the order of preference

@@ -19,8 +19,8 @@ WORKLOADS_SHA256 = "9957c6ee29d92632266a8d387718980053a08223fa09a465ad1c3c8dae87
 
 
 def test_the_prompts_are_the_ones_the_python_strings_held():
-    assert list(WORKLOADS) == ["code", "edit", "chat", "infill", "agent"]
-    fixed = {w: items for w, items in WORKLOADS.items() if w != "agent"}  # agent: the running Python's files
+    assert list(WORKLOADS) == ["code", "edit", "chat", "infill", "agent", "agent-tools"]
+    fixed = {w: items for w, items in WORKLOADS.items() if not w.startswith("agent")}  # agent: the running Python's files
     assert {w: len(items) for w, items in fixed.items()} == {"code": 8, "edit": 7, "chat": 7, "infill": 10}
     digest = hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()
     assert digest == WORKLOADS_SHA256
@@ -42,7 +42,8 @@ def test_items_read_back_from_a_prompt_file_unchanged(tmp_path):
         path.write_text("".join(json.dumps(item.get("infill", item)) + "\n" for item in items), encoding="utf-8")
         back = bench.parse_prompts(str(path))
         assert back == [{"kind": back[0]["kind"], **item} for item in items], name
-        assert {b["kind"] for b in back} == {"code": {"prompt"}, "infill": {"infill"}, "agent": {"agent"}}.get(name, {"chat"})
+        assert {b["kind"] for b in back} == {"code": {"prompt"}, "infill": {"infill"}, "agent": {"agent"},
+                                            "agent-tools": {"agent"}}.get(name, {"chat"})
 
 
 def test_edit_prompts_quote_whole_code_after_the_ask():

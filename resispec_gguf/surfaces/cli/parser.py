@@ -137,8 +137,10 @@ def _add_prompt_sets(p) -> None:
     """bench's and analyze's ``--workload`` and ``--prompts``."""
     p.add_argument("--workload", type=_checked_by("parse_workloads"), default="code,edit,chat",
                    help="built-in prompt sets, comma-separated: code, edit, chat, infill (needs a model with "
-                        "fill-in-the-middle tokens), agent (a coding agent's tool-loop requests on files of Python's "
-                        "standard library; in bench each method runs the whole sequence in turn, started cold: the "
+                        "fill-in-the-middle tokens), agent (a coding agent's requests on files of Python's standard "
+                        "library, edits answered as JSON with the whole file in a string; agent-tools: edits "
+                        "answered by a write_file call; in bench each method runs the whole sequence in turn, "
+                        "started cold: the "
                         "engine's memory of past answers emptied and its prompt caches dropped, so every method "
                         "sees the same history) "
                         "(default: code,edit,chat; one table each)")
