@@ -20,8 +20,8 @@ from .assist.prompts import Prompts
 from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, SamplingParams
 from .errors import UserError
 from .kernels import warmup
-from .progress import steps as progress_steps
-from .decoding import autorequest, autotune, costs, loop, suffix, views
+from .progress import slow_note, steps as progress_steps
+from .decoding import autorequest, autotune, costcheck, costs, loop, suffix, views
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.seeding import Ledger
@@ -57,7 +57,7 @@ class Engine:
 
     def __init__(self, target: ModelBackend, draft: ModelBackend | None = None, *,
                  chat_template: str | None = None, cost_curves=None, tool_format: str | None = None,
-                 cache_ram_mib: int = 0, memory: Memory | None | str = "default"):
+                 cache_ram_mib: int = 0, memory: Memory | None | str = "default", correct_costs: bool | None = None):
         """``target``/``draft``: any ``protocol.ModelBackend``.  ``cost_curves``: the
         ``(target, draft)`` ``autotune.CostCurve`` pair for ``auto``; when not given,
         measured (and cached on disk) by ``prepare``, which ``load`` calls, or else on the
@@ -65,7 +65,9 @@ class Engine:
         tool-call format read from the chat template.  ``cache_ram_mib``: the RAM prompt cache
         (``decoding.promptcache``; ``ModelParams.cache_ram_mib``, which ``load`` passes), 0 for
         none.  ``memory``: the memory of past answers every request reads and adds to
-        (``decoding.memory.Memory``; "default": a new one, in memory only; None: none)."""
+        (``decoding.memory.Memory``; "default": a new one, in memory only; None: none).
+        ``correct_costs``: correct the curves from measured steps between requests
+        (``decoding.costcheck``; None: unless ``$RESISPEC_COST_CHECK=0``)."""
         self.target = target
         self.draft = draft
         self._owns_models = True  # ``close`` frees them (not a pool's: ``from_pool``)
@@ -74,6 +76,9 @@ class Engine:
         self._runner: Runner | None = None
         self._runner_lock = threading.Lock()
         self._auto = cost_curves
+        self.correct_costs = costcheck.enabled() if correct_costs is None else bool(correct_costs)
+        self.cost_check: costcheck.CurveCheck | None = None  # made with the curves, when correcting
+        self.note: Callable[[str], None] | None = None  # told, one line each, of slow preparation
         self._row_s = 0.0 if cost_curves is not None else None  # host seconds per row, for auto
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
@@ -95,7 +100,7 @@ class Engine:
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
-             **settings) -> "Engine":
+             note: Callable[[str], None] | None = None, **settings) -> "Engine":
         """Load a target and a draft as a ``config.ModelParams`` says: pass one, or its fields
         as arguments, e.g. ``Engine.load("default", n_ctx=8192)`` or
         ``Engine.load("t.gguf", "d.gguf", n_threads=4, flash_attn=False)``.
@@ -104,7 +109,7 @@ class Engine:
         draft brings its own draft, any other target loads none unless ``draft`` names one;
         ``draft=""`` loads none (then ``auto`` and ``lookup=True`` draft from the context
         only).  ``progress``: report model downloads on stderr, and ``prepare``'s work on a
-        terminal.  A bad setting raises
+        terminal; ``note(line)``: told before slow preparation (``prepare``).  A bad setting raises
         ``config.ConfigError``, a model that cannot be found, read or paired ``UserError``."""
         if isinstance(target, ModelParams):
             if draft is not None or settings:
@@ -120,6 +125,7 @@ class Engine:
         engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format,
                      cache_ram_mib=params.cache_ram_mib, memory=memory)
         engine.memory_warning = warning
+        engine.note = note
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -160,13 +166,15 @@ class Engine:
         on its first ``auto`` request unless this is called.  ``progress``: a
         ``report(done, total)`` callback, or True for a "preparing kernels" bar on stderr,
         erased when done, when stderr is a terminal (a script's or a server's log gets no
-        bar)."""
-        steps = [*warmup.warm_ups(), autotune.warm_up, suffix.warm_up, self._auto_curves, self._auto_row_seconds]
+        bar).  ``note`` (``load``'s) is told, one line, when compiling the kernels takes more
+        than a second and before a cost curve is measured."""
+        steps = [*warmup.warm_ups(), autotune.warm_up, suffix.warm_up, self._auto_row_seconds, self._auto_curves]
         report = progress_steps("preparing kernels") if progress is True else progress or None
         if report:
             report(0, len(steps))
         for i, step in enumerate(steps):
-            step()
+            with slow_note(self.note if step != self._auto_curves else None, costcheck.COMPILING):
+                step()  # the curves say themselves when they measure
             if report:
                 report(i + 1, len(steps))
 
@@ -274,15 +282,27 @@ class Engine:
         the memory of past answers also starts from what the last one learnt of their
         candidates (``Memory.learnt``, set in ``_generation``).  ``dp``'s draws, depth and
         budget bound what it may choose."""
-        return autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
-                                  row_s=self._auto_row_seconds())
+        tuner = autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
+                                   row_s=self._auto_row_seconds())
+        tuner.check = self.cost_check
+        return tuner
 
     def _auto_curves(self):
-        """The ``(target, draft)`` cost curves, measured (or read from the disk cache) once."""
+        """The ``(target, draft)`` cost curves the next request plans with: measured (or read
+        from the disk cache) once, then as ``cost_check`` corrected them."""
         if self._auto is None:
-            self._auto = (costs.backend_curve(self.target),
-                          costs.backend_curve(self.draft) if self.draft is not None else None)
-        return self._auto
+            self._auto = (costs.backend_curve(self.target, self.note, "target"),
+                          costs.backend_curve(self.draft, self.note, "draft") if self.draft is not None else None)
+        if self.correct_costs and self.cost_check is None:
+            ids = tuple(costs.curve_identity(m) if m is not None else None for m in (self.target, self.draft))
+            self.cost_check = costcheck.CurveCheck(*self._auto, ids)
+        return self.cost_check.curves if self.cost_check is not None else self._auto
+
+    def auto_outlook(self) -> str:
+        """What ``auto`` expects on these models and this machine, in one sentence
+        (``costcheck.outlook``), for the start-up line."""
+        info = self.info() if hasattr(self.target, "describe") else {}
+        return costcheck.outlook(self._tuner(DraftParams()), self._auto_curves()[0], info)
 
     def _auto_row_seconds(self) -> float:
         if self._row_s is None:
@@ -441,13 +461,15 @@ class Engine:
         """The ledger key a request seeded ``seed`` under ``dp`` draws under (``decoding.seeding``;
         None: the seed alone), its use counted when it takes part in state that spans
         requests.  It reads such state under ``auto`` or ``lookup`` with ``use_memory`` (the
-        memory's answers; ``auto`` also its learnt bins) and, with more than one slot, always
+        memory's answers; ``auto`` also its learnt bins), under ``auto`` while ``correct_costs``
+        (the curves earlier requests' steps corrected) and, with more than one slot, always
         (the requests of its pass decide its rows and tree room); with ``use_memory`` its
         answer joins the memory.  One that only adds to the memory, alone in its slot, keeps
         its seed alone: nothing it reads was shaped by anyone, and the use counted keys every
         later reader of that seed apart from it."""
         fills = self.memory is not None and dp.use_memory
-        reads = self.n_slots > 1 or (fills and (dp.method == "auto" or (dp.lookup and dp.method != "none")))
+        reads = (self.n_slots > 1 or (dp.method == "auto" and self.correct_costs)
+                 or (fills and (dp.method == "auto" or (dp.lookup and dp.method != "none"))))
         if not (reads or fills):
             return None
         key = self.ledger.key(seed)

@@ -1,13 +1,33 @@
 """Progress on a terminal: a tqdm bar on stderr, or a no-op stand-in when progress is off or
 tqdm is missing.  The one place that draws one; the engine reports through a callback
-(``steps``) and never prints itself."""
+(``steps``) and never prints itself.  ``slow_note``: a line for a log too, told only when
+the work it names turns out slow."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from typing import Callable
 
-__all__ = ["bar", "steps"]
+__all__ = ["bar", "slow_note", "steps"]
+
+
+@contextlib.contextmanager
+def slow_note(note: Callable[[str], None] | None, line: str, after: float = 1.0):
+    """Run the block; if it is still running ``after`` seconds in, tell ``note(line)`` once
+    (from a timer thread): a start whose work is usually quick (kernels from Numba's cache)
+    says what it is doing when it is not, terminal or log alike."""
+    if note is None:
+        yield
+        return
+    timer = threading.Timer(after, note, (line,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def bar(total: int, desc: str, progress: bool, *, unit: str = "part", leave: bool = True):

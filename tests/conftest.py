@@ -20,9 +20,12 @@ def _private_cost_cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("costs") / "costs.json"
     # a curve measured while the suite loads the machine is trusted all the same: one curve
     # per model for the session, so that auto's choices (and seeded outputs) repeat
-    saved = {k: os.environ.get(k) for k in ("RESISPEC_COSTS", "RESISPEC_BUSY_LOAD")}
+    # and no engine corrects its curves from the steps it times (decoding.costcheck), which
+    # would make them, and seeded outputs, depend on how loaded the machine was
+    saved = {k: os.environ.get(k) for k in ("RESISPEC_COSTS", "RESISPEC_BUSY_LOAD", "RESISPEC_COST_CHECK")}
     os.environ["RESISPEC_COSTS"] = str(path)
     os.environ["RESISPEC_BUSY_LOAD"] = "inf"
+    os.environ["RESISPEC_COST_CHECK"] = "0"
     yield
     for k, v in saved.items():
         if v is None:

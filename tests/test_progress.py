@@ -77,3 +77,18 @@ def test_steps_draw_only_on_a_terminal(monkeypatch):
     for done in range(3):
         report(done, 2)
     assert "compiling" in terminal.getvalue()
+
+
+def test_slow_note_speaks_only_when_the_work_is_slow():
+    import time
+
+    lines = []
+    with progress.slow_note(lines.append, "compiling", after=0.05):
+        pass
+    time.sleep(0.1)
+    assert lines == []  # quick: nothing said
+    with progress.slow_note(lines.append, "compiling", after=0.01):
+        time.sleep(0.2)
+    assert lines == ["compiling"]
+    with progress.slow_note(None, "compiling", after=0.0):  # no one to tell
+        time.sleep(0.01)

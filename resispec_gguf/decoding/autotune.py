@@ -172,9 +172,10 @@ class AutoTuner:
         self.background: Background | None = None  # the step's other requests (``Auto.share_step``)
         self.last_choice = "none"
         self.reason = "start: probe"
-        # per arm ("none" for plain): [steps, predicted seconds, measured seconds],
-        # for the user's eyes only (a measured time never steers a choice)
+        # per arm ("none" for plain): [steps, predicted seconds, measured seconds], for the
+        # user's eyes and the engine's ``costcheck.CurveCheck`` (never this request's choices)
         self.timing: dict[str, list] = {}
+        self.check = None  # the engine's CurveCheck, told each step run alone
 
     @property
     def drafts(self) -> bool:
@@ -425,9 +426,12 @@ class AutoTuner:
 
     def record_time(self, plan: StepPlan | None, measured_s: float) -> None:
         """A step of ``plan`` (None: plain) took ``measured_s`` of wall time: kept beside its
-        predicted time for ``summary``, never used to choose."""
+        predicted time for ``summary`` and, for a step alone, told to ``check`` (which may
+        correct the curves of later requests); never used to choose here."""
         kind = "none" if plan is None else plan.arm
         predicted = 1.0 / self.plain_rate if plan is None else plan.cost
+        if self.check is not None and self.background is None:
+            self.check.record(predicted, measured_s)
         t = self.timing.setdefault(kind, [0, 0.0, 0.0])
         t[0] += 1
         t[1] += predicted

@@ -1,7 +1,13 @@
 """What a decode costs on this machine: ``CostCurve`` (seconds of one decode of n rows),
-measured once per model file and settings through the ``ModelBackend`` seam and cached on
-disk, and the host time to turn one logits row into a distribution.  ``auto`` plans with
-them; no wall-clock reading during a request steers a choice.
+measured once per model content, build, settings and machine through the ``ModelBackend``
+seam and cached on disk, and the host time to turn one logits row into a distribution.
+``auto`` plans with them; no wall-clock reading during a request steers a choice (between
+requests ``costcheck.CurveCheck`` may correct a curve that measured steps contradict).
+
+A start measures only what the cache lacks, says so first (``note``: one line, what, why,
+about how long) and spends at most ``MEASURE_BUDGET_S`` per curve past its first round: a
+figure measured while the machine was busy is kept (``busy`` in the cache, for ``doctor``)
+rather than measured again at every start.
 
 May import: ``kernels``, ``config``, ``paths`` and ``decoding.protocol``; never a concrete model.
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import time
 from dataclasses import dataclass
 
@@ -19,8 +26,8 @@ import numpy as np
 from ..kernels import sampling
 from ..paths import cache_dir, read_json_dict, write_json_atomic
 
-__all__ = ["ROW_COUNTS", "CostCurve", "backend_curve", "cost_table", "host_row_seconds", "measure_curve",
-           "measured"]
+__all__ = ["MEASURE_BUDGET_S", "ROW_COUNTS", "CostCurve", "backend_curve", "cache_file", "cache_state",
+           "cost_table", "host_row_seconds", "machine_id", "measure_curve", "measured", "store_corrected"]
 
 # committed tokens before a cost curve is measured
 _CURVE_CONTEXT = 128
@@ -29,6 +36,10 @@ _CURVE_CONTEXT = 128
 # smaller ones (a decode of 4 rows can cost less than one of 2 or 3), which a coarser grid
 # with interpolation would hide
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
+
+# seconds one curve's measurement may take past its first round (a busy 2-core machine took
+# 160 s for three full rounds of both models); later rounds only refine the fastest times
+MEASURE_BUDGET_S = 6.0
 
 
 @dataclass(frozen=True)
@@ -56,14 +67,21 @@ class CostCurve:
         return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))
 
 
-def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3) -> CostCurve:
+def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: float | None = None) -> CostCurve:
     """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
     all n, keeping each n's fastest round: another job on a shared machine can only add time,
     and it adds it unevenly (a busy moment during the 4-row decode of one round would make 4
-    rows look dearer than 8), so the fastest round is the machine's own shape."""
+    rows look dearer than 8), so the fastest round is the machine's own shape.  ``budget_s``:
+    a round after the first starts only if it would end within that many seconds (judged by
+    the last round's length)."""
     decode_rows(1)  # warm-up
     times = [[] for _ in rows]
-    for _ in range(repeats):
+    start = last = time.perf_counter()
+    for r in range(repeats):
+        now = time.perf_counter()
+        if r and budget_s is not None and (now - start) + (now - last) > budget_s:
+            break
+        last = now
         for i, n in enumerate(rows):
             t = time.perf_counter()
             decode_rows(n)
@@ -77,26 +95,59 @@ def curve_cache_key(identity: str) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
+def cache_file() -> str:
+    """Where measured costs are kept: ``$RESISPEC_COSTS``, else ``costs.json`` in the model cache."""
+    return os.environ.get("RESISPEC_COSTS") or str(cache_dir() / "costs.json")
+
+
 def load_cached_curve(cache_file: str, key: str) -> CostCurve | None:
     """The curve cached under ``key``, None when there is none (or it is unreadable)."""
     entry = _cached_entry(cache_file, key)
-    return entry[0] if entry else None
+    return entry["curve"] if entry else None
 
 
-def _cached_entry(cache_file: str, key: str) -> tuple[CostCurve, bool] | None:
-    """``(curve, busy)`` cached under ``key``: ``busy`` when the machine was loaded while it
-    was measured (``_machine_busy``)."""
+def _cached_entry(cache_file: str, key: str) -> dict | None:
+    """The entry cached under ``key``: ``curve``, ``busy`` (the machine was loaded while it
+    was measured, ``_machine_busy``), ``at`` (when written, seconds since the epoch; 0 for an
+    entry older than the field) and ``source`` ("measured" or "corrected", ``store_corrected``)."""
     entry = read_json_dict(cache_file).get(key)
     try:
-        return (CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])), bool(entry.get("busy", False))) if entry else None
-    except (KeyError, TypeError, AttributeError):
+        if not entry:
+            return None
+        return {"curve": CostCurve(tuple(entry["rows"]), tuple(entry["seconds"])), "busy": bool(entry.get("busy")),
+                "at": float(entry.get("at", 0.0)), "source": str(entry.get("source", "measured"))}
+    except (KeyError, TypeError, AttributeError, ValueError):
         return None
 
 
-def store_cached_curve(cache_file: str, key: str, curve: CostCurve, busy: bool = False) -> None:
+def store_cached_curve(cache_file: str, key: str, curve: CostCurve, busy: bool = False,
+                       source: str = "measured") -> None:
     data = read_json_dict(cache_file)
-    data[key] = {"rows": list(curve.rows), "seconds": list(curve.seconds)} | ({"busy": True} if busy else {})
+    data[key] = ({"rows": list(curve.rows), "seconds": list(curve.seconds), "at": round(time.time(), 1)}
+                 | ({"busy": True} if busy else {}) | ({"source": source} if source != "measured" else {}))
     write_json_atomic(cache_file, data)
+
+
+def store_corrected(identity: str, curve: CostCurve) -> None:
+    """Keep ``curve``, corrected from measured steps (``costcheck``), as ``identity``'s
+    figures for the next starts; a cache that cannot be written is skipped."""
+    try:
+        store_cached_curve(cache_file(), curve_cache_key(identity), curve, source="corrected")
+    except OSError:
+        pass
+
+
+def cache_state() -> dict:
+    """What the cost cache holds, for ``doctor``: its ``path``, ``curves`` (decode curves,
+    host-row figures aside), how many were ``busy`` or ``corrected``, and ``newest``/``oldest``
+    (when written, seconds since the epoch; 0 when unknown)."""
+    path = cache_file()
+    data = read_json_dict(path)
+    entries = [e for e in (_cached_entry(path, k) for k in data) if e is not None and len(e["curve"].rows) > 1]
+    ats = [e["at"] for e in entries]
+    return {"path": path, "curves": len(entries), "busy": sum(e["busy"] for e in entries),
+            "corrected": sum(e["source"] == "corrected" for e in entries),
+            "newest": max(ats, default=0.0), "oldest": min(ats, default=0.0)}
 
 
 # the 1-minute load average, per core, above which a measurement is taken as disturbed
@@ -105,9 +156,9 @@ BUSY_LOAD = 0.75
 
 def _machine_busy() -> bool:
     """Whether other work loads the machine: the 1-minute load average above ``BUSY_LOAD``
-    per core, or ``$RESISPEC_BUSY_LOAD`` ("inf": never busy, so a cached curve is always
-    trusted, as the test suite does for reproducible runs); never where the platform has no
-    load average."""
+    per core, or ``$RESISPEC_BUSY_LOAD`` ("inf": never busy); never where the platform has
+    no load average.  Only recorded with a measurement (``doctor`` says how many cached
+    figures were measured busy): a start does not measure again for it."""
     try:
         limit = float(os.environ.get("RESISPEC_BUSY_LOAD", BUSY_LOAD))
     except ValueError:
@@ -116,14 +167,6 @@ def _machine_busy() -> bool:
         return os.getloadavg()[0] > limit * (os.cpu_count() or 1)
     except (AttributeError, OSError):
         return False
-
-
-def _fastest(a: CostCurve, b: CostCurve) -> CostCurve:
-    """Each count's faster time of two measurements of the same counts (``a`` when the
-    counts differ): other work can only add time."""
-    if a.rows != b.rows:
-        return a
-    return CostCurve(a.rows, tuple(min(x, y) for x, y in zip(a.seconds, b.seconds)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -135,32 +178,42 @@ def cost_table(curve: CostCurve | None, n: int) -> np.ndarray:
     return table
 
 
-def measured(identity: str, measure) -> CostCurve:
-    """``measure()``'s CostCurve for ``identity``, cached on disk (``$RESISPEC_COSTS``, else
-    ``costs.json`` in the model cache) so that auto's choices stay deterministic; a cache
-    that cannot be written is skipped.
+def measured(identity: str, measure, note=None, what: str = "") -> CostCurve:
+    """``measure()``'s CostCurve for ``identity``, cached on disk (``cache_file``) so that
+    auto's choices stay deterministic; a cache that cannot be written is skipped.
 
-    A curve measured while other work loaded the machine (``_machine_busy``, before or after
-    measuring) is kept as *busy*: its times hold that work's share too, and not evenly (a
-    curve measured under a load of 2.5 jobs per core made a 4-row decode cost 1.01x a 3-row
-    one where it costs 1.3x, so ``auto`` added rows that did not pay).  It serves this
-    process, and the next start measures again and keeps each count's fastest time of the
-    two (other work can only add time), until a measurement on a quiet machine settles it."""
-    cache = os.environ.get("RESISPEC_COSTS") or str(cache_dir() / "costs.json")
+    A cached figure is used as it is, even one measured while other work loaded the machine
+    (kept as *busy*): measuring again at every start on a busy machine cost minutes, and a
+    curve that steps contradict is corrected from them (``costcheck``).  ``note(line)`` is
+    told before a measurement, with ``what`` (what is measured and about how long)."""
+    cache = cache_file()
     key = curve_cache_key(identity)
     entry = _cached_entry(cache, key)
-    if entry is not None and not entry[1]:
-        return entry[0]
+    if entry is not None:
+        return entry["curve"]
+    if note is not None and what:
+        note(what)
     busy = _machine_busy()
     curve = measure()
     busy = busy or _machine_busy()
-    if entry is not None:
-        curve = _fastest(curve, entry[0])
     try:
         store_cached_curve(cache, key, curve, busy)
     except OSError:
         pass
     return curve
+
+
+@functools.lru_cache(maxsize=1)
+def machine_id() -> str:
+    """The machine a cost was measured on: its architecture, CPU model and cores (a cache
+    copied to another machine, or a container given other cores, measures afresh)."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.machine()}|{model or platform.processor()}|{os.cpu_count()}"
 
 
 def host_row_seconds(n_vocab: int) -> float:
@@ -183,11 +236,12 @@ def host_row_seconds(n_vocab: int) -> float:
     return measured(f"host-row-v2:{n_vocab}", measure).seconds[0]
 
 
-def backend_curve(model) -> CostCurve:
+def backend_curve(model, note=None, name: str = "") -> CostCurve:
     """Seconds of one decode of n rows of ``model`` (a ``ModelBackend``), measured with a
     chain of n nodes after ``_CURVE_CONTEXT`` committed tokens (a reply's context rather than
-    an empty one: attention over it is part of every row's cost); cached per ``cost_key()``.
-    Leaves the model's cache empty."""
+    an empty one: attention over it is part of every row's cost); cached per ``cost_key()``
+    and ``machine_id``.  ``note``/``name``: told before a measurement (``measured``).  Leaves
+    the model's cache empty."""
 
     def measure():
         context = max(0, min(_CURVE_CONTEXT, model.n_ctx - max(ROW_COUNTS) - 2))
@@ -199,10 +253,17 @@ def backend_curve(model) -> CostCurve:
             model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
             model.drop_uncommitted()
 
-        curve = measure_curve(rows)
+        curve = measure_curve(rows, budget_s=MEASURE_BUDGET_S)
         model.reset()
         return curve
 
-    # v5: measured after a context, every count to 8, the fastest of interleaved rounds, and
-    # measured again while the machine was busy (v4's were kept however busy it was)
-    return measured("v5:" + model.cost_key(), measure)
+    what = (f"measuring what a decode of 1 to {max(ROW_COUNTS)} rows costs the {name or 'model'} here, for auto "
+            f"(first start with this model, build and settings; up to about {2 * MEASURE_BUDGET_S:.0f} s, "
+            f"then cached in {cache_file()})")
+    return measured(curve_identity(model), measure, note, what)
+
+
+def curve_identity(model) -> str:
+    """The identity ``model``'s curve is cached under: its ``cost_key()`` and ``machine_id``."""
+    # v6: keyed by content, build and machine (v5's by file path and modification time)
+    return f"v6:{model.cost_key()}|{machine_id()}"

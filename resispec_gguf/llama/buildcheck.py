@@ -180,15 +180,23 @@ def run_child(timeout: float = TIMEOUT_S, env: dict | None = None) -> Verdict:
     return _verdict_of(proc, time.monotonic() - start)
 
 
-def check(*, use_cache: bool = True, run=run_child) -> Verdict:
+# told before the check runs (it is cached per build and machine, so said once)
+RUNNING = ("checking that this llama.cpp build can load and decode a quantized model here "
+           "(once per build, a few seconds, in a child process)")
+
+
+def check(*, use_cache: bool = True, run=run_child, note=None) -> Verdict:
     """This build's verdict: from the cache when it holds one for this build and machine
-    (unless ``use_cache`` is false), else from ``run()``; ``ok`` and ``crashes`` are cached."""
+    (unless ``use_cache`` is false), else from ``run()`` (``note(RUNNING)`` told first);
+    ``ok`` and ``crashes`` are cached."""
     key = _cache_key()
     if use_cache:
         hit = _read_cache().get(key)
         if isinstance(hit, dict):
             with contextlib.suppress(TypeError):
                 return Verdict(**{**hit, "cached": True})
+    if note is not None:
+        note(RUNNING)
     verdict = run()
     if verdict.status in ("ok", "crashes"):
         _write_cache(key, verdict)
@@ -240,10 +248,10 @@ def crash_message(verdict: Verdict, flags: set[str] | None = None, version: str 
 def require_working_build(note=None) -> Verdict | None:
     """The start-up check: None when ``RESISPEC_SKIP_BUILD_CHECK=1``; ``UserError`` with
     ``crash_message`` when the build crashes; otherwise the verdict (``note(line)`` is told
-    when the check could not decide)."""
+    before the check runs, and when it could not decide)."""
     if os.environ.get(SKIP_ENV, "") not in ("", "0"):
         return None
-    verdict = check()
+    verdict = check(note=note)
     if verdict.status == "crashes":
         raise UserError(crash_message(verdict))
     if verdict.status != "ok" and note is not None:

@@ -364,6 +364,8 @@ def ensure_model(
         if found is not None:
             return found
 
+        _note(f"downloading {model.filename} ({model.size / 1e9:.2f} GB; first use, then cached in {directory})",
+              progress)
         if not _hf_offline():
             fetch = hf_fetch or _hf_fetch_into
             try:

@@ -82,7 +82,8 @@ def test_measured_is_cached_on_disk_per_identity(tmp_path, monkeypatch):
     other = costs.measured("model-b", measure)
     assert other != first and len(runs) == 2
     data = json.loads(cache.read_text())
-    assert data[costs.curve_cache_key("model-a")] == {"rows": [1, 2], "seconds": [0.5, 1.75]}
+    entry = data[costs.curve_cache_key("model-a")]
+    assert entry["rows"] == [1, 2] and entry["seconds"] == [0.5, 1.75] and entry["at"] > 0  # when: for doctor
     assert len(data) == 2
     assert not [p for p in os.listdir(cache.parent) if p.endswith(".tmp")]  # written through a temporary file
 
@@ -117,29 +118,59 @@ def test_host_row_seconds_is_a_positive_time_measured_once(tmp_path, monkeypatch
     assert len(json.loads((tmp_path / "costs.json").read_text())) == 1
 
 
-def test_a_curve_measured_on_a_busy_machine_is_measured_again_and_keeps_the_fastest(tmp_path, monkeypatch):
-    """Measured while other work loaded the machine: used, stored as busy; the next call
-    measures again and keeps each count's faster time; once a quiet measurement settles it,
-    it is read back without measuring."""
+def test_a_curve_measured_on_a_busy_machine_is_kept_not_measured_at_every_start(tmp_path, monkeypatch):
+    """Measured while other work loaded the machine: stored as busy (``cache_state`` counts
+    it) and read back at the next start as it is; measuring again at every start on a busy
+    machine cost minutes (a corrected curve replaces it: ``costcheck``)."""
     cache = tmp_path / "costs.json"
     monkeypatch.setenv("RESISPEC_COSTS", str(cache))
-    load = [3.0 * (os.cpu_count() or 1)]
-    monkeypatch.setattr(costs.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
-    shapes = iter([(0.9, 1.0, 4.0), (0.5, 2.0, 1.5), (0.7, 0.6, 9.0)])
+    monkeypatch.setattr(costs.os, "getloadavg", lambda: (3.0 * (os.cpu_count() or 1), 0.0, 0.0))
     runs = []
 
     def measure():
         runs.append(1)
-        return CostCurve((1, 2, 4), next(shapes))
+        return CostCurve((1, 2, 4), (0.9, 1.0, 4.0))
 
     key = costs.curve_cache_key("m")
     assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.9, 1.0, 4.0))
     assert json.loads(cache.read_text())[key]["busy"] is True
-    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 1.0, 1.5)) and len(runs) == 2
-    load[0] = 0.0  # quiet now
-    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 3
-    assert "busy" not in json.loads(cache.read_text())[key]
-    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 3
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.9, 1.0, 4.0)) and len(runs) == 1
+    state = costs.cache_state()
+    assert state["curves"] == 1 and state["busy"] == 1 and state["corrected"] == 0 and state["newest"] > 0
+    costs.store_corrected("m", CostCurve((1, 2, 4), (0.5, 0.6, 1.5)))
+    assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 1
+    assert costs.cache_state()["corrected"] == 1
+
+
+def test_a_measurement_says_first_what_it_does_and_only_when_it_measures(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    lines = []
+    curve = CostCurve((1, 2), (0.1, 0.15))
+    costs.measured("m", lambda: lines.append("measured") or curve, lines.append, "measuring m")
+    costs.measured("m", lambda: lines.append("measured") or curve, lines.append, "measuring m")
+    assert lines == ["measuring m", "measured"]
+
+
+def test_measure_curve_stops_its_rounds_at_the_budget(monkeypatch):
+    """A fake clock: every decode takes one second; rounds after the first start only while
+    they would end within the budget."""
+    clock = [0.0]
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def decode_rows(n):
+        calls.append(n)
+        clock[0] += 1.0
+
+    costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=5, budget_s=6.5)
+    assert calls == [1] + [1, 2, 4] * 2  # a round takes 3 s: a third would end at 9 s
+    calls.clear()
+    costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=5, budget_s=0.0)
+    assert calls == [1] + [1, 2, 4]  # the first round always
+
+
+def test_the_machine_id_names_the_cores():
+    assert costs.machine_id().endswith(f"|{os.cpu_count()}")
 
 
 def test_a_machine_without_a_load_average_is_taken_as_quiet(monkeypatch):

@@ -207,7 +207,8 @@ def test_describe_and_cost_key(models, tiny_pair):
     assert meta["n_ctx_train"] > 0 and meta["n_embd"] > 0 and 0 < meta["n_params"] and 0 < meta["size"]
     assert meta["size"] <= tiny_pair[0].stat().st_size
     key = m.cost_key()
-    assert str(tiny_pair[0]) in key and key == m.cost_key()
+    assert key == m.cost_key() and str(tiny_pair[0]) not in key  # the content, not where the file is
+    assert m.content_key().startswith(f"{tiny_pair[0].stat().st_size}:")
 
 
 def test_token_pieces_from_two_threads_match_one_thread(engine):

@@ -114,7 +114,7 @@ def test_the_crash_line_without_amx_names_the_signal_and_a_rebuild():
 
 
 def test_require_working_build_raises_one_line_on_a_crash(cache, monkeypatch):
-    monkeypatch.setattr(buildcheck, "check", lambda: Verdict("crashes", signal="SIGSEGV"))
+    monkeypatch.setattr(buildcheck, "check", lambda note=None: Verdict("crashes", signal="SIGSEGV"))
     with pytest.raises(UserError, match="crashes \\(SIGSEGV\\)"):
         buildcheck.require_working_build()
     monkeypatch.setenv(buildcheck.SKIP_ENV, "1")
@@ -122,7 +122,7 @@ def test_require_working_build_raises_one_line_on_a_crash(cache, monkeypatch):
 
 
 def test_require_working_build_notes_an_undecided_check(cache, monkeypatch):
-    monkeypatch.setattr(buildcheck, "check", lambda: Verdict("timeout", detail="no answer in 120 s"))
+    monkeypatch.setattr(buildcheck, "check", lambda note=None: Verdict("timeout", detail="no answer in 120 s"))
     notes = []
     assert buildcheck.require_working_build(note=notes.append).status == "timeout"
     assert len(notes) == 1 and "timeout" in notes[0]
@@ -145,3 +145,10 @@ def test_the_verdict_file_can_be_named(cache, monkeypatch, tmp_path):
     monkeypatch.setenv(buildcheck.CACHE_ENV, str(tmp_path / "elsewhere.json"))
     buildcheck.check(run=lambda: Verdict("ok"))
     assert (tmp_path / "elsewhere.json").is_file() and not (cache / "buildcheck.json").exists()
+
+
+def test_the_check_says_before_it_runs_and_not_when_cached(cache):
+    lines = []
+    buildcheck.check(run=lambda: Verdict("ok"), note=lines.append)
+    buildcheck.check(run=lambda: Verdict("ok"), note=lines.append)
+    assert lines == [buildcheck.RUNNING]

@@ -6,6 +6,7 @@ or, with ``rpc``, on the workers'), described and freed here; its vocabulary cal
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import threading
@@ -159,9 +160,22 @@ class LlamaModel(Tokens, Batches, KVCache):
         }
 
     def cost_key(self) -> str:
-        """This file (path, size, mtime) and the settings a decode's cost depends on."""
-        st = os.stat(self.path)
-        # no change to the keys cached before RPC and slots
-        return json.dumps([os.path.abspath(self.path), st.st_size, int(st.st_mtime), self.n_threads,
-                           self.n_gpu_layers, self.n_ctx, self.flash_attn]
-                          + ([self.rpc] if self.rpc else []) + ([f"slots={self.n_slots}"] if self.n_slots > 1 else []))
+        """What a decode's cost depends on: the model's content (``content_key``: size and
+        a hash of its header and tail, never the file's path or modification time), the build
+        (llama-cpp-python's version and the ggml features it runs with), threads, offloaded
+        layers, context, flash attention, RPC workers and slots."""
+        return json.dumps([self.content_key(), _ll.__version__, native.build_key(), self.n_threads,
+                           self.n_gpu_layers, self.n_ctx, self.flash_attn, self.rpc or "", self.n_slots])
+
+    def content_key(self) -> str:
+        """The model file's size and the SHA-256 of its first MiB (the GGUF header) and last
+        64 KiB: the same model copied, moved or touched keeps its key; another has another."""
+        if getattr(self, "_content_key", None) is None:
+            size = os.path.getsize(self.path)
+            h = hashlib.sha256()
+            with open(self.path, "rb") as f:
+                h.update(f.read(1 << 20))
+                f.seek(max(0, size - (1 << 16)))
+                h.update(f.read())
+            self._content_key = f"{size}:{h.hexdigest()[:24]}"
+        return self._content_key

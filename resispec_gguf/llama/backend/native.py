@@ -116,6 +116,14 @@ def quantize(src: str, dst: str, ftype: str = "Q4_K_M", n_threads: int = 1) -> N
         raise UserError(f"llama.cpp could not quantize {src} to {ftype}")
 
 
+def build_key() -> str:
+    """The build as a decode's cost sees it: a hash of llama.cpp's system info (the ggml
+    features and backends it was compiled with)."""
+    import hashlib
+
+    return hashlib.sha256(_ll.llama_print_system_info() or b"").hexdigest()[:12]
+
+
 def build_facts() -> dict:
     """This build's version, system info, GPU offload and RPC support, ggml devices and memory."""
     ggml.bind(_ll.llama_cpp._lib, _load_ggml)

@@ -25,7 +25,7 @@ def _load(model: ModelParams, *, announce: bool = False):
     (``llama.buildcheck``: a crashing build is one line, exit 2), saying on stderr when no
     draft model could be chosen, when ``-ngl`` layers found no device but the CPU, when the
     ``--memory`` file could not be read or written and, with ``announce``, where the layers
-    run."""
+    run and what ``auto`` expects here."""
     engine = _open(model, announce=announce)
     try:
         yield engine
@@ -39,8 +39,8 @@ def _open(model: ModelParams, *, announce: bool):
     from ...engine import Engine
     from ...llama import buildcheck, devices
 
-    buildcheck.require_working_build(note=lambda line: _note(f"note: {line}"))
-    engine = Engine.load(model)
+    buildcheck.require_working_build(note=_note)
+    engine = Engine.load(model, note=_note)
     if model.draft is None and not engine.has_draft:
         _note("note: no draft model (only a preset target brings one; give --draft); "
               "auto and --lookup draft from the context alone")
@@ -53,6 +53,7 @@ def _open(model: ModelParams, *, announce: bool):
         _note(f"warning: {engine.memory_warning}")
     if announce:
         _note(devices.summary(info))
+        _note(f"auto: {engine.auto_outlook()}")
     return engine
 
 
@@ -221,6 +222,8 @@ def _cmd_serve(args) -> int:
         slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
         print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
               f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
+        if dp.method == "auto":
+            _note(f"auto: {engine.auto_outlook()}")
         return engine
 
     try:  # the port answers at once: /health is 503 "loading model" until load returns

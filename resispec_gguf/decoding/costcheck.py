@@ -1,0 +1,117 @@
+"""Predicted against measured step times: ``CurveCheck`` corrects the cost curves ``auto``
+plans with when the steps it runs contradict them, and ``outlook`` says before the first
+request what ``auto`` expects of this machine.
+
+A curve measured while other work loaded the machine (or on a quieter day, or before a
+driver update) steers every step by figures that no longer hold: ``/stats`` once showed a
+plain step predicted at 190.8 ms that took 69.2.  Each step a request runs alone is timed
+(``AutoTuner.record_time``); over a window of such steps, when the median of measured over
+predicted leaves ``[1 / bound, bound]``, both curves are scaled by it for the requests that
+start afterwards (never for the request under way: within a request no wall-clock reading
+steers a choice) and saved as the figures of the next starts.  The corrected curve is state
+that spans requests, shaped by which steps earlier requests ran: a seeded ``auto`` request
+takes part in the seed ledger while correction is on (``Engine.seed_key``).
+
+``$RESISPEC_COST_CHECK=0`` turns correction off (the test suite does, so that every engine
+plans with the curve it started with).  May import ``costs`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from . import costs
+from .costs import CostCurve
+
+__all__ = ["BOUND", "WINDOW", "CurveCheck", "enabled", "outlook"]
+
+# steps alone judged together: enough that one slow step (a page fault, a GC pause) does not
+# move the median, few enough that a wrong curve is corrected within a short reply
+WINDOW = 12
+# measured over predicted beyond which (or below its inverse) the curves are corrected: the
+# host work a step does beside its decodes is not in the curves and is allowed for
+BOUND = 1.5
+
+
+# the one line a start prints when compiling the kernels takes longer than a second
+COMPILING = "compiling the decoding kernels with Numba (first start after an install, about a minute, then cached)"
+
+
+def enabled() -> bool:
+    """Whether engines correct their curves (``$RESISPEC_COST_CHECK``, on unless "0" or "off")."""
+    return os.environ.get("RESISPEC_COST_CHECK", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def _scaled(curve: CostCurve | None, factor: float) -> CostCurve | None:
+    return None if curve is None else CostCurve(curve.rows, tuple(s * factor for s in curve.seconds))
+
+
+class CurveCheck:
+    """The curves an engine plans with, corrected from the steps its requests ran alone.
+
+    ``curves``: the ``(target, draft)`` pair the next request plans with.  ``identities``:
+    the cache identities (``costs.curve_identity``) a corrected curve is saved under (None:
+    not saved).  Thread-safe: requests on several threads report their steps."""
+
+    def __init__(self, target: CostCurve, draft: CostCurve | None, identities=(None, None), *,
+                 window: int = WINDOW, bound: float = BOUND):
+        self.curves = (target, draft)
+        self.identities = identities
+        self.window, self.bound = int(window), float(bound)
+        self.scale = 1.0  # the product of the corrections made
+        self.corrections = 0
+        self.last_ratio = 1.0  # measured over predicted in the last full window
+        self._ratios: list[float] = []
+        self._lock = threading.Lock()
+
+    def record(self, predicted_s: float, measured_s: float) -> bool:
+        """One step alone was predicted to take ``predicted_s`` and took ``measured_s``;
+        True when this step completed a window that corrected the curves."""
+        if not (predicted_s > 0.0 and measured_s > 0.0):
+            return False
+        with self._lock:
+            self._ratios.append(measured_s / predicted_s)
+            if len(self._ratios) < self.window:
+                return False
+            ratio = self.last_ratio = float(np.median(self._ratios))
+            self._ratios.clear()
+            if 1.0 / self.bound <= ratio <= self.bound:
+                return False
+            self.curves = (_scaled(self.curves[0], ratio), _scaled(self.curves[1], ratio))
+            self.scale *= ratio
+            self.corrections += 1
+            saved = list(zip(self.identities, self.curves))
+        for identity, curve in saved:
+            if identity is not None and curve is not None:
+                costs.store_corrected(identity, curve)
+        return True
+
+    def describe(self) -> str:
+        """One line for ``/stats`` and ``bench``: whether the curves were corrected."""
+        if not self.corrections:
+            return f"cost curves as cached (measured/predicted {self.last_ratio:.2f} over the last {self.window} steps)"
+        return (f"cost curves corrected {self.corrections}x from measured steps (now {self.scale:.2f}x the cached "
+                f"figures)")
+
+
+def outlook(tuner, target: CostCurve, info: dict) -> str:
+    """What ``auto`` expects here, in one sentence, from the curves and a fresh request's
+    ``tuner`` (``AutoTuner``; its acceptance still the prior): whether a chain at that
+    acceptance beats plain decoding, and the figure that decides it, a 4-row decode's cost
+    against one row's.  ``info``: ``Engine.info()`` (a model with GPU layers or RPC
+    workers is not "on this CPU")."""
+    gpu = any(int(m.get("n_gpu_layers") or 0) > 0 or m.get("rpc") for m in info.values() if m)
+    ratio = target(4) / target(1) if target(1) > 0 else 1.0
+    where = "here" if gpu else "on this CPU"
+    chain = tuner.expected_case("chain") if "chain" in tuner.arms else 0.0
+    if chain > tuner.plain_rate * 1.05:
+        return (f"speculation likely: a 4-row decode costs {ratio:.1f}x one row {where}, so a draft's accepted "
+                f"tokens come cheap")
+    if tuner.arms:
+        return (f"plain decoding likely: a 4-row decode costs {ratio:.1f}x one row {where}; drafts pay on a GPU "
+                f"or with copy-heavy work (edits, quoting the prompt)")
+    return (f"plain decoding: a 4-row decode costs {ratio:.1f}x one row {where}, so no draft could pay even if "
+            f"every candidate were accepted")

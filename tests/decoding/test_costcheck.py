@@ -1,0 +1,93 @@
+"""costcheck.py: a curve that measured steps contradict is corrected between requests
+(within a bounded number of steps, saved for the next start), a curve the steps bear out is
+left alone, a seeded auto request takes part in the seed ledger while correction is on, and
+``outlook`` says what auto expects from the curves."""
+
+import types
+
+import pytest
+
+from fake_models import Clocked, noisy_markov_pair
+from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.decoding import costcheck, costs, loop
+from resispec_gguf.decoding.autotune import AutoTuner
+from resispec_gguf.decoding.costs import CostCurve
+from resispec_gguf.engine import Engine
+
+ROWS = costs.ROW_COUNTS
+
+
+def _curve(per_row, fixed):
+    return CostCurve(ROWS, tuple(fixed + per_row * n for n in ROWS))
+
+
+CPU_T, CPU_D = _curve(0.012, 0.010), _curve(0.004, 0.003)  # a row costs about what a decode does
+
+
+def test_a_window_outside_the_bound_scales_both_curves_and_saves_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    check = costcheck.CurveCheck(CPU_T, CPU_D, ("t-id", "d-id"), window=4)
+    assert not any(check.record(0.020, 0.0101) for _ in range(3))
+    assert check.record(0.020, 0.0099)  # the fourth step completes the window: half as dear
+    t, d = check.curves
+    assert t.seconds == pytest.approx([s * 0.5 for s in CPU_T.seconds], rel=0.02)
+    assert d.seconds == pytest.approx([s * 0.5 for s in CPU_D.seconds], rel=0.02)
+    assert costs.load_cached_curve(str(tmp_path / "costs.json"), costs.curve_cache_key("t-id")) == t
+    assert "corrected 1x" in check.describe()
+
+
+def test_steps_within_the_bound_leave_the_curves_alone():
+    check = costcheck.CurveCheck(CPU_T, None, window=4)
+    for measured in (0.021, 0.025, 0.016, 0.030, 0.0001):  # the median 1.05x; nothing saved without ids
+        check.record(0.020, measured)
+    assert check.curves == (CPU_T, None) and check.corrections == 0
+    assert not check.record(0.0, 0.01) and not check.record(0.01, 0.0)  # no figure: ignored
+
+
+def test_a_curve_made_twice_too_dear_is_corrected_within_a_bounded_number_of_steps(monkeypatch, tmp_path):
+    """Fake models whose decodes take the true curve's seconds on a fake clock (which the
+    loop reads as its wall clock); the engine is given curves twice as dear.  After at most
+    two windows of steps alone, the curves it plans with are within the bound of the truth."""
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    clock = [0.0]
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    target, draft = noisy_markov_pair(8, eog=7, n_ctx=1024)
+    wrong = (_curve(0.024, 0.020), _curve(0.008, 0.006))
+    engine = Engine(Clocked(target, CPU_T, clock), Clocked(draft, CPU_D, clock), cost_curves=wrong, memory=None,
+                    correct_costs=True)
+    sp = SamplingParams(temperature=1.0, max_tokens=12, seed=1)
+    steps = 0
+    engine._auto_curves()
+    while engine.cost_check.corrections == 0:
+        steps += engine.generate([1, 2], sp, DraftParams(method="auto")).stats.steps
+        assert steps <= 2 * costcheck.WINDOW + 12, "not corrected within two windows"
+    t, _ = engine._auto_curves()
+    assert 1 / costcheck.BOUND < t(1) / CPU_T(1) < costcheck.BOUND
+    assert engine._tuner(DraftParams(method="auto")).target(1) == t(1)  # the next request plans with it
+
+
+def test_a_seeded_auto_request_takes_part_in_the_ledger_while_correction_is_on():
+    target, draft = noisy_markov_pair(8, eog=7)
+    on = Engine(target, draft, cost_curves=(CPU_T, CPU_D), memory=None, correct_costs=True)
+    off = Engine(target, draft, cost_curves=(CPU_T, CPU_D), memory=None, correct_costs=False)
+    auto, plain = DraftParams(method="auto"), DraftParams(method="none")
+    first, again = on.seed_key(5, auto), on.seed_key(5, auto)
+    assert first is None and again is not None  # the first use draws from the seed alone, a repeat keyed apart
+    assert off.seed_key(5, auto) is None and off.seed_key(5, auto) is None and on.seed_key(6, plain) is None
+
+
+def test_outlook_says_plain_on_cpu_like_costs_and_speculation_on_gpu_like_ones():
+    cpu = AutoTuner(CPU_T, CPU_D, DraftParams())
+    text = costcheck.outlook(cpu, CPU_T, {"target": {"n_gpu_layers": 0}, "draft": None})
+    assert text.startswith("plain decoding") and "on this CPU" in text and f"{CPU_T(4) / CPU_T(1):.1f}x" in text
+    gpu_t, gpu_d = _curve(0.0002, 0.020), _curve(0.0001, 0.004)
+    gpu = AutoTuner(gpu_t, gpu_d, DraftParams())
+    text = costcheck.outlook(gpu, gpu_t, {"target": {"n_gpu_layers": 99}})
+    assert text.startswith("speculation likely") and "here" in text
+
+
+def test_the_environment_turns_correction_off(monkeypatch):
+    monkeypatch.setenv("RESISPEC_COST_CHECK", "0")
+    assert not costcheck.enabled()
+    monkeypatch.setenv("RESISPEC_COST_CHECK", "1")
+    assert costcheck.enabled()
