@@ -71,23 +71,60 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
     """Time ``decode_rows(n)`` (one decode of n rows) for each n, in ``repeats`` rounds over
     all n, keeping each n's fastest round: another job on a shared machine can only add time,
     and it adds it unevenly (a busy moment during the 4-row decode of one round would make 4
-    rows look dearer than 8), so the fastest round is the machine's own shape.  ``budget_s``:
-    a round after the first starts only if it would end within that many seconds (judged by
-    the last round's length)."""
+    rows look dearer than 8), so the fastest round is the machine's own shape.
+
+    ``budget_s`` bounds a start's measurement: the first round goes through the counts in
+    ``_priority`` order and, past the budget, leaves out the rest (the curve goes on along
+    its last measured stretch); a later round starts only if it would end within the budget
+    (judged by the last round's length); then, within half as much again, the counts that
+    still cost more than a larger count are timed again (``_suspects``), which is where a
+    busy moment shows in a curve of one or two rounds."""
     decode_rows(1)  # warm-up
-    times = [[] for _ in rows]
+    times: dict[int, list[float]] = {}
+
+    def timed(n: int) -> None:
+        t = time.perf_counter()
+        decode_rows(n)
+        times.setdefault(n, []).append(time.perf_counter() - t)
+
     start = last = time.perf_counter()
-    for r in range(repeats):
+    for n in _priority(rows) if budget_s is not None else rows:
+        if len(times) >= 3 and budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+        timed(n)
+    for _ in range(repeats - 1):
         now = time.perf_counter()
-        if r and budget_s is not None and (now - start) + (now - last) > budget_s:
+        if budget_s is not None and (now - start) + (now - last) > budget_s:
             break
         last = now
-        for i, n in enumerate(rows):
-            t = time.perf_counter()
-            decode_rows(n)
-            times[i].append(time.perf_counter() - t)
+        for n in rows:
+            if n in times:
+                timed(n)
+    counts = tuple(n for n in rows if n in times)
+    if budget_s is not None and len(times[counts[0]]) < repeats:
+        deadline = start + 1.5 * budget_s
+        for _ in range(repeats):
+            for i in _suspects([min(times[n]) for n in counts]):
+                if time.perf_counter() + min(times[counts[i]]) > deadline:
+                    break
+                timed(counts[i])
     # not forced to grow with n: a batch of some sizes may really cost less than a smaller one
-    return CostCurve(tuple(rows), tuple(float(np.min(ts)) for ts in times))
+    return CostCurve(counts, tuple(float(np.min(times[n])) for n in counts))
+
+
+def _priority(rows) -> list[int]:
+    """``rows`` in the order a bounded measurement takes them: 1, 2, 4, 8, ... first (the
+    shape ``auto`` reads most), then the counts between, smallest first."""
+    powers = [n for n in rows if n & (n - 1) == 0]
+    return powers + [n for n in rows if n not in powers]
+
+
+def _suspects(best: list[float], slack: float = 1.15) -> list[int]:
+    """The counts whose best time exceeds a larger count's by more than ``slack``: likely a
+    decode that other work slowed (on this 2-core machine one round under load timed 4 rows
+    at 594 ms and 6 at 222)."""
+    later = np.minimum.accumulate(np.array(best)[::-1])[::-1]  # the least time of each count and those above it
+    return [i for i in range(len(best) - 1) if best[i] > slack * later[i + 1]]
 
 
 def curve_cache_key(identity: str) -> str:
@@ -258,7 +295,7 @@ def backend_curve(model, note=None, name: str = "") -> CostCurve:
         return curve
 
     what = (f"measuring what a decode of 1 to {max(ROW_COUNTS)} rows costs the {name or 'model'} here, for auto "
-            f"(first start with this model, build and settings; up to about {2 * MEASURE_BUDGET_S:.0f} s, "
+            f"(first start with this model, build and settings; about {1.5 * MEASURE_BUDGET_S:.0f} s at most, "
             f"then cached in {cache_file()})")
     return measured(curve_identity(model), measure, note, what)
 

@@ -153,7 +153,8 @@ def test_a_measurement_says_first_what_it_does_and_only_when_it_measures(tmp_pat
 
 def test_measure_curve_stops_its_rounds_at_the_budget(monkeypatch):
     """A fake clock: every decode takes one second; rounds after the first start only while
-    they would end within the budget."""
+    they would end within the budget, and a first round past it leaves out the counts it has
+    not reached (powers of two first), never 1, 2 and 4."""
     clock = [0.0]
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
     calls = []
@@ -165,8 +166,12 @@ def test_measure_curve_stops_its_rounds_at_the_budget(monkeypatch):
     costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=5, budget_s=6.5)
     assert calls == [1] + [1, 2, 4] * 2  # a round takes 3 s: a third would end at 9 s
     calls.clear()
-    costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=5, budget_s=0.0)
-    assert calls == [1] + [1, 2, 4]  # the first round always
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 3, 4, 8), repeats=5, budget_s=3.5)
+    assert calls == [1] + [1, 2, 4, 8]  # 3 was left out: past the budget
+    assert curve.rows == (1, 2, 4, 8)
+    calls.clear()
+    costs.measure_curve(decode_rows, rows=(1, 2, 3, 4), repeats=5, budget_s=0.0)
+    assert calls == [1] + [1, 2, 4]  # the first three counts always
 
 
 def test_the_machine_id_names_the_cores():
@@ -191,3 +196,20 @@ def test_the_busy_threshold_can_be_set_or_turned_off(monkeypatch):
     assert costs._machine_busy() is False
     monkeypatch.setenv("RESISPEC_BUSY_LOAD", "lots")  # not a number: the default
     assert costs._machine_busy() is False
+
+
+def test_a_count_dearer_than_a_larger_one_is_timed_again_within_the_budget(monkeypatch):
+    """One round only (the budget allows no second): the 2-row decode was slowed by other
+    work (5 s, dearer than 4 rows' 4 s), so it alone is timed again and its 2 s kept."""
+    clock = [0.0]
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def decode_rows(n):
+        calls.append(n)
+        clock[0] += 5.0 if (n == 2 and calls.count(2) == 1) else float(n)
+
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=3, budget_s=10.0)
+    assert calls == [1, 1, 2, 4, 2]
+    assert curve == CostCurve((1, 2, 4), (1.0, 2.0, 4.0))
+    assert costs._suspects([1.0, 5.0, 4.0, 3.0]) == [1, 2] and costs._suspects([1.0, 2.0, 1.8]) == []

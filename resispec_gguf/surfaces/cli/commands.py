@@ -26,7 +26,7 @@ def _load(model: ModelParams, *, announce: bool = False):
     draft model could be chosen, when ``-ngl`` layers found no device but the CPU, when the
     ``--memory`` file could not be read or written and, with ``announce``, where the layers
     run and what ``auto`` expects here."""
-    engine = _open(model, announce=announce)
+    engine = _open(model, announce=announce, loading=announce)
     try:
         yield engine
     finally:
@@ -35,10 +35,12 @@ def _load(model: ModelParams, *, announce: bool = False):
             _note(f"warning: {engine.save_warning}")
 
 
-def _open(model: ModelParams, *, announce: bool):
+def _open(model: ModelParams, *, announce: bool, loading: bool = False):
     from ...engine import Engine
     from ...llama import buildcheck, devices
 
+    if loading:
+        _note(_loading_line(model))
     buildcheck.require_working_build(note=_note)
     engine = Engine.load(model, note=_note)
     if model.draft is None and not engine.has_draft:
@@ -55,6 +57,22 @@ def _open(model: ModelParams, *, announce: bool):
         _note(devices.summary(info))
         _note(f"auto: {engine.auto_outlook()}")
     return engine
+
+
+def _loading_line(model: ModelParams) -> str:
+    """The first line an interactive start prints (a few seconds of loading follow): which
+    models it loads.  A local file that is missing or not a GGUF is refused first, so that
+    such an error stays the start's one line."""
+    from pathlib import Path
+
+    from ...llama.gguf_file import check_gguf_file
+    from ...llama.presets import draft_spec, parse_model_spec
+
+    draft = draft_spec(model.target, model.draft)
+    for spec in (model.target, draft):
+        if spec and parse_model_spec(spec)[0] == "path":
+            check_gguf_file(str(Path(spec).expanduser()))
+    return f"loading target {model.target} and {f'draft {draft}' if draft else 'no draft'} ..."
 
 
 def _speculation(args) -> tuple[ModelParams, SamplingParams, DraftParams]:
@@ -214,7 +232,7 @@ def _cmd_serve(args) -> int:
         """On the server's loading thread, while /health answers 503 "loading model"."""
         from ...llama.devices import summary
 
-        engine = _open(model, announce=False)
+        engine = _open(model, announce=False, loading=True)
         loaded.append(engine)
         auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
         cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
