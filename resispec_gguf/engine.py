@@ -75,11 +75,8 @@ class Engine:
         self._local = threading.local()  # ``last_result``, per calling thread
         self._runner: Runner | None = None
         self._runner_lock = threading.Lock()
-        self._auto = cost_curves
-        self.correct_costs = costcheck.enabled() if correct_costs is None else bool(correct_costs)
-        self.cost_check: costcheck.CurveCheck | None = None  # made with the curves, when correcting
-        self.note: Callable[[str], None] | None = None  # told, one line each, of slow preparation
-        self._row_s = 0.0 if cost_curves is not None else None  # host seconds per row, for auto
+        # what auto's plans cost here: the curves (as corrected), host time per row, the outlook
+        self.costs = costcheck.AutoCosts(target, draft, cost_curves, correct_costs)
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
@@ -100,7 +97,8 @@ class Engine:
 
     @classmethod
     def load(cls, target: ModelParams | str | None = None, draft: str | None = None, *, progress: bool = True,
-             note: Callable[[str], None] | None = None, **settings) -> "Engine":
+             note: Callable[[str], None] | None = None, correct_costs: bool | None = None,
+             **settings) -> "Engine":
         """Load a target and a draft as a ``config.ModelParams`` says: pass one, or its fields
         as arguments, e.g. ``Engine.load("default", n_ctx=8192)`` or
         ``Engine.load("t.gguf", "d.gguf", n_threads=4, flash_attn=False)``.
@@ -109,7 +107,8 @@ class Engine:
         draft brings its own draft, any other target loads none unless ``draft`` names one;
         ``draft=""`` loads none (then ``auto`` and ``lookup=True`` draft from the context
         only).  ``progress``: report model downloads on stderr, and ``prepare``'s work on a
-        terminal; ``note(line)``: told before slow preparation (``prepare``).  A bad setting raises
+        terminal; ``note(line)``: told before slow preparation (``prepare``); ``correct_costs``:
+        ``Engine``'s.  A bad setting raises
         ``config.ConfigError``, a model that cannot be found, read or paired ``UserError``."""
         if isinstance(target, ModelParams):
             if draft is not None or settings:
@@ -123,9 +122,9 @@ class Engine:
         t, d = loading.open_pair(params, progress=progress)
         memory, warning = open_memory(params, t)
         engine = cls(t, d, chat_template=t.chat_template(), tool_format=params.tool_format,
-                     cache_ram_mib=params.cache_ram_mib, memory=memory)
+                     cache_ram_mib=params.cache_ram_mib, memory=memory, correct_costs=correct_costs)
         engine.memory_warning = warning
-        engine.note = note
+        engine.costs.note = note
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -173,7 +172,7 @@ class Engine:
         if report:
             report(0, len(steps))
         for i, step in enumerate(steps):
-            with slow_note(self.note if step != self._auto_curves else None, costcheck.COMPILING):
+            with slow_note(self.costs.note if step != self._auto_curves else None, costcheck.COMPILING):
                 step()  # the curves say themselves when they measure
             if report:
                 report(i + 1, len(steps))
@@ -282,32 +281,18 @@ class Engine:
         the memory of past answers also starts from what the last one learnt of their
         candidates (``Memory.learnt``, set in ``_generation``).  ``dp``'s draws, depth and
         budget bound what it may choose."""
-        tuner = autotune.AutoTuner(*self._auto_curves(), dp, has_draft=self.draft is not None and dp.use_draft,
-                                   row_s=self._auto_row_seconds())
-        tuner.check = self.cost_check
-        return tuner
+        return self.costs.tuner(dp, self.draft is not None and dp.use_draft)
 
     def _auto_curves(self):
-        """The ``(target, draft)`` cost curves the next request plans with: measured (or read
-        from the disk cache) once, then as ``cost_check`` corrected them."""
-        if self._auto is None:
-            self._auto = (costs.backend_curve(self.target, self.note, "target"),
-                          costs.backend_curve(self.draft, self.note, "draft") if self.draft is not None else None)
-        if self.correct_costs and self.cost_check is None:
-            ids = tuple(costs.curve_identity(m) if m is not None else None for m in (self.target, self.draft))
-            self.cost_check = costcheck.CurveCheck(*self._auto, ids)
-        return self.cost_check.curves if self.cost_check is not None else self._auto
-
-    def auto_outlook(self) -> str:
-        """What ``auto`` expects on these models and this machine, in one sentence
-        (``costcheck.outlook``), for the start-up line."""
-        info = self.info() if hasattr(self.target, "describe") else {}
-        return costcheck.outlook(self._tuner(DraftParams()), self._auto_curves()[0], info)
+        return self.costs.curves()
 
     def _auto_row_seconds(self) -> float:
-        if self._row_s is None:
-            self._row_s = costs.host_row_seconds(self.n_vocab)
-        return self._row_s
+        return self.costs.row_seconds()
+
+    def auto_outlook(self) -> str:
+        """What ``auto`` expects on these models and this machine, in one sentence, for the
+        start-up line (``costcheck.outlook``)."""
+        return self.costs.outlook(self.info() if hasattr(self.target, "describe") else {})
 
     # ------------------------------------------------------------------ prompts (``engine.prompts``)
 
@@ -429,9 +414,12 @@ class Engine:
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)
         use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
-        return Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
-                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key,
-                          views=self.prompt_views(tokens) if use_lookup and dp.views else ())
+        gen = Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
+                         auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key,
+                         views=self.prompt_views(tokens) if use_lookup and dp.views else ())
+        if auto is not None:  # its steps' predicted and measured times, in the reply's stats (bench shows them)
+            gen.stats.step_times = auto.tuner.timing
+        return gen
 
     def prompt_views(self, tokens: list[int]) -> list[list[int]]:
         """The prompt's text as replies quote it (``decoding.views``), each tokenized with the
@@ -468,7 +456,7 @@ class Engine:
         its seed alone: nothing it reads was shaped by anyone, and the use counted keys every
         later reader of that seed apart from it."""
         fills = self.memory is not None and dp.use_memory
-        reads = (self.n_slots > 1 or (dp.method == "auto" and self.correct_costs)
+        reads = (self.n_slots > 1 or (dp.method == "auto" and self.costs.correct)
                  or (fills and (dp.method == "auto" or (dp.lookup and dp.method != "none"))))
         if not (reads or fills):
             return None

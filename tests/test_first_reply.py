@@ -108,10 +108,10 @@ def test_no_kernel_compiles_inside_a_generation(tiny_pair, tmp_path_factory, sta
 
 def test_prepare_measures_what_auto_needs(tiny_pair):
     with Engine.load(str(tiny_pair[0]), str(tiny_pair[1]), n_ctx=256, n_threads=1, progress=False) as e:
-        assert e._auto is not None and e._auto[1] is not None and e._row_s is not None
-        curves, row_s = e._auto, e._row_s
+        assert e.costs.measured is not None and e.costs.measured[1] is not None and e.costs.row_s is not None
+        curves, row_s = e.costs.measured, e.costs.row_s
         e.generate("x", SamplingParams(max_tokens=4, seed=0), DraftParams(method="auto"))
-        assert e._auto is curves and e._row_s == row_s  # nothing measured inside a request
+        assert e.costs.measured is curves and e.costs.row_s == row_s  # nothing measured inside a request
 
 
 class _Terminal(io.StringIO):

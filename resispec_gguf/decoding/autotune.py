@@ -172,6 +172,7 @@ class AutoTuner:
         self.background: Background | None = None  # the step's other requests (``Auto.share_step``)
         self.last_choice = "none"
         self.reason = "start: probe"
+        self.lost = 0  # speculative steps whose arm then did not beat plain decoding or another arm
         # per arm ("none" for plain): [steps, predicted seconds, measured seconds], for the
         # user's eyes and the engine's ``costcheck.CurveCheck`` (never this request's choices)
         self.timing: dict[str, list] = {}
@@ -343,7 +344,7 @@ class AutoTuner:
             if name != best and arm.wait == 0:
                 arm.wait = arm.backoff
         if best is not None:
-            return self._plan(best, pending, f"{best}: {best_rate:.2f} tokens/s > plain {self.plain_rate:.2f}")
+            return self._plan(best, pending, f"{best_rate:.2f} tokens/s against plain decoding's {self.plain_rate:.2f}")
         self.current = None
         self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
@@ -419,6 +420,7 @@ class AutoTuner:
         rival = max([self.plain_rate * self.margin] + [a.rate for n, a in self.arms.items()
                                                         if n != plan.arm and a.steps and a.wait == 0])
         if arm.rate <= rival:  # not better than plain or another arm: try again later
+            self.lost += 1
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
         else:
@@ -477,16 +479,44 @@ class AutoTuner:
         arm.learn(float(accepted), self.decay)
 
     def summary(self) -> str:
-        arms = ", ".join(f"{n} {a.rate:.2f} tokens/s over {a.steps} steps, acceptance per node {a.accept:.2f}"
-                         for n, a in self.arms.items())
+        """What auto did and why, in words, for ``/stats`` and ``--verbose``: the last choice
+        (and how many steps speculated), each arm's rate and acceptance, and each kind of
+        step's predicted against measured time."""
+        steps = {k: t[0] for k, t in self.timing.items()}
+        total, spec = sum(steps.values()), sum(n for k, n in steps.items() if k != "none")
+        if self.last_choice != "none":
+            head = f"auto: {_words(self.last_choice)} ({self.reason})"
+        elif not self.arms:
+            head = "auto: plain decoding (no speculation could beat it on these costs, even with every candidate accepted)"
+        elif self.lost:
+            head = f"auto: plain decoding; speculation did not pay on {self.lost} probe{'s' * (self.lost > 1)}"
+        else:
+            head = f"auto: plain decoding ({self.reason})"
+        lines = [head + (f"; {spec} of {total} steps speculated" if total else "")]
+        ran = [f"{n} {a.rate:.2f} over {a.steps} step{'s' * (a.steps != 1)}" for n, a in self.arms.items() if a.steps]
         if self.grammar is not None and self.grammar.steps:
-            arms += (f", grammar {self.grammar.rate:.2f} tokens/s over {self.grammar.steps} steps, forced "
-                     f"candidates accepted {self.calibration.lookup(FORCED_BIN):.2f}")
-        times = ", ".join(f"{k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n}"
-                          for k, (n, p, m) in self.timing.items())
-        return (f"auto: {self.last_choice} ({self.reason}); plain {self.plain_rate:.2f} tokens/s predicted; "
-                f"{arms}"
-                + (f"; step time predicted/measured: {times}" if times else ""))
+            ran.append(f"grammar {self.grammar.rate:.2f} over {self.grammar.steps} steps")
+        idle = [n for n, a in self.arms.items() if not a.steps]
+        lines.append(f"  tokens/s predicted: plain {self.plain_rate:.2f}" + "".join(f", {r}" for r in ran)
+                     + (f"; not run: {', '.join(idle)}" if idle else ""))
+        accept = [f"{n} {a.accept:.2f}" for n, a in self.arms.items()]
+        if self.grammar is not None and self.grammar.steps:
+            accept.append(f"forced tokens {self.calibration.lookup(FORCED_BIN):.2f}")
+        if accept:
+            lines.append(f"  acceptance per node: {', '.join(accept)}")
+        if self.timing:
+            lines.append("  step time predicted/measured: " + ", ".join(
+                f"{'plain' if k == 'none' else k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n} step{'s' * (n != 1)}"
+                for k, (n, p, m) in self.timing.items()))
+        return "\n".join(lines)
+
+
+def _words(arm: str) -> str:
+    """An arm's name in words (its short name after it)."""
+    if arm.startswith("tree"):
+        return f"a {arm[4:]}-draw draft tree (tree{arm[4:]})"
+    return {"chain": "a draft chain (chain)", "lookup": "lookup candidates, no draft call (lookup)",
+            "grammar": "the grammar's forced tokens (grammar)"}.get(arm, arm)
 
 
 def warm_up() -> None:

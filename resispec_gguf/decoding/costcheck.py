@@ -13,7 +13,7 @@ that spans requests, shaped by which steps earlier requests ran: a seeded ``auto
 takes part in the seed ledger while correction is on (``Engine.seed_key``).
 
 ``$RESISPEC_COST_CHECK=0`` turns correction off (the test suite does, so that every engine
-plans with the curve it started with).  May import ``costs`` only.
+plans with the curve it started with).  May import ``costs`` and ``autotune``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import threading
 
 import numpy as np
 
+from ..config import DraftParams
 from . import costs
+from .autotune import AutoTuner
 from .costs import CostCurve
 
-__all__ = ["BOUND", "WINDOW", "CurveCheck", "enabled", "outlook"]
+__all__ = ["BOUND", "WINDOW", "AutoCosts", "CurveCheck", "enabled", "outlook"]
 
 # steps alone judged together: enough that one slow step (a page fault, a GC pause) does not
 # move the median, few enough that a wrong curve is corrected within a short reply
@@ -115,3 +117,47 @@ def outlook(tuner, target: CostCurve, info: dict) -> str:
                 f"or with copy-heavy work (edits, quoting the prompt)")
     return (f"plain decoding: a 4-row decode costs {ratio:.1f}x one row {where}, so no draft could pay even if "
             f"every candidate were accepted")
+
+
+class AutoCosts:
+    """What ``auto``'s plans cost on one engine's ``target`` and ``draft`` (``ModelBackend``
+    s): the ``(target, draft)`` curves, measured or read from the disk cache on first use
+    (``curves``; ``given``: the pair to use instead, as tests inject), then as ``check``
+    corrects them when ``correct`` (None: ``enabled()``); the host time per logits row
+    (``row_seconds``; 0 with given curves).  ``note(line)``: told before a measurement."""
+
+    def __init__(self, target, draft, given=None, correct: bool | None = None):
+        self.target, self.draft = target, draft
+        self.measured = given  # the curves as measured or cached (never corrected)
+        self.row_s = 0.0 if given is not None else None
+        self.correct = enabled() if correct is None else bool(correct)
+        self.check: CurveCheck | None = None  # made with the curves, when correcting
+        self.note = None
+
+    def curves(self) -> tuple:
+        """The ``(target, draft)`` curves the next request plans with."""
+        if self.measured is None:
+            self.measured = (costs.backend_curve(self.target, self.note, "target"),
+                             costs.backend_curve(self.draft, self.note, "draft") if self.draft is not None else None)
+        if self.correct and self.check is None:
+            ids = tuple(costs.curve_identity(m) if m is not None else None for m in (self.target, self.draft))
+            self.check = CurveCheck(*self.measured, ids)
+        return self.check.curves if self.check is not None else self.measured
+
+    def row_seconds(self) -> float:
+        if self.row_s is None:
+            self.row_s = costs.host_row_seconds(self.target.n_vocab)
+        return self.row_s
+
+    def tuner(self, dp: DraftParams, has_draft: bool) -> AutoTuner:
+        """A fresh ``AutoTuner`` for one request on the current curves, telling ``check`` of
+        its steps.  Fresh, so that its choices, and with them the output, depend only on the
+        request, its seed, the curves it starts with and what it carries over (``Engine``'s
+        memory); ``dp``'s draws, depth and budget bound what it may choose."""
+        tuner = AutoTuner(*self.curves(), dp, has_draft=has_draft, row_s=self.row_seconds())
+        tuner.check = self.check
+        return tuner
+
+    def outlook(self, info: dict) -> str:
+        """``outlook`` for a fresh request with a draft if there is one (``info``: ``Engine.info()``)."""
+        return outlook(self.tuner(DraftParams(), self.draft is not None), self.curves()[0], info)

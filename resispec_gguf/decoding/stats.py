@@ -55,6 +55,8 @@ class Stats:
     tokens_by_kind: dict = field(default_factory=dict)  # the same kinds -> output tokens of their steps
     mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
     auto: str = ""  # what auto chose last and why
+    # auto: per kind of step ("none" for plain, else its arm) [steps, predicted s, measured s]
+    step_times: dict = field(default_factory=dict)
 
     @property
     def overhead_time(self) -> float:
@@ -121,6 +123,10 @@ class Stats:
             for kind, n in theirs.items():
                 mine[kind] = mine.get(kind, 0) + n
         self.auto = other.auto or self.auto
+        for kind, figures in other.step_times.items():
+            mine = self.step_times.setdefault(kind, [0, 0.0, 0.0])
+            for i, x in enumerate(figures):
+                mine[i] += x
         self._grow(len(other.reached_by_depth))
         for d, (a, r) in enumerate(zip(other.accepted_by_depth, other.reached_by_depth)):
             self.accepted_by_depth[d] += a
@@ -155,6 +161,7 @@ class Stats:
             "end_to_end_tokens_per_s": self.end_to_end_tokens_per_s,
             "steps_by_kind": dict(self.steps_by_kind),
             "tokens_by_kind": dict(self.tokens_by_kind),
+            "step_times": {k: list(v) for k, v in self.step_times.items()},
             "masks": len(self.mask_seconds),
             "mask_ms_median": 1000 * float(np.median(self.mask_seconds)) if self.mask_seconds else None,
             "auto": self.auto,

@@ -6,7 +6,7 @@ engine's memory of past answers emptied, its prompt caches dropped: no method fi
 prompt, or another method's answer to it, left by the run before); a tool loop (the
 ``agent`` workload) runs method by method instead, each method's sequence started cold, so
 that every method sees the same history.  Beside the decode speed it reports the
-end-to-end speed and where a request's time went (``format_phases``).  ``analyze`` samples answers with
+end-to-end speed and where a request's time went (its tables, in words: ``bench_tables``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.
@@ -32,6 +32,7 @@ from ..errors import UserError
 from .bench_prompts import (as_run, forget, is_sequential, parse_prompts, parse_workloads,  # noqa: F401
                             planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts,
                             without_max_tokens)
+from .bench_tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
 from .workloads import WORKLOADS  # noqa: F401
 
 
@@ -89,6 +90,8 @@ def summarise(runs: list, baseline: dict, e2e_baseline: dict | None = None) -> d
         "tokens": total.tokens,
         "runs": len(st),
         "mask_ms_median": 1000 * statistics.median(total.mask_seconds) if total.mask_seconds else None,
+        "steps_by_kind": dict(total.steps_by_kind),
+        "step_times": {k: list(v) for k, v in total.step_times.items()},  # auto: [steps, predicted s, measured s]
     }
 
 
@@ -307,65 +310,6 @@ def format_sweep(results, params, model: ModelParams, sp: SamplingParams) -> str
     return "\n".join(lines)
 
 
-def _x(value, spec: str) -> str:
-    return format(value, spec) if value is not None else "-"
-
-
-def format_table(results) -> str:
-    """Per workload: a row per temperature and method (decode-only and end-to-end speeds,
-    the draft's figures), then where a request's time went (``format_phases``)."""
-    lines = []
-    width = max([13] + [len(name) for block in results for name in block["methods"]])
-    head = (f"{'T':>4} {'method':<{width}} {'tok/s':>7} {'vs none':>8} {'e2e tok/s':>9} {'e2e vs':>7} {'tau':>5} "
-            f"{'accept':>7} {'nodes':>6} {'draft ms':>9} {'target ms':>10} {'overhead ms':>12}  accept by depth")
-    workload = None
-    for n, block in enumerate(results):
-        if block.get("workload") != workload:
-            workload = block.get("workload")
-            if lines:
-                lines.append("")
-            order = ", each method's sequence in turn" if block.get("sequential") else ""
-            lines += [f"workload: {workload}{order}", head, "-" * len(head)]
-        for name, m in block["methods"].items():
-            by_depth = " ".join(f"{a:.2f}" if a is not None else "-" for a in m["accept_by_depth"][:6])
-            if m.get("mask_ms_median") is not None:
-                free = m.get("speedup_vs_free")
-                by_depth += f"  [mask {m['mask_ms_median']:.3f} ms/node" + (f", {free:.3f}x unconstrained]"
-                                                                           if free is not None else "]")
-            lines.append(
-                f"{block['temperature']:>4} {name:<{width}} {m['tokens_per_s']:>7.2f} {_x(m['speedup_vs_none'], '.3f'):>8} "
-                f"{_x(m.get('end_to_end_tokens_per_s'), '.2f'):>9} {_x(m.get('end_to_end_vs_none'), '.3f'):>7} "
-                f"{_x(m['tau'], '.2f'):>5} {_x(m['acceptance_rate'], '.3f'):>7} {m['nodes_per_step']:>6.1f} "
-                f"{m['draft_ms_per_step']:>9.1f} {m['target_ms_per_step']:>10.1f} {m['overhead_ms_per_step']:>12.2f}  "
-                f"{by_depth}"
-            )
-        for name, m in block["methods"].items():
-            if m.get("errors"):  # its speeds are not the method's: some replies stopped early
-                lines.append(f"     {name}: {m['errors']} of {m['runs']} replies ended in an error, the first: "
-                             f"{m['first_error']}")
-        if n + 1 == len(results) or results[n + 1].get("workload") != workload:
-            lines += format_phases([b for b in results if b.get("workload") == workload], width)
-    return "\n".join(lines)
-
-
-def format_phases(blocks, width: int = 13) -> list[str]:
-    """Where a request's time went, seconds per request: the prompt's processing (target,
-    draft, host work between them) and the decode (draft calls, target calls, host work)."""
-    head = (f"{'T':>4} {'method':<{width}} {'prompt tok':>10} {'reused':>7} {'prompt tgt s':>12} {'prompt dft s':>12} "
-            f"{'prompt host s':>13} {'decode s':>9} {'dec dft s':>9} {'dec tgt s':>9} {'dec host s':>10}")
-    lines = ["where a request's time went (seconds per request):", head]
-    for block in blocks:
-        for name, m in block["methods"].items():
-            if "prompt_target_s" not in m:
-                continue
-            lines.append(
-                f"{block['temperature']:>4} {name:<{width}} {m['prompt_tokens']:>10.0f} {m['prompt_reused']:>7.0f} "
-                f"{m['prompt_target_s']:>12.3f} {m['prompt_draft_s']:>12.3f} {m['prompt_host_s']:>13.3f} "
-                f"{m['decode_s']:>9.3f} {m['decode_draft_s']:>9.3f} {m['decode_target_s']:>9.3f} "
-                f"{m['decode_host_s']:>10.3f}")
-    return lines if len(lines) > 2 else []
-
-
 def machine_info(engine) -> dict:
     import numba
 
@@ -409,12 +353,12 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     if sweep is not None:
         results, params = run_sweep(engine, workloads, sweep, temperatures, sp, dp, repeat=repeat, reasoning=reasoning)
         methods = list(params)
-        print(format_table(results))
+        print(format_table(results, engine.auto_outlook()))
         print(format_sweep(results, params, model, sp))
     else:
         results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint,
                             reasoning=reasoning)
-        print(format_table(results))
+        print(format_table(results, engine.auto_outlook() if any(m.startswith("auto") for m in methods) else None))
     print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
     info = engine.info()
     report = {

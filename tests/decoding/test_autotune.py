@@ -400,7 +400,9 @@ def test_summary_shows_predicted_and_measured_step_times():
     tuner.record_time(None, 0.012)
     tuner.record_time(None, 0.014)
     text = tuner.summary()
-    assert f"{plan.arm} {1000 * plan.cost:.1f}/30.0 ms over 1" in text and "none 10.0/13.0 ms over 2" in text
+    assert f"{plan.arm} {1000 * plan.cost:.1f}/30.0 ms over 1 step," in text and "plain 10.0/13.0 ms over 2 steps" in text
+    assert text.startswith(f"auto: {autotune._words(plan.arm)} (probe {plan.arm}); 1 of 3 steps speculated"), text
+    assert "\n  tokens/s predicted: plain " in text and f"not run: {plan.arm}" in text  # its step was not observed
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.5, 1.5])

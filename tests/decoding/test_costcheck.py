@@ -58,7 +58,7 @@ def test_a_curve_made_twice_too_dear_is_corrected_within_a_bounded_number_of_ste
     sp = SamplingParams(temperature=1.0, max_tokens=12, seed=1)
     steps = 0
     engine._auto_curves()
-    while engine.cost_check.corrections == 0:
+    while engine.costs.check.corrections == 0:
         steps += engine.generate([1, 2], sp, DraftParams(method="auto")).stats.steps
         assert steps <= 2 * costcheck.WINDOW + 12, "not corrected within two windows"
     t, _ = engine._auto_curves()

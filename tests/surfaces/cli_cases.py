@@ -93,9 +93,12 @@ def bench_table(workloads, temperatures, methods):
         for block in blocks:
             speeds, phases = block.split("where a request's time went", 1)
             want = [(t, m) for t in temperatures for m in methods]
-            rows = [line.split() for line in speeds.splitlines()[3:] if line.strip()]
+            table, _, below = speeds.partition("\n\n")  # the rows, then auto's step times and sentence
+            rows = [line.split() for line in table.splitlines()[3:] if line.strip()]
             assert [(float(row[0]), row[1]) for row in rows] == want, block
-            rows = [line.split() for line in phases.splitlines()[2:] if line.strip()]
+            if "auto" in methods:
+                assert re.search(r"^auto T=\S+: (decoded plainly|speculated) in \d+% of its steps", below, re.M), block
+            rows = [line.split() for line in phases.split("\n\n")[0].splitlines()[2:] if line.strip()]
             assert [(float(row[0]), row[1]) for row in rows] == want, block
     return check
 

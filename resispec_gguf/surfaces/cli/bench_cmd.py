@@ -19,7 +19,7 @@ _BENCH_TOKENS_HELP = (f"maximum tokens per reply, for every item (default: {_BEN
                       f"items, run by bench alone, ask their own: {agent_workload.EDIT_TOKENS} for a whole edited file, "
                       f"{agent_workload.EXTRACT_TOKENS} for an extraction)")
 # bench's flags that only --against reads: (flag, namespace attribute)
-AGAINST_ONLY = (("--n-prompts", "n_prompts"), ("--chain-depth", "chain_depth"), ("--draft-max", "draft_max"),
+AGAINST_ONLY = (("--chain-depth", "chain_depth"), ("--draft-max", "draft_max"),
                 ("--spec-rows", "spec_rows"), ("--no-spec-simple", "no_spec_simple"), ("--rounds", "rounds"),
                 ("--bench-reps", "bench_reps"), ("--llama-backend-sampling", "llama_backend_sampling"),
                 ("--timeout", "timeout"))
@@ -62,6 +62,8 @@ def _bench_inputs(args):
     from .. import bench
 
     prompts = bench.select_prompts(args.prompts, args.workload)
+    if args.n_prompts is not None:  # a quick try: the first N of each workload
+        prompts = {name: items[:args.n_prompts] for name, items in prompts.items()}
     if args.max_tokens is not None:
         prompts = bench.without_max_tokens(prompts)
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0],

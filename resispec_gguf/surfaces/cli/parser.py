@@ -239,7 +239,7 @@ def _add_against(b) -> None:
                         "the sampling flags, --workload, --prompts, --temperature, --methods, --json "
                         "(see docs/benchmarks.md)")
     g.add_argument("--n-prompts", type=_count(1), default=None, metavar="N",
-                   help="with --against: only the first N prompts of each workload (default: all)")
+                   help="only the first N prompts of each workload, with or without --against (default: all)")
     g.add_argument("--chain-depth", type=_count(1), default=None, metavar="N",
                    help="with --against: depth of our fixed chain method "
                         f"(default: {compare_common.DEFAULT_CHAIN_DEPTH})")
