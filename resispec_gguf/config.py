@@ -402,7 +402,7 @@ class DraftParams(_Settings):
     with no draft model the tree is lookup trees alone.  ``lookup_k``: the candidates per node
     from the request's context and from the engine's memory of past answers (``decoding.memory``),
     each at most.  ``use_memory`` False: the request reads its own context only.  ``views``: lookup
-    also reads the prompt as JSON strings quote it (``decoding.views``).  ``auto`` always considers
+    also reads the prompt as JSON strings quote it (``decoding.candidates.views``).  ``auto`` always considers
     lookup, and treats ``draws``, ``depth`` and ``budget`` as upper bounds.  ``use_draft`` False:
     never call the draft model, even when one is loaded (trees are lookup chains alone, so
     it needs ``lookup``; auto considers lookup trees only); on the command line, ``--draft ''``.

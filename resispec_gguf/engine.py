@@ -21,7 +21,8 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import slow_note, steps as progress_steps
-from .decoding import autorequest, autotune, costcheck, costs, loop, suffix, views
+from .decoding import autorequest, autotune, costcheck, costs, loop, suffix_index
+from .decoding.candidates import views
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.seeding import Ledger
@@ -167,7 +168,7 @@ class Engine:
         erased when done, when stderr is a terminal (a script's or a server's log gets no
         bar).  ``note`` (``load``'s) is told, one line, when compiling the kernels takes more
         than a second and before a cost curve is measured."""
-        steps = [*warmup.warm_ups(), autotune.warm_up, suffix.warm_up, self._auto_row_seconds, self._auto_curves]
+        steps = [*warmup.warm_ups(), autotune.warm_up, suffix_index.warm_up, self._auto_row_seconds, self._auto_curves]
         report = progress_steps("preparing kernels") if progress is True else progress or None
         if report:
             report(0, len(steps))
@@ -413,22 +414,26 @@ class Engine:
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)
-        use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
+        # the request's candidate sources are built by the generation through their registry
+        # (``decoding.candidates``); the memory, a store spanning requests, is the engine's
         gen = Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key,
-                         views=self.prompt_views(tokens) if use_lookup and dp.views else ())
+                         text=self._text_codec())
         if auto is not None:  # its steps' predicted and measured times, in the reply's stats (bench shows them)
             gen.stats.step_times = auto.tuner.timing
         return gen
 
+    def _text_codec(self):
+        """The tokenizer sources that read the prompt's text use (the engine's own), None for a
+        backend without one (the test fakes)."""
+        return self if hasattr(self.target, "tokenize") else None
+
     def prompt_views(self, tokens: list[int]) -> list[list[int]]:
-        """The prompt's text as replies quote it (``decoding.views``), each tokenized with the
-        target's tokenizer as plain text; none for a backend without a tokenizer (the test
-        fakes).  A function of the prompt alone, so its candidates keep the law exact."""
-        if not hasattr(self.target, "tokenize"):
-            return []
-        text = self.detokenize(tokens).decode("utf-8", "replace")
-        return [self.tokenize(v, add_special=False, parse_special=False) for v in views.views_of(text)]
+        """The prompt's text as replies quote it (``decoding.candidates.views``), each
+        tokenized with the target's tokenizer as plain text; none for a backend without a
+        tokenizer (the test fakes).  A function of the prompt alone, so its candidates keep
+        the law exact."""
+        return views.prompt_views(self._text_codec(), tokens)
 
     @property
     def ledger(self) -> Ledger:

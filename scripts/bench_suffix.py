@@ -1,4 +1,4 @@
-"""Micro-benchmark of the suffix index (``decoding.suffix.SuffixIndex``): appends, queries, memory.
+"""Micro-benchmark of the suffix index (``decoding.suffix_index.SuffixIndex``): appends, queries, memory.
 
 The token streams are this repository's own text (``*.py`` and ``*.md``: code and prose, as
 assistants' answers are), cut into words, spaces and punctuation marks, each mapped to an id:
@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from resispec_gguf.decoding.suffix import SuffixIndex, warm_up  # noqa: E402
+from resispec_gguf.decoding.suffix_index import SuffixIndex, warm_up  # noqa: E402
 
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
 

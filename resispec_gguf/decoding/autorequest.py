@@ -18,7 +18,7 @@ import numpy as np
 from ..kernels import sampling
 from ..kernels.verify import acceptance_profile, draw_chances
 from .autotune import CATCH_UP_HORIZON, AutoTuner
-from .calibration import is_memory_bin
+from .candidates import layout
 from .seeding import side_stream
 from .stepplan import Background, StepPlan
 
@@ -105,14 +105,15 @@ class Auto:
         """A draft node's deterministic candidates (checked before the draws) are kept only
         while each one's bin is accepted at least as often as the draws would have one
         accepted (the arm's acceptance; known before anything is drawn): a poor guess would
-        only split the accepted path between two branches.  The memory's candidates are left
-        to the nodes without draws (lookup trees and tails): beside a draft's draws, on the
-        Markov pairs of the tests, they took the accepted path away from the draft's better
-        children (0.94 of the best fixed setting instead of 1.0)."""
+        only split the accepted path between two branches.  The bins a source keeps apart
+        (``candidates.base``: the memory's candidates) are left to the nodes without draws
+        (lookup trees and tails): beside a draft's draws, on the Markov pairs of the tests,
+        the memory's took the accepted path away from the draft's better children (0.94 of
+        the best fixed setting instead of 1.0)."""
         if not fixed or probs.shape[0] == 0:
             return fixed
-        cal, accept = self.tuner.calibration, self.tuner.accept
-        return [(x, b) for x, b in fixed if not is_memory_bin(b) and cal.lookup(b) >= accept]
+        cal, accept, apart = self.tuner.calibration, self.tuner.accept, layout().apart
+        return [(x, b) for x, b in fixed if b not in apart and cal.lookup(b) >= accept]
 
     # ------------------------------------------------------------------ observations
 

@@ -1,9 +1,14 @@
 """What ``auto`` believes about its candidates: ``Calibration``, the learnt chance that the
-verifier accepts a draft candidate (by its first guess, per K) or a deterministic candidate (a
-context-lookup one by ``lookup_bin``, a grammar-forced one in ``FORCED_BIN``), as decayed
-counts with a prior.
+verifier accepts a draft candidate (by its first guess, per K) or a candidate of a source (by
+the source's bin), as decayed counts with a prior.
 
-Plain NumPy; imports nothing of the package.
+The sources' bins are not packed here: each registered source (``candidates.base``) says how
+many it needs and their priors, and ``candidates.layout()`` gives each its range, in
+registration order.  ``FORCED_BIN`` (the grammar's one bin), ``lookup_bin`` (the context's
+leading candidate's) and ``is_memory_bin`` name bins of that layout for the modules that ask
+about those sources by bin.
+
+Plain NumPy over the layout.
 """
 
 from __future__ import annotations
@@ -12,29 +17,16 @@ import bisect
 
 import numpy as np
 
-__all__ = ["Calibration", "FORCED_BIN", "MEMORY_BINS", "alternate_bin", "is_memory_bin", "lookup_bin", "memory_bin"]
+from .candidates import context, layout
+
+__all__ = ["Calibration", "FORCED_BIN", "is_memory_bin", "lookup_bin"]
 
 # bins of a draft candidate's probability q
 _Q_EDGES = np.array([0.0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's call overhead
-# a context candidate (the request's own prompt and output, ``decoding.memory``) that leads its
-# node's counts is binned by the copy run it continues (tokens in a row that the context
-# predicted: 0, 1, 2, 3-7 and, bins 14-15, 8-15 and 16+: the chance climbs along a long copy,
-# and a step's chain is only as deep as it is believed) when its context match is at least 2
-# tokens long; bin 4: a 1-token match;
-# bin 5 (``FORCED_BIN``): a token the constraint forces (``decoding.forced``), accepted unless the
-# target prefers another tokenisation of the same bytes; bins 6-7: the context's other
-# candidates at a node, by their share of its counts (>= 1/3, less); bins 8-13: candidates
-# from the engine's memory of past answers, by match (< 4 tokens, more) and share (< 1/3,
-# < 2/3, more)
-_LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15, 0.9, 0.25, 0.08, 0.08, 0.2, 0.35, 0.15, 0.4, 0.7, 0.8, 0.85)
-FORCED_BIN = 5
-_ALTERNATE_BIN = 6
-MEMORY_BINS = 8  # the first bin of the memory's candidates
-_LONG_RUN_BIN = 14  # copy runs of 8-15; 15: 16 and more
-_MEMORY_END = _LONG_RUN_BIN
-# the bins of a context candidate that leads its node, bar the long runs' (``mean_lookup``)
-_LEADING = np.array([0, 1, 2, 3, 4])
+FORCED_BIN = layout().bin("forced", 0)
+_CONTEXT = layout().offset["context"]
+_MEMORY_BINS = frozenset(_CONTEXT + b for b in context.ContextSource.apart)
 
 
 # observations a bin carried over from earlier requests is worth at most (``carry_lookup``)
@@ -43,29 +35,12 @@ CARRIED_WEIGHT = 16.0
 
 def is_memory_bin(b: int) -> bool:
     """Whether bin ``b`` holds candidates from the memory of past answers."""
-    return MEMORY_BINS <= b < _MEMORY_END
+    return b in _MEMORY_BINS
 
 
 def lookup_bin(match: int, run: int) -> int:
-    """The calibration bin of a context candidate that leads its node: ``match`` tokens of
-    context matched, and the ``run`` tokens before it were each what the context predicted."""
-    if match < 2:
-        return 4
-    if run < 8:
-        return min(run, 3)
-    return _LONG_RUN_BIN + (run >= 16)
-
-
-def alternate_bin(share: float) -> int:
-    """The bin of a context candidate that does not lead its node, by its share of the
-    node's counts."""
-    return _ALTERNATE_BIN if share >= 1 / 3 else _ALTERNATE_BIN + 1
-
-
-def memory_bin(match: int, share: float) -> int:
-    """The bin of a candidate from the memory of past answers: ``match`` tokens matched, its
-    ``share`` of the node's counts."""
-    return MEMORY_BINS + 3 * (match >= 4) + (share >= 1 / 3) + (share >= 2 / 3)
+    """The bin of a context candidate that leads its node (``context.leading_bin``)."""
+    return _CONTEXT + context.leading_bin(match, run)
 
 
 class Calibration:
@@ -76,18 +51,19 @@ class Calibration:
     (draws at its node): the learnt rate per bin corrects that guess where the draft's q
     misleads (an over-confident draft, the best-first choice of which nodes grow, ResiSpec
     deferring a first draw to later ones).  Prior: the guess itself.  A lookup candidate is
-    binned by ``lookup_bin`` (prior 0.15 to 0.7), the others by ``alternate_bin`` and
-    ``memory_bin``.  The request's own counts take over
-    quickly; the grammar's forced candidates have a bin of their own (``FORCED_BIN``,
-    prior 0.9).  An observation may be a 0/1 outcome or, where it is known, the exact chance of
-    acceptance."""
+    binned by its source (``candidates.layout``: the context's leading candidate by match and
+    copy run, prior 0.15 to 0.85; the grammar's forced candidates in ``FORCED_BIN``, prior
+    0.9).  The request's own counts take over quickly.  An observation may be a 0/1 outcome
+    or, where it is known, the exact chance of acceptance."""
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
+        lay = layout()
+        self._leading = np.array(lay.leading)  # ``mean_lookup``'s bins
         self.decay = decay
         self.prior_weight = prior_weight
         self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
-        self.look_acc = np.array(_LOOKUP_PRIOR) * prior_weight
-        self.look_seen = np.full(len(_LOOKUP_PRIOR), prior_weight)
+        self.look_acc = np.array(lay.priors) * prior_weight
+        self.look_seen = np.full(len(lay.priors), prior_weight)
         self.node_acc, self.node_seen = 0.0, 0.0
 
     def _counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +96,7 @@ class Calibration:
         they were seen (the forced bin is the grammar's, not the context's).  The long
         runs' bins are left out: they are where a copy has already gone on for a while, and
         their priors would lift the mean of a request that never copies."""
-        return float(self.look_acc[_LEADING].sum() / self.look_seen[_LEADING].sum())
+        return float(self.look_acc[self._leading].sum() / self.look_seen[self._leading].sum())
 
     def node_lookup(self) -> float:
         """The chance that a node's context and memory candidates, all of them, hold the
@@ -144,6 +120,8 @@ class Calibration:
         request of 64 tokens sees a few candidates per bin: without this its choices would
         rest on the priors alone."""
         acc, seen, node_acc, node_seen = state
+        if acc.shape != self.look_acc.shape:  # learnt under another layout (a source registered since)
+            return
         scale = np.minimum(1.0, weight / np.maximum(seen, 1e-12))
         self.look_acc, self.look_seen = acc * scale, seen * scale
         f = min(1.0, weight / max(node_seen, 1e-12))

@@ -4,13 +4,13 @@
 generator ``plan`` delegates to) drives ``tree.growing`` / ``tree.grow`` / ``tree.grow_free``
 with the draws of each expanded node (``_draw``: K candidates from the draft row; without a
 draft row ``_lookup_draw``, and ``_tail_draw`` for a lookup tail), the deterministic
-candidates of the context, memory and grammar (``_propose``), the certain tokens a
-constraint leaves alone (``_certain_draw``), and the draft decode of each level
+candidates of the request's sources (``_propose``: ``candidates.Sources``), the certain tokens
+a constraint leaves alone (``_certain_draw``), and the draft decode of each level
 (``_draft_call``).
 
 It keeps no state of its own: it reads the generation's (``dp``, ``sp``, ``plan_``,
-``scores``, ``uniforms``, ``vocab``, ``lookup``, ``forced``, ``constraint``,
-``draft_pending``, ``copy_run``) and uses its row helpers (``_root``, ``_q``, ``_masked``,
+``scores``, ``uniforms``, ``vocab``, ``sources``, ``constraint``, ``draft_pending``,
+``copy_run``) and uses its row helpers (``_root``, ``_q``, ``_masked``,
 ``_mask``, ``_node_mask``, ``_only``).  The uniforms it takes are the request's, in the
 order it takes them: moving a draw here or there would change the output.
 """
@@ -62,7 +62,7 @@ class DraftPhase:
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
         # under auto, the cut tree's best leaves go on along lookup and forced candidates
-        tails = self.plan_ is not None and (self.lookup is not None or self.forced is not None)
+        tails = self.plan_ is not None and bool(self.sources)
         tail = self._tail_draw if tails else None
         steps = growing(tree, limits, lambda node, row: self._draw(tree, node, row), self.plan_, self._certain(tree),
                         tail)
@@ -139,40 +139,30 @@ class DraftPhase:
 
     def _propose(self, tree: DraftTree, node: int) -> list[tuple[int, int]]:
         """The deterministic candidates after ``node``, each with its calibration bin:
-        ``[(token, bin)]``, the context's and memory's (``memory.MemoryDrafts.propose``)
-        where the constraint allows them, then the token the constraint forces there
-        (``FORCED_BIN``) unless it is among them; empty when there is none.  Context first:
-        where the grammar forces bytes, the target's own earlier tokens after the same
-        context are a better guess at how it spells them than the grammar's tokenisation
-        (on the spelled grammar of the tests, 1.10 times auto's speed)."""
-        if self.lookup is None and self.forced is None:
+        ``[(token, bin)]`` from the request's sources in their order (``Sources.propose``:
+        the context's and memory's, the views', then the token the grammar forces there),
+        where the constraint allows them; empty when there is none.  Context first: where
+        the grammar forces bytes, the target's own earlier tokens after the same context are
+        a better guess at how it spells them than the grammar's tokenisation (on the spelled
+        grammar of the tests, 1.10 times auto's speed).  The copy run a node continues counts
+        the nodes above it, in a row, that were their parent's leading candidate from a
+        lookup source, then the emitted tokens before the root."""
+        sources = self.sources
+        if not sources:
             return []
         path = []
         run, counting = 0, True
         while node > 0:
             par = tree.parent[node]
             led = tree.info[par][1] if tree.info[par] is not None else ()
-            counting = counting and bool(led) and tree.tokens[node] == led[0][0] and led[0][1] != FORCED_BIN
+            counting = counting and bool(led) and tree.tokens[node] == led[0][0] and sources.copies(led[0][1])
             run += counting
             path.append(tree.tokens[node])
             node = par
         path.reverse()
-        out: list[tuple[int, int]] = []
-        mask = None
-        if self.lookup is not None:
-            if counting:
-                run += self.copy_run
-            out = self.lookup.propose(path, run)
-            if out and self.constraint is not None:  # unless the constraint forbids them here (a function of the path)
-                mask = self._mask(tuple(path))
-                out = [(x, b) for x, b in out if sampling.mask_allows(mask, x)]
-        if self.forced is not None:
-            f = self.forced.first(path)
-            if f >= 0 and all(x != f for x, _ in out):
-                mask = self._mask(tuple(path)) if mask is None else mask
-                if sampling.mask_allows(mask, f):
-                    out.append((f, FORCED_BIN))
-        return out
+        if counting:
+            run += self.copy_run
+        return sources.propose(tuple(path), run, self._mask if self.constraint is not None else None)
 
     def _draw(self, tree: DraftTree, node: int, logits) -> Draw:
         """Draw one expanded node's K candidates from the draft row, plus its lookup one."""

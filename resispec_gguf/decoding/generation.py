@@ -6,8 +6,8 @@ Each step:
    emitted token) level by level: it yields each level's draft call (a ``DraftSync`` or a
    ``Decode`` of the frontier) and is sent back the draft's logits rows, from which every
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
-   greedy) plus, with lookup, a context candidate, or under a constraint the token its
-   grammar forces there (``forced``); a position the mask leaves one token is certain and
+   greedy) after the candidates of the request's sources (``candidates``: the context and
+   memory, the prompt's views, the token a grammar forces there); a position the mask leaves one token is certain and
    draws nothing, nor needs a draft row (``tree.growing``: the draft evaluates it with the
    first uncertain node below it).  It returns the ``Decode`` the target must make: the
    root plus every node (just the root for a plain step), or None when the reply is over.
@@ -42,11 +42,11 @@ from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
 from .autorequest import Auto
 from .autotune import DRAFT_CATCH_UP
-from .calibration import FORCED_BIN
+from .candidates import FixedScores, Request, Sources
+from .candidates.base import TextCodec
+from .candidates.forced import only_token
 from .drafting import DraftPhase
-from .forced import ForcedTokens, only_token
-from .candidates import FixedScores
-from .memory import Memory, MemoryDrafts
+from .memory import Memory
 from .protocol import ConstraintState
 from .seeding import stream
 from .stats import Result, Stats, TokenLogprob
@@ -69,14 +69,16 @@ class Generation(DraftPhase):
     ``ModelBackend``).  ``has_draft``: a draft model is there to use.  ``auto``: the request's
     ``autorequest.Auto`` when ``dp.method`` is "auto" (else None).  ``logprobs``: None (off), or
     the number of alternatives to report per token.  ``seed``, ``key``: where its uniforms come
-    from (``seeding.stream``; ``key`` None: the seed alone).  ``views``: token sequences of the
-    prompt's text as a reply would quote it (``decoding.views``), for its lookup.
+    from (``seeding.stream``; ``key`` None: the seed alone).  ``memory``: the engine's memory
+    of past answers (read and filled unless ``dp.use_memory`` is off).  ``text``: the target's
+    tokenizer, for sources that read the prompt's text (the views); None without one.  Its
+    candidate sources (``sources``) are built through the registry (``candidates``).
     """
 
     def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
                  seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
                  logprobs: int | None = None, memory: Memory | None = None, key: tuple[int, ...] | None = None,
-                 views: Sequence[Sequence[int]] = ()):
+                 text: TextCodec | None = None):
         self.vocab = vocab
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -101,16 +103,14 @@ class Generation(DraftPhase):
         self.draft_pending: list[int] = []  # emitted tokens the draft has not seen yet
         # the draft's sequence is not this request's (a lazy start): its first step re-syncs it
         self.draft_stale = False
-        use_lookup = dp.method == "auto" or (dp.lookup and dp.method != "none")
-        # free candidates from the context and the engine's memory of past answers (``memory``)
         self.memory = memory if dp.use_memory else None  # the answer joins it at the end
-        self.lookup = MemoryDrafts(self.prompt, self.memory, dp.lookup_k, views) if use_lookup else None
-        self.copy_run = 0  # emitted tokens in a row that the context's leading candidate had predicted
         self.constraint = constraint
+        # free candidates: the context and the memory, the prompt's views, the grammar's forced tokens
+        stores = {"memory": self.memory} if self.memory is not None else {}
+        self.sources = Sources.build(Request(self.prompt, dp, constraint, stores, text), self.stats.candidates)
+        self.copy_run = 0  # emitted tokens in a row that a lookup source's leading candidate had predicted
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root
         self._bias = sampling.bias_arrays(sp.logit_bias)  # (ids, biases) or None, added to every row
-        # the tokens the constraint forces, proposed as free candidates (when it can tell them)
-        self.forced = ForcedTokens.of(constraint) if dp.method != "none" else None
         self.n_logprobs = logprobs
         self.logprobs: list[TokenLogprob] | None = None if logprobs is None else []
         self._step_logprobs: list[TokenLogprob] = []  # this step's emitted tokens', in order
@@ -165,10 +165,9 @@ class Generation(DraftPhase):
                 self.finish_reason = "eos"
                 return None
             self._masks.clear()
-            if self.forced is not None:
-                self.forced.new_step()
+        self.sources.new_step()
         if self.auto is not None:
-            forced = len(self.forced.tokens(())) if self.forced is not None else 0
+            forced = self.sources.ahead()
             self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out),
                                           stale=self.draft_stale)
             self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
@@ -218,16 +217,15 @@ class Generation(DraftPhase):
         self.stats.steps_by_kind[self._kind] = self.stats.steps_by_kind.get(self._kind, 0) + 1
 
     def emit(self) -> Iterator[str]:
-        """The text of the step's tokens, as it becomes final; then the lookup index and the
-        constraint move past them."""
+        """The text of the step's tokens, as it becomes final; then the candidate sources and
+        the constraint move past them."""
         n_out = len(self.out)
         try:
             yield from self._emit(self._emitted)
         finally:  # counted even when the stream closes mid-step: what the step's source paid
             kinds = self.stats.tokens_by_kind
             kinds[self._kind] = kinds.get(self._kind, 0) + len(self.out) - n_out
-        if self.lookup is not None:
-            self.lookup.extend(self.out[n_out:])
+        self.sources.commit(self.out[n_out:])
         if self.constraint is not None and self.finish_reason is None:
             self.constraint.advance(self.out[n_out:])
 
@@ -239,10 +237,8 @@ class Generation(DraftPhase):
         self.stats.tokens = len(self.out)
         if self.auto is not None:
             self.stats.auto = f"{self.auto.summary()}; measured {self.stats.tokens_per_s:.2f} tokens/s"
-        if self.memory is not None:
-            self.memory.remember(self.out)  # the answer joins the engine's memory
-            if self.auto is not None:  # and what auto learnt of the candidates, for the next request
-                self.memory.learn(self.auto.tuner.calibration.lookup_state())
+        # the answer joins the engine's memory, with what auto learnt of the candidates
+        self.sources.finish(self.out, self.auto.tuner.calibration.lookup_state() if self.auto is not None else None)
 
     # ------------------------------------------------------------------ distributions
 
@@ -344,31 +340,19 @@ class Generation(DraftPhase):
         sure = self._only(mask)
         tok = sure if sure >= 0 else self._sample(p, top)  # a point mass draws no uniform
         self._note(row, tok)
-        if self.forced is not None and self.auto is not None and sure < 0:
-            f = self.forced.first(())  # what the grammar's candidate would have been accepted with
-            if f >= 0:
-                self.auto.observe_lookup(FORCED_BIN, p_of(f))
-        if self.lookup is not None:
-            # what the context's and memory's candidates would have been accepted with, learnt for free
-            fixed = self.lookup.propose((), self.copy_run)
-            if mask is not None:
-                fixed = [(x, b) for x, b in fixed if sampling.mask_allows(mask, x)]
-            if fixed and self.auto is not None:
-                self.auto.observe_fixed(fixed, p_of)
-            self.copy_run = self.copy_run + 1 if fixed and tok == fixed[0][0] else 0
+        # what the candidates would have been accepted with, learnt for free; the copy run
+        self.copy_run = self.sources.plain_step(mask, sure, p_of, tok, self.copy_run, self.auto)
         return tok
 
     def _copy_run_after(self, path, mask, tok: int) -> int:
         """The copy run once ``tok`` follows ``path`` at a node that proposed nothing (a
-        leaf): one longer where the context's leading candidate there (as ``_propose`` would
-        give it) is ``tok``.  A chain accepted to its end is still copying; counting its
+        leaf): one longer where the lookup sources' leading candidate there (as ``_propose``
+        would give it) is ``tok``.  A chain accepted to its end is still copying; counting its
         bonus token keeps the next step's candidates in the long-run bins, so its chain can
         grow as deep as the copy goes."""
-        if self.lookup is None:
+        if not self.sources:
             return 0
-        fixed = self.lookup.propose(path, self.copy_run)
-        if mask is not None:
-            fixed = [(x, b) for x, b in fixed if sampling.mask_allows(mask, x)]
+        fixed = self.sources.leader(tuple(path), self.copy_run, mask)
         return self.copy_run + 1 if fixed and fixed[0][0] == tok else 0
 
     def _emit(self, tokens: list[int]) -> Iterator[str]:
@@ -434,6 +418,8 @@ class Generation(DraftPhase):
                 tok, idx = verify(self.dp.method, p, tree.q[node], draws, u, fixed)
             is_lookup = 0 <= idx < len(fixed)  # greedy: the candidates come first there too
             st.count_node(tree.depth[node] + 1, idx >= 0)
+            if fixed:  # which source's candidate was accepted, if any
+                self.sources.count(tree.info[node][1], idx)
             if self.auto is not None:
                 self.auto.observe_node(tree, node, tok, idx >= 0, is_lookup, p, p_of, self.dp.method, self.sp.greedy)
             self.copy_run = self.copy_run + 1 if fixed and tok == fixed[0] else 0

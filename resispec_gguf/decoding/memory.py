@@ -1,20 +1,11 @@
-"""Draft candidates from memory: the request's own context and the answers the engine gave
-before, several per tree node, counted.
+"""The engine's memory of past answers: a store that outlives requests.
 
-Two ``suffix.SuffixIndex`` feed a node (the longest suffix of its context, committed tokens
-then the node's path, matched in each):
-
-* the request's own index over its prompt and output, extended as tokens are committed;
-* ``Memory``, the engine's index of past answers, shared by every request and slot, bounded
-  (FIFO by answers and tokens) and, with a file, kept across runs (``Memory.open``/``save``).
-
-At a node each index gives the tokens that followed the matched context most often
-(``SuffixIndex.top``), and ``MemoryDrafts.propose`` returns them as the node's deterministic
-candidates with the calibration bin ``auto`` learns each under: the request's leader by its
-match and copy run (``calibration.lookup_bin``), its other tokens by their share of the
-node's counts, the memory's by match and share.  Everything here is a function of the held
-sequences and the node's path, fixed before the node draws anything, so the candidates are
-verified exactly as the verifier's docstring proves for any fixed set (``kernels.verify``).
+``Memory`` is one ``suffix_index.SuffixIndex`` of the answers the engine gave, shared by every
+request and slot, bounded (FIFO by answers and tokens) and, with a file, kept across runs
+(``Memory.open``/``save``).  The engine builds it once and hands it to each request as the
+store ``"memory"`` (``candidates.base.Request.stores``); the context source
+(``candidates.context``) proposes from it, and when a reply is over ``finish`` keeps the answer
+and what ``auto`` learnt of its candidates' bins.
 
 Seeds: the memory (its answers and its learnt bins) is a function of earlier requests'
 uniforms, so a seeded request that reads it or adds to it draws under a key of the memory's
@@ -33,15 +24,10 @@ import threading
 from typing import Sequence
 
 from ..config import DEFAULT_MEMORY_TOKENS
-from .calibration import alternate_bin, lookup_bin, memory_bin
 from .seeding import Ledger
-from .suffix import DEFAULT_DEPTH, GLOBAL_MAX_SEQUENCES, StaleCursor, SuffixIndex
+from .suffix_index import DEFAULT_DEPTH, GLOBAL_MAX_SEQUENCES, SuffixIndex
 
-__all__ = ["Memory", "MemoryDrafts", "vocab_key"]
-# the shortest match each index proposes from: one token of the request's own context (its
-# bins learn how little that is worth), two of the memory (a single token of another answer
-# predicts nothing of this one)
-_MIN_LOCAL, _MIN_MEMORY = 1, 2
+__all__ = ["Memory", "vocab_key"]
 _MIN_ANSWER = 4  # answers shorter than this teach the memory nothing worth its room
 
 
@@ -86,6 +72,14 @@ class Memory:
             sid = next(self._ids)
         self.index.add(sid, list(tokens))
 
+    def finish(self, answer: Sequence[int], learnt=None) -> None:
+        """A reply that read or fills the memory is over: keep its ``answer`` and, under
+        ``auto``, what it ``learnt`` of its candidates (``Calibration.lookup_state``; None:
+        nothing learnt)."""
+        self.remember(answer)
+        if learnt is not None:
+            self.learn(learnt)
+
     def clear(self, learnt: bool = True) -> None:
         """Forget every answer; with ``learnt``, also what ``learn`` kept."""
         self.index.clear()
@@ -116,87 +110,6 @@ class Memory:
         """``answers``, ``tokens``, ``nodes``, ``bytes`` held."""
         s = self.index.stats()
         return {"answers": s["sequences"], "tokens": s["tokens"], "nodes": s["nodes"], "bytes": s["bytes"]}
-
-
-def _top(index: SuffixIndex, cursor, k: int, min_length: int) -> tuple[list[int], list[float], int]:
-    """``(tokens, shares, length)``: the ``k`` most frequent next tokens, with their shares of
-    those counts, at the longest suffix of the cursor's match, at least ``min_length`` tokens,
-    whose node has children (the context's own occurrence at the end of the sequence, or the
-    depth limit, may leave the longest without any); empty lists when there is none."""
-    while cursor.length >= min_length:
-        tokens, counts, _count = index.top(cursor, k)
-        if tokens.size:
-            total = max(int(counts.sum()), 1)
-            return tokens.tolist(), [c / total for c in counts.tolist()], cursor.length
-        cursor = index.shorten(cursor)
-    return [], [], 0
-
-
-class MemoryDrafts:
-    """One request's candidate source: its prompt and output, the prompt's ``views`` (token
-    sequences of its text as a reply would quote it, ``decoding.views``), and the engine's
-    ``memory`` (None: its own context only).  ``k``: candidates per node from each index, at
-    most."""
-
-    def __init__(self, prompt: Sequence[int], memory: Memory | None = None, k: int = 3,
-                 views: Sequence[Sequence[int]] = ()):
-        self.k = int(k)
-        self.memory = memory
-        self.local = SuffixIndex(DEFAULT_DEPTH)
-        self.tokens = list(prompt)  # what the request's index holds: the prompt, then the output
-        self.local.add(0, self.tokens)
-        for i, view in enumerate(views, 1):  # beside it, fixed: its views
-            self.local.add(i, list(view))
-        self._cursors: dict[tuple, tuple] = {}  # path -> (local cursor, memory cursor), this state
-        self._versions = (-1, -1)
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        """The request committed ``tokens``."""
-        if tokens:
-            self.tokens += tokens
-            self.local.extend(0, list(tokens))
-
-    def _cursor(self, path: tuple) -> tuple:
-        """The (local, memory) cursors of the context ``committed + path``, from the parent
-        path's, cached until either index changes."""
-        versions = (self.local.version, self.memory.index.version if self.memory is not None else -1)
-        if versions != self._versions:
-            self._cursors.clear()
-            self._versions = versions
-        got = self._cursors.get(path)
-        if got is not None:
-            return got
-        if path:
-            loc, mem = self._cursor(path[:-1])
-            tok = path[-1]
-            got = (self.local.advance(loc, tok), self.memory.index.advance(mem, tok) if mem is not None else None)
-        else:
-            tail = self.tokens[-DEFAULT_DEPTH:]
-            got = (self.local.match(tail), self.memory.index.match(tail) if self.memory is not None else None)
-        self._cursors[path] = got
-        return got
-
-    def propose(self, path: Sequence[int] = (), run: int = 0) -> list[tuple[int, int]]:
-        """The candidates after ``committed + path``: ``[(token, bin)]``, the request's own
-        context's first (its leader, then the others by count), then the memory's tokens
-        not already there.  ``run``: the copy run the path continues (the leader's bin)."""
-        path = tuple(path)
-        try:
-            return self._propose(path, run)
-        except StaleCursor:  # another request's answer joined the memory mid-walk
-            self._versions = (-1, -1)
-            return self._propose(path, run)
-
-    def _propose(self, path: tuple, run: int) -> list[tuple[int, int]]:
-        loc, mem = self._cursor(path)
-        tokens, shares, length = _top(self.local, loc, self.k, _MIN_LOCAL)
-        out = [(t, lookup_bin(length, run) if i == 0 else alternate_bin(share))
-               for i, (t, share) in enumerate(zip(tokens, shares))]
-        if mem is not None:
-            tokens, shares, length = _top(self.memory.index, mem, self.k, _MIN_MEMORY)
-            seen = {t for t, _ in out}
-            out += [(t, memory_bin(length, share)) for t, share in zip(tokens, shares) if t not in seen]
-        return out
 
 
 def vocab_key(vocab) -> str:

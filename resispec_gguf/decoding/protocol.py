@@ -187,7 +187,7 @@ class ConstraintState(Protocol):
 @runtime_checkable
 class ForcingState(ConstraintState, Protocol):
     """A ``ConstraintState`` that can also tell the tokens it forces (optional: the engine
-    uses them as free draft candidates where a state has the method, ``decoding.forced``)."""
+    uses them as free draft candidates where a state has the method, ``decoding.candidates.forced``)."""
 
     def forced(self, path: Sequence[int]) -> Sequence[int]:
         """Tokens that spell the bytes the constraint forces after the committed tokens +

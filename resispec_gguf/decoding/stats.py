@@ -24,7 +24,9 @@ class Stats:
     ``reached_by_depth[d]`` the verifications done there, so their ratio is the acceptance
     rate per depth.  ``steps_by_kind``/``tokens_by_kind``: steps of each kind (plain "none",
     "draft" model trees, context "lookup" chains, "grammar"-forced chains) and the output tokens
-    they gave (summing to ``tokens``), which says which candidate source paid.  Times are seconds; ``overhead_time`` is everything outside model calls.
+    they gave (summing to ``tokens``), which says which candidate source paid;
+    ``candidates``: per candidate source, the candidates it offered at verified nodes and how
+    many of them were accepted.  Times are seconds; ``overhead_time`` is everything outside model calls.
     ``prompt_time`` is the prompt's processing before the first step (``total_time`` and the
     decode speed leave it out); ``prompt_target_time``/``prompt_draft_time`` are its target's
     and draft's parts (prefill, or a prompt-cache restore), the rest (``prompt_host_time``)
@@ -54,6 +56,8 @@ class Stats:
     steps_by_kind: dict = field(default_factory=dict)  # "none" / "draft" / "lookup" / "grammar" -> steps
     tokens_by_kind: dict = field(default_factory=dict)  # the same kinds -> output tokens of their steps
     mask_seconds: list = field(default_factory=list)  # under a constraint: time of each mask computed
+    # per candidate source (``decoding.candidates``): [candidates offered at verified nodes, accepted]
+    candidates: dict = field(default_factory=dict)
     auto: str = ""  # what auto chose last and why
     # auto: per kind of step ("none" for plain, else its arm) [steps, predicted s, measured s]
     step_times: dict = field(default_factory=dict)
@@ -122,6 +126,10 @@ class Stats:
         for mine, theirs in ((self.steps_by_kind, other.steps_by_kind), (self.tokens_by_kind, other.tokens_by_kind)):
             for kind, n in theirs.items():
                 mine[kind] = mine.get(kind, 0) + n
+        for name, (offered, accepted) in other.candidates.items():
+            mine = self.candidates.setdefault(name, [0, 0])
+            mine[0] += offered
+            mine[1] += accepted
         self.auto = other.auto or self.auto
         for kind, figures in other.step_times.items():
             mine = self.step_times.setdefault(kind, [0, 0.0, 0.0])
@@ -162,6 +170,7 @@ class Stats:
             "steps_by_kind": dict(self.steps_by_kind),
             "tokens_by_kind": dict(self.tokens_by_kind),
             "step_times": {k: list(v) for k, v in self.step_times.items()},
+            "candidates": {name: {"offered": o, "accepted": a} for name, (o, a) in self.candidates.items()},
             "masks": len(self.mask_seconds),
             "mask_ms_median": 1000 * float(np.median(self.mask_seconds)) if self.mask_seconds else None,
             "auto": self.auto,

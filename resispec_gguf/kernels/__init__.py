@@ -4,7 +4,7 @@
 read of a row; ``draws`` draws from them, ``masks`` applies a constraint's token mask.
 ``verify`` holds every verification rule (chain, specinfer, rrs, resispec, greedy) on the
 stage schedule in ``stages``; ``acceptance`` computes the exact acceptance figures ``auto``
-learns from.  ``suffix`` is the suffix index's trie (``decoding.suffix``: insert, remove, cursor
+learns from.  ``suffix_trie`` is the suffix index's trie (``decoding.suffix_index``: insert, remove, cursor
 walks, top-k).  ``sampling`` and ``verify`` re-export the names that moved out of them.
 ``warmup`` compiles (or loads from cache) every entry a generation calls; ``cache`` says
 where Numba keeps them.

@@ -26,6 +26,7 @@ from fake_models import PathConstraint  # noqa: E402
 from law_harness import (CPU_D, CPU_T, EOG, LOOKUP_PROMPT, TEMPERATURES, V, _pair, filled_memory,  # noqa: E402
                          slotted_pair)
 from resispec_gguf.config import DraftParams  # noqa: E402
+from resispec_gguf.decoding.candidates import views as views_source  # noqa: E402
 from resispec_gguf.engine import Engine  # noqa: E402
 
 DATA = HERE / "data" / "seeded_outputs.json"
@@ -55,8 +56,12 @@ def _engine(draft: bool, memory: bool, views: bool, n_slots: int = 1) -> Engine:
     target, model = _pair() if n_slots == 1 else slotted_pair(n_slots)
     engine = Engine(target, model if draft else None, cost_curves=(CPU_T, CPU_D if draft else None),
                     memory=filled_memory() if memory else None)
-    engine.prompt_views = (lambda tokens: [VIEW, list(reversed(VIEW))]) if views else (lambda tokens: [])
+    # the views the requests read (``views.prompt_views``, module-wide: one engine runs at a time)
+    views_source.prompt_views = (lambda text, tokens: [VIEW, list(reversed(VIEW))]) if views else _NO_VIEWS
     return engine
+
+
+_NO_VIEWS = views_source.prompt_views  # the fakes have no tokenizer: no views
 
 
 def _single() -> dict[str, list[list[int]]]:
@@ -101,7 +106,10 @@ def _batches() -> dict[str, list[list[int]]]:
 
 def outputs() -> dict[str, list[list[int]]]:
     """Every configuration's tokens, by label (module docstring)."""
-    return {**_single(), **_batches()}
+    try:
+        return {**_single(), **_batches()}
+    finally:
+        views_source.prompt_views = _NO_VIEWS
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ import pytest
 
 from resispec_gguf.config import DraftParams
 from resispec_gguf.decoding import autorequest, autotune, costs
-from resispec_gguf.decoding.calibration import FORCED_BIN, MEMORY_BINS, lookup_bin
+from resispec_gguf.decoding.calibration import FORCED_BIN, lookup_bin
+from resispec_gguf.decoding.candidates import layout
+
+MEMORY_BINS = layout().bin("context", 7)  # the memory's first bin (``candidates.context``)
 from resispec_gguf.kernels.verify import draw_chances
 
 ROWS = costs.ROW_COUNTS
@@ -44,7 +47,7 @@ def test_draws_share_the_arms_acceptance_in_proportion_to_q_less_the_fixed_candi
 def test_beside_draws_only_the_candidates_that_beat_the_draws_are_kept():
     auto = _auto()
     probs = np.array([0.5, 0.5])
-    good, poor = FORCED_BIN, 7  # priors 0.9 and 0.08 against an acceptance of 0.6
+    good, poor = FORCED_BIN, layout().bin("context", 6)  # priors 0.9 and 0.08 against an acceptance of 0.6
     assert auto.lookup_worth([(1, good), (2, poor), (3, MEMORY_BINS)], probs) == [(1, good)]
     # a node without draws keeps them all
     assert auto.lookup_worth([(2, poor), (3, MEMORY_BINS)], np.empty(0)) == [(2, poor), (3, MEMORY_BINS)]

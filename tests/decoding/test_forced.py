@@ -1,4 +1,4 @@
-"""forced.py: the tokens a constraint forces, as free draft candidates, and certain positions.
+"""candidates/forced.py: the tokens a constraint forces, as free draft candidates, and certain positions.
 
 Units: ``only_token`` reads a packed mask; ``ForcedTokens`` asks the constraint once per path
 and step.  Exactness through the engine, on the law harness: ``fake_models.SpelledConstraint``
@@ -28,7 +28,7 @@ from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.kernels.sampling import bitmask_from_ids
 from resispec_gguf.decoding import loop
-from resispec_gguf.decoding.forced import ForcedTokens, only_token
+from resispec_gguf.decoding.candidates.forced import ForcedTokens, only_token
 
 SPELLED = SpelledConstraint(V, EOG)
 # free text until 4, 3, then the spelled grammar

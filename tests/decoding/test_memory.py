@@ -1,73 +1,16 @@
-"""memory.py: the request's own context and the engine's memory of past answers as
-deterministic candidates, several per node, with their calibration bins; the memory's bounds
-and file; the engine keeps answers there, and a request may leave it out."""
+"""memory.py: the engine's memory of past answers, a store spanning requests: its bounds and
+file; the engine keeps answers there (``Memory.finish``), and a request may leave it out.  What
+the context source proposes from it: test_candidates_context.py."""
 
 import numpy as np
 import pytest
 
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Engine, open_memory
-from resispec_gguf.decoding.calibration import FORCED_BIN, alternate_bin, is_memory_bin, lookup_bin, memory_bin
-from resispec_gguf.decoding.memory import Memory, MemoryDrafts, vocab_key
+from resispec_gguf.decoding.candidates.context import ContextSource
+from resispec_gguf.decoding.memory import Memory, vocab_key
 
 from fake_models import MarkovModel, random_rows
-
-
-def test_the_context_proposes_its_continuations_by_count_leader_first():
-    # after "1 2": 3 twice, 4 once; the context ends in "... 1 2"
-    drafts = MemoryDrafts([1, 2, 3, 9, 1, 2, 4, 8, 1, 2, 3, 7, 1, 2], None, k=3)
-    got = drafts.propose()
-    assert [t for t, _ in got] == [3, 4]
-    assert got[0][1] == lookup_bin(2, 0)  # the leader: by match and copy run
-    assert got[1][1] == alternate_bin(1 / 3)
-    # a path below the committed tokens: "1 2 3" was followed by 9 and by 7
-    assert sorted(t for t, _ in drafts.propose([3])) == [7, 9]
-    assert [t for t, _ in drafts.propose([3, 9])] == [1]
-    assert drafts.propose([3], run=2)[0][1] == lookup_bin(3, 2)
-
-
-def test_a_context_seen_nowhere_before_proposes_nothing():
-    assert MemoryDrafts([5, 6, 7], None).propose() == []
-    drafts = MemoryDrafts([5, 6, 7, 5], None)
-    assert drafts.propose() == [(6, lookup_bin(1, 0))]  # one token of context matched
-
-
-def test_committed_tokens_extend_the_context():
-    drafts = MemoryDrafts([1, 2, 3], None)
-    assert drafts.propose() == []
-    drafts.extend([1, 2])
-    assert [t for t, _ in drafts.propose()] == [3]
-
-
-def test_the_memory_adds_what_past_answers_continued_with():
-    memory = Memory(max_tokens=1000)
-    memory.remember([10, 11, 12, 13, 14])
-    memory.remember([10, 11, 12, 15, 16])
-    memory.remember([1, 2])  # too short to keep
-    assert memory.stats()["answers"] == 2
-    drafts = MemoryDrafts([7, 10, 11, 12], memory, k=3)
-    got = drafts.propose()
-    assert [t for t, _ in got] == [13, 15]  # ties: the smaller token first
-    assert got[0][1] == memory_bin(3, 0.5)
-    assert {b for _, b in got} <= set(range(8, 14))
-    # the context's own candidates come first, the memory's only where they differ
-    drafts = MemoryDrafts([10, 11, 12, 15, 0, 10, 11, 12], memory, k=3)
-    assert [t for t, _ in drafts.propose()] == [15, 13]
-    # an answer that joins the memory mid-request is read at the next proposal
-    drafts = MemoryDrafts([3, 20, 21], memory)
-    assert drafts.propose() == []
-    memory.remember([20, 21, 22, 23])
-    assert [t for t, _ in drafts.propose()] == [22]
-    # a memory match needs two tokens
-    assert MemoryDrafts([3, 12], memory).propose() == []
-
-
-def test_bins_are_distinct_from_the_grammars_and_each_other():
-    leading = {lookup_bin(m, r) for m in (1, 2, 9) for r in (0, 1, 2, 3, 4, 8, 20)}
-    memory = {memory_bin(m, s) for m in (2, 6) for s in (0.1, 0.5, 0.9)}
-    bins = leading | {alternate_bin(s) for s in (0.1, 0.5)} | memory
-    assert FORCED_BIN not in bins and len(bins) == 15 and bins == set(range(16)) - {FORCED_BIN}
-    assert {b for b in bins if is_memory_bin(b)} == memory
 
 
 def test_the_memory_is_bounded_oldest_answers_first():
@@ -75,8 +18,8 @@ def test_the_memory_is_bounded_oldest_answers_first():
     for start in (100, 200, 300):
         memory.remember(list(range(start, start + 5)))
     assert memory.stats()["answers"] == 2
-    assert MemoryDrafts([0, 100, 101], memory).propose() == []
-    assert [t for t, _ in MemoryDrafts([0, 300, 301], memory).propose()] == [302]
+    assert ContextSource([0, 100, 101], memory).propose() == []
+    assert [c.token for c in ContextSource([0, 300, 301], memory).propose()] == [302]
 
 
 class _Vocab:
@@ -98,7 +41,7 @@ def test_the_memory_file_round_trips_and_refuses_another_vocabulary(tmp_path):
     memory.save()
     again, warning = Memory.open(str(path), key, max_tokens=1000)
     assert warning is None
-    assert [t for t, _ in MemoryDrafts([9, 2, 3], again).propose()] == [4]
+    assert [c.token for c in ContextSource([9, 2, 3], again).propose()] == [4]
     again.remember([6, 7, 8, 9])  # ids go on after the loaded ones
     assert again.stats()["answers"] == 2
     foreign, warning = Memory.open(str(path), vocab_key(_Vocab(300, b"x")), max_tokens=1000)

@@ -2,7 +2,7 @@
 
 The memory is shared by every request, slot and thread, so another request's answer may
 join it while a request grows its step's tree: a cursor the request made before the join is
-then stale (``suffix``: a write between queries makes the next one raise it), and ``MemoryDrafts.propose`` catches ``StaleCursor`` and proposes again from the
+then stale (``suffix_index``: a write between queries makes the next one raise it), and ``ContextSource.propose`` catches ``StaleCursor`` and proposes again from the
 memory as it now is, so one tree holds candidates from two states of the memory.  Each
 node's candidates are still fixed before its uniforms are drawn, so the law must stay the
 target's.
@@ -11,7 +11,7 @@ Here the join is made to happen inside a proposal: ``_Joiner`` wraps the memory 
 ``top`` and, once per step, at the step's first, second or third proposal in turn (the root's
 or a deeper node's), remembers another answer (from its own generator, never the request's
 uniforms) just before the query, which then finds its cursor stale.  Each test counts the
-joins and the ``StaleCursor`` retries (a wrapper on ``MemoryDrafts._propose`` sees the
+joins and the ``StaleCursor`` retries (a wrapper on ``ContextSource._propose`` sees the
 exception go by), asserts that every join was retried and that there were many, then checks
 the joint law of the first tokens (law_harness.check_law).
 """
@@ -28,8 +28,8 @@ from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPE
                          filled_memory, sample)
 from resispec_gguf.config import DraftParams
 from resispec_gguf.decoding import drafting
-from resispec_gguf.decoding.memory import MemoryDrafts
-from resispec_gguf.decoding.suffix import StaleCursor
+from resispec_gguf.decoding.candidates.context import ContextSource
+from resispec_gguf.decoding.suffix_index import StaleCursor
 from resispec_gguf.engine import Engine
 
 CASES = {
@@ -80,7 +80,7 @@ def joins(monkeypatch):
     counts: Counter = Counter()
     state = {"tree": None, "n": 0, "steps": 0, "joined": False}
     joiner = [None]
-    propose_at, propose = drafting.DraftPhase._propose, MemoryDrafts._propose
+    propose_at, propose = drafting.DraftPhase._propose, ContextSource._propose
 
     def counted_propose_at(self, tree, node):
         if tree is not state["tree"]:  # a new step's tree
@@ -88,7 +88,8 @@ def joins(monkeypatch):
             counts["steps"] += 1
         state["n"] += 1
         j = joiner[0]
-        if j is not None and self.lookup is not None and self.lookup.memory is j.memory:
+        context = self.sources.source("context")
+        if j is not None and context is not None and context.memory is j.memory:
             if state["joined"]:
                 counts["proposals after a join in the step"] += 1
             elif state["n"] == 1 + state["steps"] % 3:
@@ -107,7 +108,7 @@ def joins(monkeypatch):
         return joiner[0]
 
     monkeypatch.setattr(drafting.DraftPhase, "_propose", counted_propose_at)
-    monkeypatch.setattr(MemoryDrafts, "_propose", counted_propose)
+    monkeypatch.setattr(ContextSource, "_propose", counted_propose)
     return SimpleNamespace(counts=counts, install=install)
 
 
@@ -140,7 +141,7 @@ def test_an_answer_joining_mid_step_keeps_the_law(case, joins):
 def test_without_the_retry_a_mid_step_join_is_an_error(joins, monkeypatch):
     """The joins above do reach the retry: with ``propose`` made to skip it, the first
     join mid-proposal raises ``StaleCursor`` out of the request."""
-    monkeypatch.setattr(MemoryDrafts, "propose", lambda self, path=(), run=0: self._propose(tuple(path), run))
+    monkeypatch.setattr(ContextSource, "propose", lambda self, path=(), run=0: self._propose(tuple(path), run))
     kind, dp = CASES["memory alone"]
     target, engine = _engine(kind)
     joins.install(engine.memory)

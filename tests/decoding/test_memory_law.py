@@ -18,11 +18,11 @@ from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPE
                          slotted_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.decoding.memory import MemoryDrafts
+from resispec_gguf.decoding.candidates.context import ContextSource
 
 
 def test_the_filled_memory_gives_several_candidates_per_node():
-    drafts = MemoryDrafts(LOOKUP_PROMPT, filled_memory(), k=3)
+    drafts = ContextSource(LOOKUP_PROMPT, filled_memory(), k=3)
     assert len(drafts.propose()) >= 3
     assert len(drafts.propose([0])) >= 2 and len(drafts.propose([0, 1])) >= 2
 

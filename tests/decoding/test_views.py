@@ -1,6 +1,7 @@
-"""The prompt's views (``decoding.views``): the texts themselves, their place in the request's
-index, and the law with views on (a view is a fixed token sequence beside the prompt, so the
-engine's law tests run with one standing in for the tokenized text the fakes cannot make)."""
+"""The prompt's views (``decoding.candidates.views``): the texts themselves, their place in the
+request's index (an indexed source: its sequences beside the prompt), and the law with views
+on (a view is a fixed token sequence beside the prompt, so the engine's law tests run with one
+standing in for the tokenized text the fakes cannot make)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from fake_models import PathConstraint
 from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
                          constrained_law, exact_law)
 from resispec_gguf.config import DraftParams, SamplingParams
-from resispec_gguf.decoding.memory import MemoryDrafts
-from resispec_gguf.decoding.views import json_string_view, raw_view, views_of
+from resispec_gguf.decoding.candidates import views
+from resispec_gguf.decoding.candidates.context import ContextSource
+from resispec_gguf.decoding.candidates.views import json_string_view, raw_view, views_of
 from resispec_gguf.engine import Engine
 
 FILE = 'def f(x):\n    return "a\\tb" + x\n\nprint(f(\'é\'))\n'
@@ -39,13 +41,13 @@ def test_the_raw_view_unescapes_the_prompts_long_json_strings():
 def test_a_view_feeds_the_lookup_where_the_prompt_itself_has_no_match():
     prompt = [1, 2, 3, 4, 5, 6]
     view = [7, 8, 9, 10, 11]
-    plain = MemoryDrafts(prompt, None, k=3)
-    drafts = MemoryDrafts(prompt, None, k=3, views=[view])
-    drafts.extend([7, 8])
-    plain.extend([7, 8])
-    assert [t for t, _ in drafts.propose()][:1] == [9]
-    assert [t for t, _ in drafts.propose([9])][:1] == [10]
-    assert 9 not in [t for t, _ in plain.propose()]
+    plain = ContextSource(prompt, None, k=3)
+    drafts = ContextSource(prompt, None, k=3, sequences=[view])
+    drafts.commit([7, 8])
+    plain.commit([7, 8])
+    assert [c.token for c in drafts.propose()][:1] == [9]
+    assert [c.token for c in drafts.propose([9])][:1] == [10]
+    assert 9 not in [c.token for c in plain.propose()]
 
 
 VIEW = [4, 1, 3, 2, 0, 4, 1, 3, 2, 1, 4, 0]  # a fixed sequence standing in for a tokenized view
@@ -59,13 +61,13 @@ CASES = {
 @pytest.mark.parametrize("constrained", [False, True])
 @pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_views_keep_the_law_exact(case, temp, constrained):
+def test_views_keep_the_law_exact(case, temp, constrained, monkeypatch):
     kind, dp = CASES[case]
     target, draft = _pair()
     engine = Engine(target, draft if kind == "draft" else None,
                     cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
     calls = []
-    engine.prompt_views = lambda tokens: calls.append(1) or [VIEW, list(reversed(VIEW))]
+    monkeypatch.setattr(views, "prompt_views", lambda text, tokens: calls.append(1) or [VIEW, list(reversed(VIEW))])
     sp = TEMPERATURES[temp]
     constraint = PathConstraint(V, EOG) if constrained else None
     counts = {}
@@ -79,10 +81,10 @@ def test_views_keep_the_law_exact(case, temp, constrained):
     check_law(counts, law, f"views/{case}/{temp}/{'constrained' if constrained else 'free'}")
 
 
-def test_views_off_are_not_made():
+def test_views_off_are_not_made(monkeypatch):
     target, _ = _pair()
     engine = Engine(target, None, cost_curves=COST_REGIMES["gpu no draft"], memory=None)
-    engine.prompt_views = lambda tokens: pytest.fail("views made with views off")
+    monkeypatch.setattr(views, "prompt_views", lambda text, tokens: pytest.fail("views made with views off"))
     engine.generate(LOOKUP_PROMPT, SamplingParams(temperature=1.0, seed=1, max_tokens=4),
                     CASES["auto, no draft"][1].replace(views=False))
 

@@ -1,6 +1,6 @@
 """Repeated deterministic candidates at the hot-path ``verify`` (kernels/verify.py).
 
-The engine builds a node's candidates distinct (``MemoryDrafts.propose`` drops a memory token
+The engine builds a node's candidates distinct (``ContextSource.propose`` drops a memory token
 the context already gave, ``_propose`` the forced token already there), but ``verify`` does
 not check it: before the kernel skipped repeats, candidates ``[0, 0]`` with ``p = (.3, .7)``
 emitted 0 with chance .6.  Now a candidate equal to an earlier one is skipped (its uniform

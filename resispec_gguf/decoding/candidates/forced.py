@@ -1,4 +1,5 @@
-"""Free draft candidates from the constraint: the tokens its grammar forces next.
+"""The grammar source: free draft candidates from the constraint, the tokens its grammar
+forces next.
 
 Where a constraint leaves only one continuation of the text (a JSON key once its first bytes
 are written, the punctuation after it, a tool call's fixed opening), it knows the next bytes
@@ -14,6 +15,9 @@ Only a position whose mask allows exactly one token (``only_token``) is certain:
 point mass there whatever the target's row says, so its token is taken without a draw or a
 uniform (the row is still computed: the next position needs it).
 
+``ForcedSource`` is the candidate source (``candidates.base``) over ``ForcedTokens``: one bin
+(prior 0.9), the grammar arm's (``ahead``: the forced chain at the root, which ``auto`` weighs).
+
 Pure Python/NumPy; the constraint comes in through ``protocol``.
 """
 
@@ -23,9 +27,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .protocol import ConstraintState, ForcingState
+from ..protocol import ConstraintState, ForcingState
+from .base import Candidate, Request, SourceDefaults, register
 
-__all__ = ["ForcedTokens", "only_token"]
+__all__ = ["ForcedSource", "ForcedTokens", "only_token"]
 
 # forced tokens asked for per path at most (a chain longer than a step's tree is never used)
 MAX_FORCED = 16
@@ -73,3 +78,33 @@ class ForcedTokens:
         """The candidate after ``path``: the first forced token, -1 when none."""
         out = self.tokens(path)
         return out[0] if out else -1
+
+
+@register
+class ForcedSource(SourceDefaults):
+    """The grammar's forced tokens as a candidate source: at a node, the first token the
+    constraint forces after its path (module docstring)."""
+
+    name = "forced"
+    priors = (0.9,)  # accepted unless the target prefers another tokenisation of the same bytes
+    arm = "grammar"
+
+    def __init__(self, forced: ForcedTokens):
+        self.forced = forced
+
+    @classmethod
+    def build(cls, request: Request) -> "ForcedSource | None":
+        if request.dp.method == "none":
+            return None
+        forced = ForcedTokens.of(request.constraint)
+        return None if forced is None else cls(forced)
+
+    def propose(self, path: Sequence[int], run: int = 0) -> list[Candidate]:
+        f = self.forced.first(path)
+        return [Candidate(f, 0)] if f >= 0 else []
+
+    def new_step(self) -> None:
+        self.forced.new_step()
+
+    def ahead(self) -> int:
+        return len(self.forced.tokens(()))

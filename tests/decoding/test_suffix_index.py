@@ -1,4 +1,4 @@
-"""suffix.py: ``SuffixIndex`` against a brute-force count over the held sequences.
+"""suffix_index.py: ``SuffixIndex`` against a brute-force count over the held sequences.
 
 1. Counts and top-k (count down, token up) of every substring up to the depth, after random
    adds, interleaved extends and removals, on small vocabularies (many repeats, deep
@@ -18,8 +18,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from resispec_gguf.kernels import suffix as kernels
-from resispec_gguf.decoding.suffix import FILE_VERSION, Cursor, StaleCursor, SuffixIndex, warm_up
+from resispec_gguf.kernels import suffix_trie as kernels
+from resispec_gguf.decoding.suffix_index import FILE_VERSION, Cursor, StaleCursor, SuffixIndex, warm_up
 
 
 class Naive:

@@ -1,9 +1,9 @@
-"""kernels/suffix.py below the index: the child hash and the top-k cache, against dicts and
-sorts; then tests/decoding/test_suffix.py rerun with ``NUMBA_DISABLE_JIT=1`` (the kernels as
+"""kernels/suffix_trie.py below the index: the child hash and the top-k cache, against dicts and
+sorts; then tests/decoding/test_suffix_index.py rerun with ``NUMBA_DISABLE_JIT=1`` (the kernels as
 plain Python, where an overflow or an integer-division slip would show).
 
-The trie itself (insert, remove, cursors) is tested through ``decoding.suffix.SuffixIndex``
-against a brute-force count in tests/decoding/test_suffix.py.
+The trie itself (insert, remove, cursors) is tested through ``decoding.suffix_index.SuffixIndex``
+against a brute-force count in tests/decoding/test_suffix_index.py.
 """
 
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from resispec_gguf.kernels import suffix as k
+from resispec_gguf.kernels import suffix_trie as k
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def test_the_top_k_cache_stays_exact_through_count_changes():
 CHILD = """
 import sys
 import pytest
-from resispec_gguf.kernels import suffix
+from resispec_gguf.kernels import suffix_trie as suffix
 assert not hasattr(suffix.extend, "py_func")  # NUMBA_DISABLE_JIT: the kernels are the Python functions
 sys.exit(pytest.main(sys.argv[1:]))
 """
@@ -99,7 +99,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 def test_the_index_tests_pass_with_the_kernels_as_python():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
-    args = ["-q", "-p", "no:cacheprovider", "tests/decoding/test_suffix.py", "tests/kernels/test_suffix_kernels.py",
+    args = ["-q", "-p", "no:cacheprovider", "tests/decoding/test_suffix_index.py", "tests/kernels/test_suffix_trie.py",
             "-k", "not as_python"]
     r = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=900)

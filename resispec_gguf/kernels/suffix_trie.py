@@ -13,7 +13,7 @@ O(tokens x typical repeated depth), not O(tokens x depth).  Explicit nodes keep 
 link (the node of their substring less its first token, always explicit); the cursor walks
 follow them (amortised O(1) per token, Aho-Corasick style).
 
-Arrays (the wrapper ``decoding.suffix`` owns and grows them):
+Arrays (the wrapper ``decoding.suffix_index`` owns and grows them):
 
 * ``nodes`` — int32 ``[capacity, NF]``, one row per node, fields below; row 0 is the root
   (count = tokens held).  A free row has count 0 and sits on a free list through ``NEXT``.
@@ -33,7 +33,7 @@ Arrays (the wrapper ``decoding.suffix`` owns and grows them):
 
 A child's key is ``count * 2**31 + (2**31 - 1 - token)``: higher count first, then the
 smaller token.  Kernels take arrays and scalars only and return -1 / early counts instead of
-raising; ``decoding.suffix`` validates and grows.  May import ``config``, ``errors``, ``paths``,
+raising; ``decoding.suffix_index`` validates and grows.  May import ``config``, ``errors``, ``paths``,
 ``progress`` and other kernel modules (it needs none); never the engine or a model.
 """
 

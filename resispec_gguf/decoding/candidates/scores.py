@@ -2,9 +2,8 @@
 methods score them (``FixedScores``; ``autorequest.Auto`` is ``auto``'s scorer), and the law a
 node's draws come from when candidates are tried first (``without``).
 
-Where candidates come from is ``decoding.memory`` (the context and the memory of past answers)
-and ``decoding.forced`` (the grammar); why checking them first keeps the law exact is
-``kernels.verify``'s docstring.  Plain NumPy.
+Where candidates come from is the sources of this package (``frame.Sources`` asks them); why
+checking them first keeps the law exact is ``kernels.verify``'s docstring.  Plain NumPy.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Threads: every method takes ``lock`` (a re-entrant lock).  A walk of several que
 see one state (match, then advances and tops) holds ``with index.lock:`` around it when other
 threads may write; a write in between only makes the next query raise ``StaleCursor``.
 
-The trie and its walks are the kernels of ``kernels.suffix``: a node per repeated substring
+The trie and its walks are the kernels of ``kernels.suffix_trie``: a node per repeated substring
 plus one per start position (2 to 2.6 nodes per token on code and prose at depth 24, at most
 ``max_depth`` when every sequence is held twice), 44 bytes a node, 16 a node in the hash, 4 a
 token: about 170 bytes of arrays per token held (docs/memory.md).  No model, no file format but
@@ -40,7 +40,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..kernels import suffix as _k
+from ..kernels import suffix_trie as _k
 
 __all__ = ["Cursor", "DEFAULT_DEPTH", "FILE_VERSION", "GLOBAL_MAX_SEQUENCES", "GLOBAL_MAX_TOKENS", "StaleCursor",
            "SuffixIndex", "warm_up"]
@@ -61,7 +61,7 @@ class StaleCursor(ValueError):
 
 class Cursor(NamedTuple):
     """Where a walk stands.  ``length``: tokens matched (0: the root, nothing matched).  The
-    other fields are the index's (``kernels.suffix``); ``version`` is the index state it
+    other fields are the index's (``kernels.suffix_trie``); ``version`` is the index state it
     belongs to."""
 
     length: int
