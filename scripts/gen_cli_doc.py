@@ -183,6 +183,9 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
     subs = list(_subcommands(parser))
     lines = [BEGIN, "", "| command | what it does |", "|---|---|"]
     lines += [f"| [`{name}`](#{_slug(name)}) | {_cell(h)} |" for name, h, _ in subs]
+    top = [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    if top:  # the flags before any command (``--version``)
+        lines += ["", f"Before a command ({PROG} FLAG): {'; '.join(f'`{a.option_strings[-1]}`: {_cell(_help(a))}' for a in top)}."]
     lines.append("")
     for name, h, sub in subs:
         lines += _section(name, h, sub)

@@ -1,10 +1,13 @@
 """``python -m resispec_gguf doctor``: one screen a user can paste into a bug report.
 
-One line per subject: the llama-cpp-python build (version, features from its system info),
+One line per subject: this package's version and commit (``version_text``, also
+``--version``), the llama-cpp-python build (version, features from its system info, whether it
+can offload and whether a GPU was found),
 the CPU features that matter (``/proc/cpuinfo``), the crash check (``llama.buildcheck``, run
 afresh in a child process), the ggml devices and their free memory, Numba and its cache, the
-preset models in the cache (hash-checked), and free memory against what the default pair
-needs at ``--ctx``.  A line that finds a problem is followed by ``  problem: ...`` and
+preset models in the cache (hash-checked), free memory against what the default pair
+needs at ``--ctx``, the load average, the cost cache's state and age (``decoding.costs``), and
+the optional libraries installed (the server's, the client libraries the examples import).  A line that finds a problem is followed by ``  problem: ...`` and
 ``  fix: COMMAND``; ``run`` returns 1 when there was one, else 0.
 
 Each subject is a function of what the probes found (``_probe_*``, module-level so that tests
@@ -19,10 +22,12 @@ import os
 import sys
 from dataclasses import dataclass
 
+from .. import __version__
 from ..config import ModelParams
+from ..decoding import costs
 from ..llama import buildcheck, presets
 
-__all__ = ["Line", "run", "report"]
+__all__ = ["Line", "run", "report", "version_text"]
 
 PIN = "0.3.36"  # the llama-cpp-python this package is written against (pyproject.toml)
 _FEATURES = ("CUDA", "METAL", "VULKAN", "HIP", "SYCL", "RPC", "AMX", "AVX512", "AVX2")
@@ -30,6 +35,9 @@ _CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_
 # build features whose instructions the CPU must have (llama_print_system_info name -> cpuinfo flag)
 _NEEDS = {"AVX2": "avx2", "AVX512": "avx512f", "AMX_INT8": "amx_int8"}
 _SLACK_MIB = 256  # compute buffers and the rest, beyond weights, KV cache and logits
+# the optional libraries a user may need, by what needs them (pip install NAME)
+_OPTIONAL = (("server", ("starlette", "uvicorn")), ("clients", ("openai", "anthropic", "httpx")),
+             ("plot", ("matplotlib",)))
 
 
 @dataclass
@@ -44,6 +52,50 @@ class Line:
 
 
 # ------------------------------------------------------------------ probes (replaced in tests)
+
+
+def _probe_commit() -> str | None:
+    """The git commit of this package's checkout (short; "+" when it has uncommitted
+    changes to tracked files), None for an installed copy or without git."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", "resispec_gguf"],
+                               capture_output=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head.stdout.strip() + ("+" if dirty.returncode == 1 else "")) if head.returncode == 0 else None
+
+
+def _probe_load() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):
+        return None
+
+
+def _probe_costs() -> dict:
+    return costs.cache_state()
+
+
+def _probe_optional() -> dict[str, str | None]:
+    """Each optional library's installed version, None when it is not installed."""
+    from importlib import metadata
+
+    found = {}
+    for _, names in _OPTIONAL:
+        for name in names:
+            try:
+                found[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                found[name] = None
+    return found
 
 
 def _probe_build() -> buildcheck.Verdict:
@@ -108,6 +160,60 @@ def _features(info: str) -> list[str]:
     return [f for f in on if any(f.upper().startswith(name) for name in _FEATURES)]
 
 
+def version_text(commit: str | None = None) -> str:
+    """``resispec-gguf VERSION`` and the checkout's commit when there is one (``--version``)."""
+    commit = _probe_commit() if commit is None else commit
+    return f"resispec-gguf {__version__}" + (f" (commit {commit})" if commit else "")
+
+
+def _gpu_words(facts: dict) -> str:
+    """Whether the build can offload, and whether it found a GPU to offload to."""
+    gpus = [d for d in facts.get("devices") or [] if d.get("type") != "CPU"]
+    if not facts.get("gpu_offload"):
+        return "GPU offload no (a CPU build)"
+    return f"GPU offload yes, to {', '.join(d['name'] for d in gpus)}" if gpus else \
+        "GPU offload: the build can offload; no GPU found"
+
+
+def load_line(load: tuple[float, float, float] | None) -> Line:
+    if load is None:
+        return Line("load", "no load average on this platform")
+    cores = os.cpu_count() or 1
+    busy = load[0] > costs.BUSY_LOAD * cores
+    return Line("load", f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cores} cores"
+                        + ("; busy: speeds measured now are slower than this machine's own" if busy else ""))
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def costs_line(state: dict, now: float) -> Line:
+    if not state["curves"]:
+        return Line("costs", f"{state['path']}: empty (the first start with a model measures its decode costs, "
+                             f"about {1.5 * costs.MEASURE_BUDGET_S:.0f} s per model)")
+    ages = f"newest {_age(now - state['newest'])} old" if state["newest"] else "age unknown"
+    if state["oldest"] and state["oldest"] != state["newest"]:
+        ages += f", oldest {_age(now - state['oldest'])}"
+    return Line("costs", f"{state['path']}: {state['curves']} curve{'s' * (state['curves'] != 1)}, {ages}; "
+                         f"{state['busy']} measured while the machine was busy, {state['corrected']} corrected "
+                         "from measured steps")
+
+
+def optional_line(found: dict[str, str | None]) -> Line:
+    parts = []
+    for need, names in _OPTIONAL:
+        parts.append(f"{need}: " + ", ".join(f"{n} {found[n]}" if found.get(n) else f"{n} not installed"
+                                             for n in names))
+    missing = [n for n in ("starlette", "uvicorn") if not found.get(n)]
+    if missing:  # not a problem: only serve needs them, and it says so
+        parts.append("serve needs: pip install 'resispec-gguf[server]'")
+    return Line("optional", "; ".join(parts))
+
+
 def build_line(v: buildcheck.Verdict) -> Line:
     facts = v.facts
     if not facts:
@@ -116,7 +222,7 @@ def build_line(v: buildcheck.Verdict) -> Line:
                     f"pip install --no-cache-dir --force-reinstall llama-cpp-python=={PIN}")
     version = facts.get("llama_cpp_python", "?")
     text = (f"{version}; {' '.join(_features(facts.get('system_info', ''))) or 'no optional features'}; "
-            f"GPU offload {'yes' if facts.get('gpu_offload') else 'no'}; RPC {'yes' if facts.get('rpc') else 'no'}")
+            f"{_gpu_words(facts)}; RPC {'yes' if facts.get('rpc') else 'no'}")
     if version != PIN:
         return Line("llama-cpp-python", text, f"resispec-gguf is written against llama-cpp-python {PIN}",
                     buildcheck.rebuild_command(PIN, no_amx=False, rpc=bool(facts.get("rpc"))))
@@ -202,9 +308,12 @@ def report(n_ctx: int) -> list[Line]:
     """Every line, from the probes."""
     verdict = _probe_build()
     model, flags = _probe_cpu()
-    return [build_line(verdict), cpu_line(model, flags, verdict), check_line(verdict, flags),
-            devices_line(verdict, _probe_nvidia()), numba_line(*_probe_numba()), models_line(_probe_models()),
-            memory_line(_probe_memory(), n_ctx)]
+    import time
+
+    return [Line("resispec-gguf", version_text().split(" ", 1)[1]), build_line(verdict),
+            cpu_line(model, flags, verdict), check_line(verdict, flags), devices_line(verdict, _probe_nvidia()),
+            numba_line(*_probe_numba()), models_line(_probe_models()), memory_line(_probe_memory(), n_ctx),
+            load_line(_probe_load()), costs_line(_probe_costs(), time.time()), optional_line(_probe_optional())]
 
 
 def run(ctx: int = ModelParams().n_ctx, out=None) -> int:

@@ -29,6 +29,12 @@ def healthy(monkeypatch, tmp_path):
         {"name": "default", "role": "target", "file": "t.gguf", "state": "ok", "path": "/c/t.gguf"},
         {"name": "default", "role": "draft", "file": "d.gguf", "state": "missing", "path": "/c/d.gguf"}])
     monkeypatch.setattr(doctor, "_probe_memory", lambda: 64 * 1024)
+    monkeypatch.setattr(doctor, "_probe_commit", lambda: "abc1234")
+    monkeypatch.setattr(doctor, "_probe_load", lambda: (0.5, 0.4, 0.3))
+    monkeypatch.setattr(doctor, "_probe_costs", lambda: {"path": "/c/costs.json", "curves": 0, "busy": 0,
+                                                        "corrected": 0, "newest": 0.0, "oldest": 0.0})
+    monkeypatch.setattr(doctor, "_probe_optional", lambda: {"starlette": "0.37", "uvicorn": "0.29", "openai": "1.0",
+                                                           "anthropic": None, "httpx": "0.27", "matplotlib": None})
     return monkeypatch
 
 
@@ -41,7 +47,11 @@ def test_all_well_is_exit_0_one_line_per_subject(healthy):
     code, text = _run()
     assert code == 0 and text.rstrip().endswith("all well") and "problem" not in text
     labels = [line.split("  ")[0] for line in text.splitlines()[1:-1]]
-    assert labels == ["llama-cpp-python", "CPU", "crash check", "devices", "numba", "models", "memory"]
+    assert labels == ["resispec-gguf", "llama-cpp-python", "CPU", "crash check", "devices", "numba", "models",
+                      "memory", "load", "costs", "optional"]
+    assert "resispec-gguf     0.1.0 (commit abc1234)" in text and "GPU offload no (a CPU build)" in text
+    assert "0.50 0.40 0.30 on" in text and "/c/costs.json: empty" in text
+    assert "clients: openai 1.0, anthropic not installed, httpx 0.27" in text
     assert "0.3.36; AVX2 AVX512" in text and "RPC yes" in text and "avx2 avx512f" in text
     assert "CPU (Some CPU, 1000 of 2000 MiB free)" in text and "not cached" in text
 
@@ -155,3 +165,44 @@ def test_the_pin_is_pyproject_s():
 
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert re.search(r'"llama-cpp-python==([^"]+)"', pyproject).group(1) == doctor.PIN
+
+
+def test_a_build_that_can_offload_without_a_gpu_says_so(healthy):
+    healthy.setattr(doctor, "_probe_build", lambda: Verdict("ok", facts={**FACTS, "gpu_offload": True}, seconds=0.8))
+    assert "GPU offload: the build can offload; no GPU found" in _run()[1]
+    gpu = {"name": "CUDA0", "type": "GPU", "description": "H200", "free_mib": 1, "total_mib": 2}
+    facts = {**FACTS, "gpu_offload": True, "devices": FACTS["devices"] + [gpu]}
+    healthy.setattr(doctor, "_probe_build", lambda: Verdict("ok", facts=facts, seconds=0.8))
+    assert "GPU offload yes, to CUDA0" in _run()[1]
+
+
+def test_the_cost_cache_line_says_its_state_and_age():
+    state = {"path": "/c/costs.json", "curves": 3, "busy": 1, "corrected": 2, "newest": 1000.0, "oldest": 100.0}
+    line = doctor.costs_line(state, 1000.0 + 7200)
+    assert line.text == ("/c/costs.json: 3 curves, newest 2 h old, oldest 2 h; 1 measured while the machine was "
+                         "busy, 2 corrected from measured steps") and line.problem is None
+
+
+def test_the_load_line_says_when_the_machine_is_busy():
+    import os
+
+    assert "busy" in doctor.load_line((9.0 * (os.cpu_count() or 1), 0.0, 0.0)).text
+    assert "busy" not in doctor.load_line((0.0, 0.0, 0.0)).text
+    assert doctor.load_line(None).text == "no load average on this platform"
+
+
+def test_version_text_names_the_commit_when_there_is_one(monkeypatch):
+    from resispec_gguf import __version__
+
+    assert doctor.version_text("abc1234") == f"resispec-gguf {__version__} (commit abc1234)"
+    monkeypatch.setattr(doctor, "_probe_commit", lambda: None)
+    assert doctor.version_text() == f"resispec-gguf {__version__}"
+
+
+def test_the_version_flag_prints_one_line_and_exits_0(capsys):
+    from resispec_gguf.surfaces import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and out.startswith("resispec-gguf ") and out.count("\n") == 1

@@ -295,8 +295,9 @@ def _add_models(sub) -> None:
 
 
 def _add_doctor(sub) -> None:
-    doc = sub.add_parser("doctor", help="one screen for a bug report: the llama.cpp build, CPU, devices, Numba, "
-                                        "cached models, memory; exit 1 when something is wrong")
+    doc = sub.add_parser("doctor", help="one screen for a bug report: version and commit, the llama.cpp build, "
+                                        "CPU, devices, Numba, cached models, memory, load, the cost cache, "
+                                        "optional libraries; exit 1 when something is wrong")
     doc.set_defaults(func=commands._cmd_doctor)
     doc.add_argument("--ctx", type=_context, default=ModelParams().n_ctx,
                      help=f"context the memory estimate is for (default: {ModelParams().n_ctx})")
@@ -307,8 +308,23 @@ _SUBCOMMANDS = (_add_chat, _add_generate, _add_serve, _add_bench, _add_analyze, 
                 _add_doctor)
 
 
+class _Version(argparse.Action):
+    """``--version``: the package's version and, in a git checkout, its commit
+    (``doctor.version_text``; asked only when the flag is given)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..doctor import version_text
+
+        print(version_text())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="resispec-gguf", description="Exact multi-candidate speculative decoding for GGUF models.")
+    p.add_argument("--version", action=_Version, help="print the package's version (and git commit) and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for add in _SUBCOMMANDS:
         add(sub)
