@@ -5,7 +5,7 @@ seam and cached on disk, and the host time to turn one logits row into a distrib
 requests ``costcheck.CurveCheck`` may correct a curve that measured steps contradict).
 
 A start measures only what the cache lacks, says so first (``note``: one line, what, why,
-about how long) and spends at most ``MEASURE_BUDGET_S`` per curve past its first round: a
+about how long) and spends about ``MEASURE_BUDGET_S`` per curve (``measure_curve``): a
 figure measured while the machine was busy is kept (``busy`` in the cache, for ``doctor``)
 rather than measured again at every start.
 
@@ -27,7 +27,8 @@ from ..kernels import sampling
 from ..paths import cache_dir, read_json_dict, write_json_atomic
 
 __all__ = ["MEASURE_BUDGET_S", "ROW_COUNTS", "CostCurve", "backend_curve", "cache_file", "cache_state",
-           "cost_table", "host_row_seconds", "machine_id", "measure_curve", "measured", "store_corrected"]
+           "cost_table", "host_row_seconds", "machine_id", "measure_curve", "measured", "measuring_line",
+           "store_corrected"]
 
 # committed tokens before a cost curve is measured
 _CURVE_CONTEXT = 128
@@ -37,8 +38,9 @@ _CURVE_CONTEXT = 128
 # with interpolation would hide
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
 
-# seconds one curve's measurement may take past its first round (a busy 2-core machine took
-# 160 s for three full rounds of both models); later rounds only refine the fastest times
+# seconds one curve's measurement may take, the context's prefill included, and a quarter more
+# for timing again what looks disturbed (a busy 2-core machine took 160 s for three full
+# rounds of both models); later rounds only refine the fastest times
 MEASURE_BUDGET_S = 6.0
 
 
@@ -73,12 +75,14 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
     and it adds it unevenly (a busy moment during the 4-row decode of one round would make 4
     rows look dearer than 8), so the fastest round is the machine's own shape.
 
-    ``budget_s`` bounds a start's measurement: the first round goes through the counts in
-    ``_priority`` order and, past the budget, leaves out the rest (the curve goes on along
-    its last measured stretch); a later round starts only if it would end within the budget
-    (judged by the last round's length); then, within half as much again, the counts that
-    still cost more than a larger count are timed again (``_suspects``), which is where a
-    busy moment shows in a curve of one or two rounds."""
+    ``budget_s`` bounds the measurement, warm-up included: a decode is made only if, priced
+    from the counts timed so far (``_estimate``), it would end within the budget; the first
+    round takes the counts in ``_priority`` order (1, 2 and 4 always), and a count it cannot
+    fit is left out (the curve goes on along its last measured stretch).  What is left of
+    the budget, and a quarter more, goes to timing again the small counts and those that
+    still cost more than a larger count (``_suspects``): where one busy moment shows in a
+    curve of one round."""
+    start = time.perf_counter()
     decode_rows(1)  # warm-up
     times: dict[int, list[float]] = {}
 
@@ -87,27 +91,24 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
         decode_rows(n)
         times.setdefault(n, []).append(time.perf_counter() - t)
 
-    start = last = time.perf_counter()
+    def fits(n: int, limit: float | None = budget_s, cost: float | None = None) -> bool:
+        cost = _estimate(times, n) if cost is None else cost
+        return limit is None or time.perf_counter() - start + cost <= limit
+
     for n in _priority(rows) if budget_s is not None else rows:
-        if len(times) >= 3 and budget_s is not None and time.perf_counter() - start > budget_s:
-            break
-        timed(n)
+        if len(times) < 3 or fits(n):
+            timed(n)
     for _ in range(repeats - 1):
-        now = time.perf_counter()
-        if budget_s is not None and (now - start) + (now - last) > budget_s:
-            break
-        last = now
-        for n in rows:
-            if n in times:
+        for n in [n for n in rows if n in times]:
+            if fits(n):
                 timed(n)
     counts = tuple(n for n in rows if n in times)
-    if budget_s is not None and len(times[counts[0]]) < repeats:
-        deadline = start + 1.5 * budget_s
+    if budget_s is not None:
         for _ in range(repeats):
-            for i in _suspects([min(times[n]) for n in counts]):
-                if time.perf_counter() + min(times[counts[i]]) > deadline:
-                    break
-                timed(counts[i])
+            best = [min(times[n]) for n in counts]
+            for i in sorted(set(_suspects(best)) | {i for i, n in enumerate(counts) if n <= 4 and len(times[n]) < repeats}):
+                if fits(counts[i], 1.25 * budget_s, min(best[i:])):  # a suspect costs what a larger count does
+                    timed(counts[i])
     # not forced to grow with n: a batch of some sizes may really cost less than a smaller one
     return CostCurve(counts, tuple(float(np.min(times[n])) for n in counts))
 
@@ -117,6 +118,17 @@ def _priority(rows) -> list[int]:
     shape ``auto`` reads most), then the counts between, smallest first."""
     powers = [n for n in rows if n & (n - 1) == 0]
     return powers + [n for n in rows if n not in powers]
+
+
+def _estimate(times: dict, n: int) -> float:
+    """The seconds a decode of ``n`` rows may take, from the counts timed so far: the
+    nearest timed count's fastest time, scaled up in proportion past it (rows cost at most
+    in proportion on a CPU); 0 before any."""
+    if not times:
+        return 0.0
+    below = [m for m in times if m <= n]
+    m = max(below) if below else min(times)
+    return min(times[m]) * max(1.0, n / m)
 
 
 def _suspects(best: list[float], slack: float = 1.15) -> list[int]:
@@ -281,6 +293,7 @@ def backend_curve(model, note=None, name: str = "") -> CostCurve:
     the model's cache empty."""
 
     def measure():
+        start = time.perf_counter()
         context = max(0, min(_CURVE_CONTEXT, model.n_ctx - max(ROW_COUNTS) - 2))
         model.reset()
         if context:
@@ -290,14 +303,17 @@ def backend_curve(model, note=None, name: str = "") -> CostCurve:
             model.decode([min(100 + i, model.n_vocab - 1) for i in range(n)], [-1] + list(range(n - 1)))
             model.drop_uncommitted()
 
-        curve = measure_curve(rows, budget_s=MEASURE_BUDGET_S)
+        curve = measure_curve(rows, budget_s=max(0.0, MEASURE_BUDGET_S - (time.perf_counter() - start)))
         model.reset()
         return curve
 
-    what = (f"measuring what a decode of 1 to {max(ROW_COUNTS)} rows costs the {name or 'model'} here, for auto "
-            f"(first start with this model, build and settings; about {1.5 * MEASURE_BUDGET_S:.0f} s at most, "
-            f"then cached in {cache_file()})")
-    return measured(curve_identity(model), measure, note, what)
+    return measured(curve_identity(model), measure, note, measuring_line(name or "model", cache_file()))
+
+
+def measuring_line(name: str, where: str) -> str:
+    """The line a start prints before it measures ``name``'s curve (``where``: the cache file)."""
+    return (f"measuring what a decode of 1 to {max(ROW_COUNTS)} rows costs the {name} here, for auto (first start "
+            f"with this model, build and settings; about {MEASURE_BUDGET_S:.0f} s, then cached in {where})")
 
 
 def curve_identity(model) -> str:

@@ -337,6 +337,11 @@ def _verify_into_cache(path: Path, model: ModelFile) -> bool:
     return True
 
 
+def download_line(model: ModelFile, directory) -> str:
+    """The line a start prints before it downloads ``model`` into ``directory``."""
+    return f"downloading {model.filename} ({model.size / 1e9:.2f} GB; first use, then cached in {directory})"
+
+
 def ensure_model(
     model: ModelFile,
     *,
@@ -364,8 +369,7 @@ def ensure_model(
         if found is not None:
             return found
 
-        _note(f"downloading {model.filename} ({model.size / 1e9:.2f} GB; first use, then cached in {directory})",
-              progress)
+        _note(download_line(model, directory), progress)
         if not _hf_offline():
             fetch = hf_fetch or _hf_fetch_into
             try:

@@ -19,6 +19,8 @@ from .display import dimmed, stats_line, stats_report
 from ..engine import Stats
 from ..errors import ContextFullError, UserError
 
+# the line a session opens with, on a terminal (README quotes it)
+BANNER = "resispec-gguf chat — /help for commands, Ctrl-D to quit"
 HELP = """commands:
   /help              this help
   /reset             forget the conversation (keeps the system prompt)
@@ -215,7 +217,7 @@ def run_chat(engine, sp: SamplingParams, dp: DraftParams, system: str | None = N
     interactive = sys.stdin.isatty()
     session = ChatSession(engine, sp, dp, system, reasoning=reasoning)
     if interactive:
-        print("resispec-gguf chat — /help for commands, Ctrl-D to quit", file=sys.stderr)
+        print(BANNER, file=sys.stderr)
     for line in _read_lines(interactive):
         if not line.strip():
             continue

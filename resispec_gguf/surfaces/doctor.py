@@ -194,7 +194,7 @@ def _age(seconds: float) -> str:
 def costs_line(state: dict, now: float) -> Line:
     if not state["curves"]:
         return Line("costs", f"{state['path']}: empty (the first start with a model measures its decode costs, "
-                             f"about {1.5 * costs.MEASURE_BUDGET_S:.0f} s per model)")
+                             f"about {costs.MEASURE_BUDGET_S:.0f} s per model)")
     ages = f"newest {_age(now - state['newest'])} old" if state["newest"] else "age unknown"
     if state["oldest"] and state["oldest"] != state["newest"]:
         ages += f", oldest {_age(now - state['oldest'])}"

@@ -151,27 +151,43 @@ def test_a_measurement_says_first_what_it_does_and_only_when_it_measures(tmp_pat
     assert lines == ["measuring m", "measured"]
 
 
-def test_measure_curve_stops_its_rounds_at_the_budget(monkeypatch):
-    """A fake clock: every decode takes one second; rounds after the first start only while
-    they would end within the budget, and a first round past it leaves out the counts it has
-    not reached (powers of two first), never 1, 2 and 4."""
-    clock = [0.0]
+def _clocked(monkeypatch, cost):
+    """A fake clock and a ``decode_rows`` that advances it by ``cost(n, calls so far)``."""
+    clock, calls = [0.0], []
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
-    calls = []
 
     def decode_rows(n):
         calls.append(n)
-        clock[0] += 1.0
+        clock[0] += cost(n, calls)
 
-    costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=5, budget_s=6.5)
-    assert calls == [1] + [1, 2, 4] * 2  # a round takes 3 s: a third would end at 9 s
-    calls.clear()
-    curve = costs.measure_curve(decode_rows, rows=(1, 2, 3, 4, 8), repeats=5, budget_s=3.5)
-    assert calls == [1] + [1, 2, 4, 8]  # 3 was left out: past the budget
-    assert curve.rows == (1, 2, 4, 8)
-    calls.clear()
-    costs.measure_curve(decode_rows, rows=(1, 2, 3, 4), repeats=5, budget_s=0.0)
-    assert calls == [1] + [1, 2, 4]  # the first three counts always
+    return decode_rows, calls
+
+
+def test_a_budget_bounds_the_measurement_warm_up_included(monkeypatch):
+    """n rows take n seconds.  Budget 10: the warm-up and a first round (1, 2, 4) take 8 s;
+    a decode is made only while it would end within the budget (a 1-row decode twice more),
+    then within a quarter more the small counts are timed again (2 once)."""
+    decode_rows, calls = _clocked(monkeypatch, lambda n, calls: float(n))
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=3, budget_s=10.0)
+    assert calls == [1, 1, 2, 4, 1, 1, 2] and curve == CostCurve((1, 2, 4), (1.0, 2.0, 4.0))
+
+
+def test_a_first_round_past_the_budget_leaves_out_what_does_not_fit(monkeypatch):
+    """Budget 8: after 1, 2 and 4 (always), neither 8 nor 3 fits; the curve goes on from 4."""
+    decode_rows, calls = _clocked(monkeypatch, lambda n, calls: float(n))
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 3, 4, 8), repeats=3, budget_s=8.0)
+    assert curve.rows == (1, 2, 4) and 8 not in calls and 3 not in calls
+    assert costs._priority((1, 2, 3, 4, 5, 8, 12, 16)) == [1, 2, 4, 8, 16, 3, 5, 12]
+
+
+def test_a_count_dearer_than_a_larger_one_is_timed_again(monkeypatch):
+    """One round fits the budget; its 2-row decode was slowed by other work (9 s, dearer
+    than 4 rows' 4 s): in the quarter more it alone is timed again, and its 2 s kept."""
+    decode_rows, calls = _clocked(monkeypatch, lambda n, calls: 9.0 if n == 2 and calls.count(2) == 1 else float(n))
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=1, budget_s=16.0)
+    assert calls == [1, 1, 2, 4, 2] and curve == CostCurve((1, 2, 4), (1.0, 2.0, 4.0))
+    assert costs._suspects([1.0, 5.0, 4.0, 3.0]) == [1, 2] and costs._suspects([1.0, 2.0, 1.8]) == []
+    assert costs._estimate({}, 4) == 0.0 and costs._estimate({2: [0.5, 0.4]}, 8) == 1.6
 
 
 def test_the_machine_id_names_the_cores():
@@ -196,20 +212,3 @@ def test_the_busy_threshold_can_be_set_or_turned_off(monkeypatch):
     assert costs._machine_busy() is False
     monkeypatch.setenv("RESISPEC_BUSY_LOAD", "lots")  # not a number: the default
     assert costs._machine_busy() is False
-
-
-def test_a_count_dearer_than_a_larger_one_is_timed_again_within_the_budget(monkeypatch):
-    """One round only (the budget allows no second): the 2-row decode was slowed by other
-    work (5 s, dearer than 4 rows' 4 s), so it alone is timed again and its 2 s kept."""
-    clock = [0.0]
-    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
-    calls = []
-
-    def decode_rows(n):
-        calls.append(n)
-        clock[0] += 5.0 if (n == 2 and calls.count(2) == 1) else float(n)
-
-    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=3, budget_s=10.0)
-    assert calls == [1, 1, 2, 4, 2]
-    assert curve == CostCurve((1, 2, 4), (1.0, 2.0, 4.0))
-    assert costs._suspects([1.0, 5.0, 4.0, 3.0]) == [1, 2] and costs._suspects([1.0, 2.0, 1.8]) == []

@@ -66,13 +66,16 @@ def _loading_line(model: ModelParams) -> str:
     from pathlib import Path
 
     from ...llama.gguf_file import check_gguf_file
-    from ...llama.presets import draft_spec, parse_model_spec
+    from ...llama.presets import PRESETS, draft_spec, parse_model_spec
 
-    draft = draft_spec(model.target, model.draft)
-    for spec in (model.target, draft):
-        if spec and parse_model_spec(spec)[0] == "path":
+    names = []
+    for role, spec in (("target", model.target), ("draft", draft_spec(model.target, model.draft))):
+        kind = parse_model_spec(spec)[0] if spec else None
+        if kind == "path":
             check_gguf_file(str(Path(spec).expanduser()))
-    return f"loading target {model.target} and {f'draft {draft}' if draft else 'no draft'} ..."
+        names.append(f"{role} {PRESETS[spec].model(role).filename if kind == 'preset' else spec}" if spec
+                     else "no draft")
+    return f"loading {names[0]} and {names[1]} ..."
 
 
 def _speculation(args) -> tuple[ModelParams, SamplingParams, DraftParams]:
@@ -213,6 +216,20 @@ def _cmd_chat(args) -> int:
         return run_chat(engine, sp, dp, args.system, reasoning)
 
 
+def serving_line(params: ServerParams, model: ModelParams, dp: DraftParams, engine, auth: bool, key_env: str) -> str:
+    """``serve``'s line once its models are loaded: where it listens, the method, slots, KV
+    and prompt cache, authentication, CORS and where the layers run (README quotes it)."""
+    from ...llama.devices import summary
+
+    host = f"[{params.host}]" if ":" in params.host else params.host
+    auth_text = "auth on" if auth else f"auth off, no --api-key, --api-key-file or ${key_env}"
+    cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
+    slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
+    slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
+    return (f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
+            f"{auth_text}{cors}; {summary(engine.info())})")
+
+
 def _cmd_serve(args) -> int:
     try:
         from .. import server
@@ -225,21 +242,13 @@ def _cmd_serve(args) -> int:
         params = params.replace(model_name=os.path.basename(model.target.rstrip("/")) or model.target)
     key = server.api_key(params)  # an unreadable key file: one line, before anything else
     sock = server.listen(params.host, params.port)  # a taken port too
-    host = f"[{params.host}]" if ":" in params.host else params.host
     loaded = []
 
     def load():
         """On the server's loading thread, while /health answers 503 "loading model"."""
-        from ...llama.devices import summary
-
         engine = _open(model, announce=False, loading=True)
         loaded.append(engine)
-        auth = "auth on" if key else f"auth off, no --api-key, --api-key-file or ${server.API_KEY_ENV}"
-        cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
-        slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
-        slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
-        print(f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
-              f"{auth}{cors}; {summary(engine.info())})", file=sys.stderr)
+        print(serving_line(params, model, dp, engine, key is not None, server.API_KEY_ENV), file=sys.stderr)
         if dp.method == "auto":
             _note(f"auto: {engine.auto_outlook()}")
         return engine
