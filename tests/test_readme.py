@@ -83,3 +83,46 @@ def test_the_reference_shows_the_settings_defaults():
         assert shown == expect, (flags, shown, expect)
         checked += 1
     assert checked >= 14, checked
+
+
+def _block_after(text: str, marker: str) -> list[str]:
+    """The lines of the first fenced block after ``marker``."""
+    return text.split(marker, 1)[1].split("```\n", 2)[1].rstrip("\n").splitlines()
+
+
+def test_the_start_up_lines_readme_quotes_are_what_the_commands_print():
+    """README's chat and serve start-up lines, rendered by the code that prints them (the
+    README's own figures put in: its cache folder, a 4-row decode at 2.7x one row)."""
+    import argparse
+
+    from resispec_gguf.config import DraftParams, ModelParams, ServerParams
+    from resispec_gguf.decoding import costcheck, costs
+    from resispec_gguf.decoding.autotune import AutoTuner
+    from resispec_gguf.llama import buildcheck, devices, models, presets
+    from resispec_gguf.surfaces import chat, flags
+    from resispec_gguf.surfaces.cli import build_parser
+    from resispec_gguf.surfaces.cli.commands import _loading_line, serving_line
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    folder = "~/.cache/resispec-gguf/models"
+    rows = costs.ROW_COUNTS
+    target = costs.CostCurve(rows, tuple(0.1 + 0.0567 * (n - 1) for n in rows))  # 4 rows: 2.70x one
+    draft = costs.CostCurve(rows, tuple(0.03 + 0.017 * (n - 1) for n in rows))
+    info = {"target": {"devices": ["CPU"], "n_gpu_layers": 0}, "draft": {"devices": ["CPU"], "n_gpu_layers": 0}}
+    outlook = "resispec-gguf: auto: " + costcheck.outlook(AutoTuner(target, draft, DraftParams()), target, info)
+    pair = presets.PRESETS["default"]
+    loading = "resispec-gguf: " + _loading_line(ModelParams())
+    assert _block_after(readme, "**What the first command prints.**") == [
+        loading, "resispec-gguf: " + buildcheck.RUNNING,
+        *(models.download_line(m, folder) for m in (pair.target, pair.draft)),
+        *("resispec-gguf: " + costs.measuring_line(name, f"{folder}/costs.json") for name in ("target", "draft")),
+        "resispec-gguf: " + devices.summary(info), outlook, chat.BANNER, ">>>"]
+    assert "2.7x one row on this CPU" in outlook and "4-row decode costs about 2.7× one row" in readme
+
+    args = build_parser().parse_args(["serve"])
+    model, params, dp = (flags.from_args(cls, args) for cls in (ModelParams, ServerParams, DraftParams))
+    params = params.replace(model_name="default")
+    engine = argparse.Namespace(n_slots=model.n_slots, n_ctx=model.n_ctx, info=lambda: info, kv_bytes=lambda: sum(
+        m.kv_bytes_per_token for m in (pair.target, pair.draft)) * model.n_ctx * model.n_slots)
+    assert _block_after(readme, "and once they are loaded, for the default pair") == [
+        loading, serving_line(params.replace(port=8000), model, dp, engine, False, "RESISPEC_API_KEY"), outlook]
