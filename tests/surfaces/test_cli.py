@@ -64,6 +64,11 @@ def test_bad_values_give_one_line_errors(args, needle):
 
 
 def test_bad_model_files(tiny_pair, not_gguf_file, truncated_gguf, incompatible_draft):
+    """After the first start (whose build check says it runs, one line before any error
+    found by loading), each of these is one line."""
+    from resispec_gguf.llama import buildcheck
+
+    buildcheck.check()  # the session's verdict, as a machine that has started once has it
     for target, draft, needle in [
         (not_gguf_file, tiny_pair[1], "not a GGUF"),
         (truncated_gguf, tiny_pair[1], "truncated"),

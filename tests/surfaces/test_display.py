@@ -19,28 +19,35 @@ def test_stats_line():
 
 
 def test_stats_report_with_auto_and_depths():
-    assert stats_report(_speculated()).splitlines() == [
+    st = _speculated()
+    st.step_times = {"none": [2, 0.2, 0.3], "chain": [8, 1.6, 2.0]}
+    assert stats_report(st).splitlines() == [
+        "40 tokens in 10 steps, 4.00 per target call (plain decoding: 1.00), 20.0 tokens/s; 69% of the candidates' "
+        "nodes reached accepted one.",
         "tokens 40  steps 10  target calls 10  draft calls 30",
-        "tau 4.00  tokens/s 20.0  acceptance 68.8%  nodes/step 4.5",
-        "time: draft 0.50s  target 1.25s  overhead 0.25s  prompt 0.25s",
-        "steps by kind: draft 8, lookup 2",
+        "tau 4.00 tokens per target call  tokens/s 20.0  acceptance 68.8% of nodes reached  nodes/step 4.5",
+        "time: draft calls 0.50s  target calls 1.25s  host work 0.25s  prompt 0.25s",
+        "steps by kind: draft 8 (draft model), lookup 2 (context and memory, no draft call)",
         "auto: K=4 depth 3",
-        "acceptance by depth:",
+        "step time predicted/measured, all replies: chain 200.0/250.0 ms over 8 steps, plain 100.0/150.0 ms over "
+        "2 steps",
+        "acceptance by depth (nodes at that depth of the tree that accepted a candidate):",
         "  depth  1:      8/10     80.0%",
         "  depth  2:      3/6      50.0%",
         "  depth  3:      0/0      -",
     ]
 
 
-def test_stats_report_without_speculation_has_three_lines():
+def test_stats_report_without_speculation_has_four_lines():
     st = Stats(method="chain", tokens=5, steps=5, target_calls=5, total_time=1.0, steps_by_kind={"none": 5})
     report = stats_report(st)
     assert report.splitlines() == [
+        "5 tokens in 5 steps, 1.00 per target call (plain decoding: 1.00), 5.0 tokens/s; nothing speculated.",
         "tokens 5  steps 5  target calls 5  draft calls 0",
-        "tau 1.00  tokens/s 5.0  acceptance -  nodes/step 0.0",
-        "time: draft 0.00s  target 0.00s  overhead 1.00s  prompt 0.00s",
+        "tau 1.00 tokens per target call  tokens/s 5.0  acceptance - of nodes reached  nodes/step 0.0",
+        "time: draft calls 0.00s  target calls 0.00s  host work 1.00s  prompt 0.00s",
     ]  # steps by kind only with auto's note; depths only once a draw was verified
-    assert stats_report(Stats()).splitlines()[1] == "tau -  tokens/s 0.0  acceptance -  nodes/step 0.0"
+    assert stats_report(Stats()).splitlines()[0] == "0 tokens, no step yet."
 
 
 def test_dimmed_only_on_a_terminal():

@@ -41,6 +41,8 @@ def _open(model: ModelParams, *, announce: bool, loading: bool = False):
 
     if loading:
         _note(_loading_line(model))
+    else:
+        _local_files(model)
     buildcheck.require_working_build(note=_note)
     engine = Engine.load(model, note=_note)
     if model.draft is None and not engine.has_draft:
@@ -59,22 +61,31 @@ def _open(model: ModelParams, *, announce: bool, loading: bool = False):
     return engine
 
 
-def _loading_line(model: ModelParams) -> str:
-    """The first line an interactive start prints (a few seconds of loading follow): which
-    models it loads.  A local file that is missing or not a GGUF is refused first, so that
-    such an error stays the start's one line."""
+def _local_files(model: ModelParams) -> list[tuple[str, str, str | None]]:
+    """``(role, spec, kind)`` of the target and the draft (kind None: no draft), every local
+    file among them refused first when it is missing or not a GGUF: such an error stays a
+    start's one line, before the build check or any other line."""
     from pathlib import Path
 
     from ...llama.gguf_file import check_gguf_file
-    from ...llama.presets import PRESETS, draft_spec, parse_model_spec
+    from ...llama.presets import draft_spec, parse_model_spec
 
-    names = []
+    out = []
     for role, spec in (("target", model.target), ("draft", draft_spec(model.target, model.draft))):
         kind = parse_model_spec(spec)[0] if spec else None
         if kind == "path":
             check_gguf_file(str(Path(spec).expanduser()))
-        names.append(f"{role} {PRESETS[spec].model(role).filename if kind == 'preset' else spec}" if spec
-                     else "no draft")
+        out.append((role, spec, kind))
+    return out
+
+
+def _loading_line(model: ModelParams) -> str:
+    """The first line an interactive start prints (a few seconds of loading follow): which
+    models it loads."""
+    from ...llama.presets import PRESETS
+
+    names = [f"{role} {PRESETS[spec].model(role).filename if kind == 'preset' else spec}" if spec else "no draft"
+             for role, spec, kind in _local_files(model)]
     return f"loading {names[0]} and {names[1]} ..."
 
 
