@@ -168,15 +168,18 @@ class Engine:
         erased when done, when stderr is a terminal (a script's or a server's log gets no
         bar).  ``note`` (``load``'s) is told, one line, when compiling the kernels takes more
         than a second and before a cost curve is measured."""
-        steps = [*warmup.warm_ups(), autotune.warm_up, suffix_index.warm_up, self._auto_row_seconds, self._auto_curves]
+        kernels = [*warmup.warm_ups(), autotune.warm_up, suffix_index.warm_up, self._auto_row_seconds]
         report = progress_steps("preparing kernels") if progress is True else progress or None
         if report:
-            report(0, len(steps))
-        for i, step in enumerate(steps):
-            with slow_note(self.costs.note if step != self._auto_curves else None, costcheck.COMPILING):
-                step()  # the curves say themselves when they measure
-            if report:
-                report(i + 1, len(steps))
+            report(0, len(kernels) + 1)
+        with slow_note(self.costs.note, costcheck.COMPILING, costcheck.SLOW_S):  # one line, however many steps
+            for i, step in enumerate(kernels):
+                step()
+                if report:
+                    report(i + 1, len(kernels) + 1)
+        self._auto_curves()  # says itself when it measures
+        if report:
+            report(len(kernels) + 1, len(kernels) + 1)
 
     # ------------------------------------------------------------------ lifecycle
 

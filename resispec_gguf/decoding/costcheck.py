@@ -38,8 +38,12 @@ WINDOW = 12
 BOUND = 1.5
 
 
-# the one line a start prints when compiling the kernels takes longer than a second
-COMPILING = "compiling the decoding kernels with Numba (first start after an install, about a minute, then cached)"
+# the one line a start prints when preparing the kernels takes longer than ``SLOW_S``
+COMPILING = ("preparing the decoding kernels (compiled with Numba on the first start after an install, about a "
+             "minute; later starts read Numba's cache)")
+# seconds of kernel preparation after which a start says so: reading Numba's cache takes about
+# one on a loaded 2-core machine, compiling a minute
+SLOW_S = 3.0
 
 
 def enabled() -> bool:

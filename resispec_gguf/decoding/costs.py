@@ -30,8 +30,10 @@ __all__ = ["MEASURE_BUDGET_S", "ROW_COUNTS", "CostCurve", "backend_curve", "cach
            "cost_table", "host_row_seconds", "machine_id", "measure_curve", "measured", "measuring_line",
            "store_corrected"]
 
-# committed tokens before a cost curve is measured
-_CURVE_CONTEXT = 128
+# committed tokens before a cost curve is measured: a reply's context rather than none, and
+# short, as its prefill counts against the budget (129 tokens took 15 s of a 1.5B target on
+# the 2-core machine under a load of 8)
+_CURVE_CONTEXT = 32
 
 # every count up to 8: on a CPU llama.cpp's batched kernels make some counts cheaper than
 # smaller ones (a decode of 4 rows can cost less than one of 2 or 3), which a coarser grid
