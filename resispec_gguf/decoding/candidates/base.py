@@ -55,7 +55,10 @@ __all__ = ["Candidate", "CandidateSource", "Layout", "Request", "TextCodec", "in
 
 class Candidate(NamedTuple):
     """One proposed token: ``bin``, the source's own calibration bin (0 .. len(priors) - 1);
-    ``q``, its probability where the source has one (None: deterministic)."""
+    ``q``, its probability where the source has one (None for every built-in source: they are
+    deterministic).  The frame hands ``(token, global bin)`` on to the tree and ``auto``, which
+    scores a candidate by its bin's learnt rate; ``q`` is there for a drafter-like source, and
+    nothing reads it yet."""
 
     token: int
     bin: int
@@ -84,7 +87,8 @@ class Request:
 
 
 class CandidateSource(Protocol):
-    """See the module docstring."""
+    """See the module docstring.  An indexed source (``indexed = True``) has
+    ``sequences(request)`` instead of ``build`` and ``propose``."""
 
     name: ClassVar[str]
     priors: ClassVar[tuple[float, ...]]
