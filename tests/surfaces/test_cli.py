@@ -107,8 +107,20 @@ def test_generate_prints_text_and_stats(tiny_pair):
     assert "tau" in r.stderr and r.stdout.strip()
 
 
+# the lines a start prints before slow work (cli.commands, buildcheck, costs, Engine.prepare):
+# progress, one each, which an error's one line may follow
+_PROGRESS = ("resispec-gguf: loading ", "resispec-gguf: checking that this llama.cpp build",
+             "resispec-gguf: measuring what a decode", "resispec-gguf: preparing the decoding kernels",
+             "resispec-gguf: auto: ")
+
+
+def _said(stderr: str) -> list[str]:
+    """``stderr``'s lines but the start-up's progress lines (``_PROGRESS``)."""
+    return [line for line in stderr.strip().splitlines() if line and not line.startswith(_PROGRESS)]
+
+
 def _one_line(r, needle):
-    lines = [line for line in r.stderr.strip().splitlines() if line]
+    lines = _said(r.stderr)
     assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and not r.stdout.strip(), r.stdout
     return lines[0]
@@ -168,8 +180,9 @@ def test_invalid_utf8_is_replaced_not_a_crash(tiny_pair, tmp_path):
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
     assert r.stdout.count(b"tok/s") == 3  # every turn answered, none lost
     lines = r.stderr.decode().strip().splitlines()
-    assert lines == ["resispec-gguf: target on CPU; draft on CPU",  # the start-up line: where the layers run
-                     "error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
+    assert lines[0] == f"resispec-gguf: loading target {target} and draft {draft} ..."  # said first
+    assert _said(r.stderr.decode()) == ["resispec-gguf: target on CPU; draft on CPU",  # where the layers run
+                                        "error: cannot write '%s/a\\x00b': embedded null byte" % tmp_path]
     turns = [m["content"] for m in json.loads(save.read_text())["messages"] if m["role"] == "user"]
     assert turns == ["hello", "caf\ufffd ol\ufffd", "third"]
 
@@ -219,6 +232,8 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
                              stderr=subprocess.PIPE, text=True)
         try:
             line = p.stderr.readline()
+            while line.startswith(_PROGRESS):  # which models it loads, and any slow first-start work
+                line = p.stderr.readline()
             assert line.startswith(f"serving target.gguf on http://127.0.0.1:{port}/v1 (method none; "), line
             assert ("auth on" in line) == (key is not None) and ("auth off" in line) == (key is None)
             assert "; 4 slots × 256 tokens, KV " in line and " MiB; " in line, line  # serve's default --parallel
@@ -248,14 +263,14 @@ def test_serve_says_whether_auth_is_on(tiny_pair):
 def test_a_path_target_without_draft_says_so(tiny_pair):
     r = run("generate", "--target", tiny_pair[0], "--ctx", 256, "--threads", 1, "-n", 3, "--temp", 0, "hi")
     assert r.returncode == 0 and r.stdout.strip(), r.stderr
-    note, stats = r.stderr.strip().splitlines()
+    note, stats = _said(r.stderr)
     assert "no draft model" in note and "--draft" in note and "auto" in stats
     r = run("generate", "--target", tiny_pair[0], "--method", "resispec", "--ctx", 256, "hi")
     assert "needs a draft model" in _one_line_after_note(r)
 
 
 def _one_line_after_note(r):
-    lines = [line for line in r.stderr.strip().splitlines() if line and "note:" not in line]
+    lines = [line for line in _said(r.stderr) if "note:" not in line]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     return lines[0]
 
@@ -267,7 +282,7 @@ def test_a_grammar_past_the_engines_limits_is_one_line(tiny_pair, tmp_path):
     target, draft = tiny_pair
     r = run("generate", "--target", target, "--draft", draft, "-n", 3, "--grammar", big, "hi")
     line = _one_line(r, "--grammar")
-    assert "max is 2000" in line and "w21799x" not in r.stderr and len(r.stderr) < 400
+    assert "max is 2000" in line and "w21799x" not in r.stderr and len(line) < 400
 
 
 def _run_env(*args, env):
