@@ -79,7 +79,7 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
 
     ``budget_s`` bounds the measurement, warm-up included: a decode is made only if, priced
     from the counts timed so far (``_estimate``), it would end within the budget; the first
-    round takes the counts in ``_priority`` order (1, 2 and 4 always), and a count it cannot
+    round takes the counts in ``_priority`` order (1 and 2 always), and a count it cannot
     fit is left out (the curve goes on along its last measured stretch).  What is left of
     the budget, and a quarter more, goes to timing again the small counts and those that
     still cost more than a larger count (``_suspects``): where one busy moment shows in a
@@ -98,7 +98,7 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
         return limit is None or time.perf_counter() - start + cost <= limit
 
     for n in _priority(rows) if budget_s is not None else rows:
-        if len(times) < 3 or fits(n):
+        if len(times) < 2 or fits(n):
             timed(n)
     for _ in range(repeats - 1):
         for n in [n for n in rows if n in times]:
@@ -315,7 +315,8 @@ def backend_curve(model, note=None, name: str = "") -> CostCurve:
 def measuring_line(name: str, where: str) -> str:
     """The line a start prints before it measures ``name``'s curve (``where``: the cache file)."""
     return (f"measuring what a decode of 1 to {max(ROW_COUNTS)} rows costs the {name} here, for auto (first start "
-            f"with this model, build and settings; about {MEASURE_BUDGET_S:.0f} s, then cached in {where})")
+            f"with this model, build and settings; about {MEASURE_BUDGET_S:.0f} s, more on a busy machine; then cached "
+            f"in {where})")
 
 
 def curve_identity(model) -> str:
