@@ -177,6 +177,7 @@ class AutoTuner:
         # user's eyes and the engine's ``costcheck.CurveCheck`` (never this request's choices)
         self.timing: dict[str, list] = {}
         self.check = None  # the engine's CurveCheck, told each step run alone
+        self.check_scale = 1.0  # its scale when this tuner's curves were taken
 
     @property
     def drafts(self) -> bool:
@@ -433,7 +434,7 @@ class AutoTuner:
         kind = "none" if plan is None else plan.arm
         predicted = 1.0 / self.plain_rate if plan is None else plan.cost
         if self.check is not None and self.background is None:
-            self.check.record(predicted, measured_s)
+            self.check.record(predicted, measured_s, self.check_scale)
         t = self.timing.setdefault(kind, [0, 0.0, 0.0])
         t[0] += 1
         t[1] += predicted

@@ -73,12 +73,17 @@ class CurveCheck:
         self._ratios: list[float] = []
         self._lock = threading.Lock()
 
-    def record(self, predicted_s: float, measured_s: float) -> bool:
+    def record(self, predicted_s: float, measured_s: float, scale: float | None = None) -> bool:
         """One step alone was predicted to take ``predicted_s`` and took ``measured_s``;
-        True when this step completed a window that corrected the curves."""
+        True when this step completed a window that corrected the curves.  ``scale``: the
+        ``scale`` the prediction's curves had (a request plans all through with the curves
+        it started with; without this a long request would correct again what was already
+        corrected, compounding)."""
         if not (predicted_s > 0.0 and measured_s > 0.0):
             return False
         with self._lock:
+            if scale is not None and scale > 0.0:  # the prediction on the curves as they are now
+                predicted_s *= self.scale / scale
             self._ratios.append(measured_s / predicted_s)
             if len(self._ratios) < self.window:
                 return False
@@ -160,6 +165,8 @@ class AutoCosts:
         memory); ``dp``'s draws, depth and budget bound what it may choose."""
         tuner = AutoTuner(*self.curves(), dp, has_draft=has_draft, row_s=self.row_seconds())
         tuner.check = self.check
+        if self.check is not None:
+            tuner.check_scale = self.check.scale  # the scale its curves have, for ``CurveCheck.record``
         return tuner
 
     def outlook(self, info: dict) -> str:

@@ -66,6 +66,24 @@ def test_a_curve_made_twice_too_dear_is_corrected_within_a_bounded_number_of_ste
     assert engine._tuner(DraftParams(method="auto")).target(1) == t(1)  # the next request plans with it
 
 
+def test_a_long_request_does_not_correct_again_what_was_corrected(monkeypatch, tmp_path):
+    """One request of many windows plans all through with the curve it started with (2x too
+    dear): the first window corrects the engine's curve; the later ones, judged on the
+    corrected curve, leave it alone (not 2^n too cheap)."""
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    clock = [0.0]
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    target, draft = noisy_markov_pair(8, eog=7, n_ctx=2048)
+    wrong = (_curve(0.024, 0.020), _curve(0.008, 0.006))
+    engine = Engine(Clocked(target, CPU_T, clock), Clocked(draft, CPU_D, clock), cost_curves=wrong, memory=None,
+                    correct_costs=True)
+    sp = SamplingParams(temperature=1.0, max_tokens=400, seed=2)
+    res = engine.generate([1, 2], sp, DraftParams(method="auto"))
+    assert res.stats.steps >= 3 * costcheck.WINDOW, res.stats.steps
+    assert engine.costs.check.corrections == 1
+    assert 1 / costcheck.BOUND < engine._auto_curves()[0](1) / CPU_T(1) < costcheck.BOUND
+
+
 def test_a_seeded_auto_request_takes_part_in_the_ledger_while_correction_is_on():
     target, draft = noisy_markov_pair(8, eog=7)
     on = Engine(target, draft, cost_curves=(CPU_T, CPU_D), memory=None, correct_costs=True)
