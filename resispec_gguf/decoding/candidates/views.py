@@ -17,7 +17,8 @@ index and bins, its candidates after the context's): on a Markov target that cop
 which the prompt holds with every sixth token changed (the line breaks of a raw file against
 its JSON string), tau 3.57 / 4.11 (auto, T 0 / 0.8) and 4.17 / 4.32 (chain with lookup)
 in the request's index against 2.44 / 2.66 and 2.78 / 3.14 on its own: the context's
-shorter match at each break led the node there.  A view is a function of the prompt alone,
+shorter match at each break led the node there (``scripts/views_tau.py``; on the default pair
+the difference is small, docs/architecture.md).  A view is a function of the prompt alone,
 fixed before any draw, so its candidates are deterministic candidates like the prompt's own
 and verification stays exact.
 
