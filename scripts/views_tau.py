@@ -72,7 +72,8 @@ class OwnViews(SourceDefaults):
     def propose(self, path, run):
         tokens, shares, length = top(self.index, self._cursor(tuple(path)), self.k, 1)
         lead = 4 if length < 2 else (min(run, 3) if run < 8 else 7 + (run >= 16))
-        return [Candidate(t, lead if i == 0 else (5 if s >= 1 / 3 else 6)) for i, (t, s) in enumerate(zip(tokens, shares))]
+        return [Candidate(t, lead if i == 0 else (5 if s >= 1 / 3 else 6))
+                for i, (t, s) in enumerate(zip(tokens, shares))]
 
 
 def own_views() -> None:
@@ -131,7 +132,8 @@ def run_real(items: int, max_tokens: int, design: str) -> list:
 
     engine = Engine.load("default", memory_size=0, progress=False)
     dp = DraftParams(method="auto", views=design != "none")
-    edits = [it for it in agent_items() if it.get("response_format", {}).get("json_schema", {}).get("name") == "file_edit"]
+    edits = [it for it in agent_items()
+             if it.get("response_format", {}).get("json_schema", {}).get("name") == "file_edit"]
     out = []
     for it in edits[:items]:
         r = create_chat_completion(engine, messages=it["messages"], tools=it["tools"], tool_choice=it["tool_choice"],

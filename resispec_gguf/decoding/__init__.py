@@ -10,8 +10,10 @@ of a ``protocol.SlotBackend`` (one target decode for all, one draft decode per l
 ``runner`` drives a batch on a thread of its own for callers on other threads.
 ``promptcache`` keeps evicted prompts' states in RAM for either.  ``suffix_index`` is a
 counted suffix index over many token sequences (a request's context, past answers), ``memory``
-the engine's store of past answers; ``lookup`` is the n-gram index ``llama.llama_draft`` uses.  ``autotune`` is ``auto``: cost curves, learnt acceptance, and the step
-plan (``stepplan``: its growth rule); ``autorequest`` is its per-request face to a generation.
+the engine's store of past answers; ``lookup`` is the n-gram index ``llama.llama_draft`` uses.
+``autotune`` is ``auto``: cost curves, learnt acceptance, and the step plan (``stepplan``: its
+growth rule; ``calibration``: what it believes of each candidate, in the bins the sources'
+registry lays out); ``autorequest`` is its per-request face to a generation.
 ``protocol`` is the seam: what the loop asks of a model (``ModelBackend``) and of a
 constraint (``Constraint``).
 

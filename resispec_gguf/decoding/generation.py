@@ -7,9 +7,9 @@ Each step:
    ``Decode`` of the frontier) and is sent back the draft's logits rows, from which every
    expanded node draws K candidates (iid; without replacement for rrs; the top-K tokens when
    greedy) after the candidates of the request's sources (``candidates``: the context and
-   memory, the prompt's views, the token a grammar forces there); a position the mask leaves one token is certain and
-   draws nothing, nor needs a draft row (``tree.growing``: the draft evaluates it with the
-   first uncertain node below it).  It returns the ``Decode`` the target must make: the
+   memory, the prompt's views, the token a grammar forces there); a position the mask
+   leaves one token is certain and draws nothing, nor needs a draft row (``tree.growing``:
+   the draft evaluates it with the first uncertain node below it).  It returns the ``Decode`` the target must make: the
    root plus every node (just the root for a plain step), or None when the reply is over.
 2. ``absorb(rows)`` — walks the target rows from the root: at each expanded node the
    verifier picks a candidate or a fallback token; it descends while the accepted candidate
