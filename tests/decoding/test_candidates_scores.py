@@ -1,4 +1,4 @@
-"""candidates.py: q without a node's deterministic candidates, and the fixed methods' scores."""
+"""candidates/scores.py: q without a node's deterministic candidates, and the fixed methods' scores."""
 
 import numpy as np
 
