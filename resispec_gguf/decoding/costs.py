@@ -111,8 +111,12 @@ def measure_curve(decode_rows, rows=ROW_COUNTS, repeats: int = 3, budget_s: floa
             for i in sorted(set(_suspects(best)) | {i for i, n in enumerate(counts) if n <= 4 and len(times[n]) < repeats}):
                 if fits(counts[i], 1.25 * budget_s, min(best[i:])):  # a suspect costs what a larger count does
                     timed(counts[i])
-    # not forced to grow with n: a batch of some sizes may really cost less than a smaller one
-    return CostCurve(counts, tuple(float(np.min(times[n])) for n in counts))
+    # not forced to grow with n: a batch of some sizes may really cost less than a smaller one;
+    # but never less than one row, whose figure every other is read against (a 1-row decode
+    # slowed by other work made 4 rows look 0.3x one row, and speculation look free)
+    best = [float(np.min(times[n])) for n in counts]
+    best[0] = min(best)
+    return CostCurve(counts, tuple(best))
 
 
 def _priority(rows) -> list[int]:

@@ -212,3 +212,11 @@ def test_the_busy_threshold_can_be_set_or_turned_off(monkeypatch):
     assert costs._machine_busy() is False
     monkeypatch.setenv("RESISPEC_BUSY_LOAD", "lots")  # not a number: the default
     assert costs._machine_busy() is False
+
+
+def test_one_row_never_costs_more_than_more_rows(monkeypatch):
+    """The 1-row decode slowed by other work in every round (5 s, against 2 rows' 2 s): the
+    curve's first figure is the least of all, the shape every other figure is read against."""
+    decode_rows, calls = _clocked(monkeypatch, lambda n, calls: 5.0 if n == 1 else float(n))
+    curve = costs.measure_curve(decode_rows, rows=(1, 2, 4), repeats=2)
+    assert curve == CostCurve((1, 2, 4), (2.0, 2.0, 4.0))
