@@ -121,6 +121,10 @@ def outlook(tuner, target: CostCurve, info: dict) -> str:
     if chain > tuner.plain_rate * 1.05:
         return (f"speculation likely: a 4-row decode costs {ratio:.1f}x one row {where}, so a draft's accepted "
                 f"tokens come cheap")
+    draft = tuner.draft(1) / target(1) if tuner.draft is not None and target(1) > 0 else 0.0
+    if tuner.arms and ratio < 1.5 and draft > 0.0:  # rows come cheap: the draft's own calls are what costs
+        return (f"plain decoding likely: a draft call costs {draft:.1f}x a 1-row target decode {where}, too dear "
+                f"for its tokens; copy-heavy work may still pay (lookup candidates need no draft call)")
     if tuner.arms:
         return (f"plain decoding likely: a 4-row decode costs {ratio:.1f}x one row {where}; drafts pay on a GPU "
                 f"or with copy-heavy work (edits, quoting the prompt)")

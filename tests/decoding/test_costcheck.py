@@ -102,6 +102,10 @@ def test_outlook_says_plain_on_cpu_like_costs_and_speculation_on_gpu_like_ones()
     gpu = AutoTuner(gpu_t, gpu_d, DraftParams())
     text = costcheck.outlook(gpu, gpu_t, {"target": {"n_gpu_layers": 99}})
     assert text.startswith("speculation likely") and "here" in text
+    slow_draft = _curve(0.001, 0.09)  # rows nearly free, but a draft call 0.9x a target decode
+    flat = _curve(0.001, 0.1)
+    text = costcheck.outlook(AutoTuner(flat, slow_draft, DraftParams()), flat, {"target": {"n_gpu_layers": 0}})
+    assert text.startswith("plain decoding likely: a draft call costs 0.9x a 1-row target decode on this CPU"), text
 
 
 def test_the_environment_turns_correction_off(monkeypatch):
