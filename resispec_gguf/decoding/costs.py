@@ -186,8 +186,10 @@ def store_cached_curve(cache_file: str, key: str, curve: CostCurve, busy: bool =
 def store_corrected(identity: str, curve: CostCurve) -> None:
     """Keep ``curve``, corrected from measured steps (``costcheck``), as ``identity``'s
     figures for the next starts; a cache that cannot be written is skipped."""
+    cache, key = cache_file(), curve_cache_key(identity)
+    entry = _cached_entry(cache, key)  # a busy measurement stays marked busy: a quiet start measures it again
     try:
-        store_cached_curve(cache_file(), curve_cache_key(identity), curve, source="corrected")
+        store_cached_curve(cache, key, curve, bool(entry and entry["busy"]), source="corrected")
     except OSError:
         pass
 
@@ -237,17 +239,19 @@ def measured(identity: str, measure, note=None, what: str = "") -> CostCurve:
     """``measure()``'s CostCurve for ``identity``, cached on disk (``cache_file``) so that
     auto's choices stay deterministic; a cache that cannot be written is skipped.
 
-    A cached figure is used as it is, even one measured while other work loaded the machine
-    (kept as *busy*): measuring again at every start on a busy machine cost minutes, and a
-    curve that steps contradict is corrected from them (``costcheck``).  ``note(line)`` is
-    told before a measurement, with ``what`` (what is measured and about how long)."""
+    A cached figure measured while other work loaded the machine (kept as *busy*) is used
+    as it is while the machine is still busy: measuring again at every start on a busy
+    machine cost minutes, and a curve that steps contradict is corrected from them
+    (``costcheck``); the first start that finds the machine quiet measures it again (once:
+    that measurement is not busy).  ``note(line)`` is told before a measurement, with
+    ``what`` (what is measured and about how long)."""
     cache = cache_file()
     key = curve_cache_key(identity)
     entry = _cached_entry(cache, key)
-    if entry is not None:
+    if entry is not None and not (entry["busy"] and not _machine_busy()):
         return entry["curve"]
     if note is not None and what:
-        note(what)
+        note(what if entry is None else f"{what}; again, as the cached figures were measured on a busy machine")
     busy = _machine_busy()
     curve = measure()
     busy = busy or _machine_busy()

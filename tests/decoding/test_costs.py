@@ -139,7 +139,25 @@ def test_a_curve_measured_on_a_busy_machine_is_kept_not_measured_at_every_start(
     assert state["curves"] == 1 and state["busy"] == 1 and state["corrected"] == 0 and state["newest"] > 0
     costs.store_corrected("m", CostCurve((1, 2, 4), (0.5, 0.6, 1.5)))
     assert costs.measured("m", measure) == CostCurve((1, 2, 4), (0.5, 0.6, 1.5)) and len(runs) == 1
-    assert costs.cache_state()["corrected"] == 1
+    assert costs.cache_state()["corrected"] == 1 and costs.cache_state()["busy"] == 1  # still a busy measurement
+
+
+def test_a_busy_curve_is_measured_again_once_the_machine_is_quiet(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    load = [3.0 * (os.cpu_count() or 1)]
+    monkeypatch.setattr(costs.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    shapes = iter([(0.9, 1.0, 4.0), (0.5, 0.7, 1.1)])
+    lines = []
+
+    def measure():
+        return CostCurve((1, 2, 4), next(shapes))
+
+    assert costs.measured("m", measure, lines.append, "measuring m").seconds == (0.9, 1.0, 4.0)
+    assert costs.measured("m", measure, lines.append, "measuring m").seconds == (0.9, 1.0, 4.0)  # busy still
+    load[0] = 0.0
+    assert costs.measured("m", measure, lines.append, "measuring m").seconds == (0.5, 0.7, 1.1)  # quiet: again
+    assert costs.measured("m", measure, lines.append, "measuring m").seconds == (0.5, 0.7, 1.1)  # and settled
+    assert lines == ["measuring m", "measuring m; again, as the cached figures were measured on a busy machine"]
 
 
 def test_a_measurement_says_first_what_it_does_and_only_when_it_measures(tmp_path, monkeypatch):
