@@ -21,7 +21,7 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import slow_note, steps as progress_steps
-from .decoding import autorequest, autotune, costcheck, costs, loop, suffix_index
+from .decoding import autorequest, autotune, costcheck, loop, suffix_index
 from .decoding.candidates import views
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
@@ -483,10 +483,8 @@ class Engine:
         that many requests stepped together; ``auto`` requests share each step's rows by the
         cost curves; a prompt evicted from a slot is kept in the engine's RAM prompt cache
         (``prompt_cache``), if any.  Driven by whoever calls its ``step``."""
-        tables = (costs.cost_table(self._auto_curves()[0], autotune.TABLE_ROWS),
-                  costs.cost_table(self._auto_curves()[1], autotune.TABLE_ROWS))
-        return batching.Batch(self.target, self.draft, chunk=chunk, tables=tables, row_s=self._auto_row_seconds(),
-                              ram=self.prompt_cache)
+        return batching.Batch(self.target, self.draft, chunk=chunk, tables=self.costs.tables(),
+                              row_s=self._auto_row_seconds(), ram=self.prompt_cache)
 
     def submit(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,
@@ -505,6 +503,8 @@ class Engine:
         with self._runner_lock:
             if self._runner is None:
                 self._runner = Runner(self.batch())
+            elif self.costs.check is not None:  # the curves as corrected since, for sharing rows
+                self._runner.batch.tables = self.costs.tables()
         return self._runner.submit(gen, cancel)
 
     def _shared(self, gen: Generation, cancel=None) -> Iterator[tuple[str, int]]:

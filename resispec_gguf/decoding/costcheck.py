@@ -26,6 +26,7 @@ import numpy as np
 from ..config import DraftParams
 from . import costs
 from .autotune import AutoTuner
+from .stepplan import TABLE_ROWS
 from .costs import CostCurve
 
 __all__ = ["BOUND", "WINDOW", "AutoCosts", "CurveCheck", "enabled", "outlook"]
@@ -156,6 +157,12 @@ class AutoCosts:
             ids = tuple(costs.curve_identity(m) if m is not None else None for m in (self.target, self.draft))
             self.check = CurveCheck(*self.measured, ids)
         return self.check.curves if self.check is not None else self.measured
+
+    def tables(self) -> tuple:
+        """The current curves as ``(target, draft)`` cost tables (``costs.cost_table``), as a
+        ``Batch`` shares a step's rows by them."""
+        t, d = self.curves()
+        return costs.cost_table(t, TABLE_ROWS), costs.cost_table(d, TABLE_ROWS)
 
     def row_seconds(self) -> float:
         if self.row_s is None:

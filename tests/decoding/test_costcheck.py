@@ -113,3 +113,18 @@ def test_the_environment_turns_correction_off(monkeypatch):
     assert not costcheck.enabled()
     monkeypatch.setenv("RESISPEC_COST_CHECK", "1")
     assert costcheck.enabled()
+
+
+def test_a_runner_shares_rows_by_the_curves_as_corrected(monkeypatch, tmp_path):
+    """An engine with slots: once a correction is made, the next submitted request brings
+    the runner's batch the corrected tables."""
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    target, draft = noisy_markov_pair(8, eog=7)
+    engine = Engine(target, draft, cost_curves=(CPU_T, CPU_D), memory=None, correct_costs=True)
+    engine._submit(engine.generation([1, 2], SamplingParams(max_tokens=2, seed=0))).result()
+    before = engine._runner.batch.tables
+    for _ in range(costcheck.WINDOW):
+        engine.costs.check.record(0.010, 0.005)
+    engine._submit(engine.generation([1, 2], SamplingParams(max_tokens=2, seed=0))).result()
+    after = engine._runner.batch.tables
+    assert after[0][1] == pytest.approx(0.5 * before[0][1]) and engine._runner.batch.tables == engine.costs.tables()
