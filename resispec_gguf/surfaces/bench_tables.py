@@ -95,8 +95,9 @@ def step_times_line(times: dict) -> str:
 
 
 def auto_sentence(m: dict, outlook: str | None) -> str:
-    """One sentence on an ``auto`` row: how much of it was plain decoding, its speed against
-    plain decoding, and what the measured costs say (``outlook``)."""
+    """What the ``auto`` row did, in words: how much of it was plain decoding, its speed
+    against plain decoding's, what the measured costs say (``outlook``) and, where it lost
+    while its host work per step outweighed the target's calls, that."""
     kinds = m.get("steps_by_kind") or {}
     total = sum(kinds.values())
     if not total:
@@ -106,7 +107,11 @@ def auto_sentence(m: dict, outlook: str | None) -> str:
     speed = f", {vs:.2f}x plain decoding's speed" if vs is not None else ""
     what = (f"decoded plainly in {plain:.0%} of its steps{speed}" if plain >= 0.5
             else f"speculated in {1 - plain:.0%} of its steps{speed}")
-    return f"{what}" + (f": as the measured costs say, {outlook}." if outlook else ".")
+    text = what + (f"; the measured costs say: {outlook}." if outlook else ".")
+    if vs is not None and vs < 0.95 and m.get("overhead_ms_per_step", 0.0) > m.get("target_ms_per_step", 0.0):
+        text += (f" Its host work per step ({m['overhead_ms_per_step']:.2f} ms) outweighed the target's calls "
+                 f"({m['target_ms_per_step']:.2f} ms), which the costs do not price.")
+    return text
 
 
 def format_phases(blocks, width: int = 13) -> list[str]:

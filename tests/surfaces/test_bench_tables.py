@@ -23,8 +23,8 @@ def test_the_auto_row_is_explained_and_its_step_times_shown():
     table = bench_tables.format_table(_results(), outlook)
     assert "auto T=0.0: step time predicted/measured: plain 168.8/469.7 ms over 24 steps, " \
            "chain 259.6/4384.0 ms over 1 steps" in table
-    assert (f"auto T=0.0: decoded plainly in 96% of its steps, 0.98x plain decoding's speed: as the measured costs "
-            f"say, {outlook}.") in table
+    assert (f"auto T=0.0: decoded plainly in 96% of its steps, 0.98x plain decoding's speed; the measured costs "
+            f"say: {outlook}.") in table
 
 
 def test_every_column_is_in_the_legend_and_depths_are_named():
@@ -35,6 +35,14 @@ def test_every_column_is_in_the_legend_and_depths_are_named():
     for column in ("tok/s", "vs none", "e2e tok/s", "e2e vs", "tau", "accept", "nodes", "draft ms", "target ms",
                    "overhead ms", "accepted at depth 1, 2", "prompt tok", "reused", "decode s"):
         assert column in bench_tables.LEGEND, column
+
+
+def test_a_loss_to_host_work_is_said():
+    m = _method(speedup_vs_none=0.22, steps_by_kind={"draft": 13, "none": 9}, overhead_ms_per_step=0.63,
+                target_ms_per_step=0.2)
+    assert bench_tables.auto_sentence(m, None) == (
+        "speculated in 59% of its steps, 0.22x plain decoding's speed. Its host work per step (0.63 ms) outweighed "
+        "the target's calls (0.20 ms), which the costs do not price.")
 
 
 def test_no_sentence_without_steps():
