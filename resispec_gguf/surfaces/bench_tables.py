@@ -90,7 +90,8 @@ def _auto_lines(blocks, outlook: str | None) -> list[str]:
 
 def step_times_line(times: dict) -> str:
     """``kind predicted/measured ms over n steps`` per kind of step (``Stats.step_times``)."""
-    return ", ".join(f"{'plain' if k == 'none' else k} {1000 * p / n:.1f}/{1000 * s / n:.1f} ms over {n} steps"
+    return ", ".join(f"{'plain' if k == 'none' else k} {1000 * p / n:.1f}/{1000 * s / n:.1f} ms over {n} "
+                     f"step{'s' * (n != 1)}"
                      for k, (n, p, s) in sorted(times.items(), key=lambda kv: -kv[1][0]) if n)
 
 

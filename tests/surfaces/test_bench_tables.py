@@ -22,7 +22,7 @@ def test_the_auto_row_is_explained_and_its_step_times_shown():
     outlook = "plain decoding likely: a 4-row decode costs 2.7x one row on this CPU"
     table = bench_tables.format_table(_results(), outlook)
     assert "auto T=0.0: step time predicted/measured: plain 168.8/469.7 ms over 24 steps, " \
-           "chain 259.6/4384.0 ms over 1 steps" in table
+           "chain 259.6/4384.0 ms over 1 step" in table
     assert (f"auto T=0.0: decoded plainly in 96% of its steps, 0.98x plain decoding's speed; the measured costs "
             f"say: {outlook}.") in table
 
