@@ -284,9 +284,9 @@ MODEL_B = ("--ctx", "300", "--n-gpu-layers", "1", "--n-gpu-layers-draft", "0", "
 SAMPLING_A = ("--temperature", "0.5", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1", "-n", "4", "--seed", "3")
 SAMPLING_B = ("--temp", "1.5", "--top-k", "5", "--top-p", "0.8", "--min-p", "0", "--max-tokens", "3", "--seed", "7")
 DRAFT_A = ("--method", "resispec", "-K", "2", "--depth", "2", "--budget", "4", "--draft-support", "8", "--policy",
-           "static", "--lookup", "--lookup-k", "2")
+           "static", "--lookup", "--lookup-k", "2", "--no-views")
 DRAFT_B = ("--method", "specinfer", "--draws", "3", "--depth", "3", "--budget", "6", "--draft-support", "16",
-           "--policy", "static", "--lookup", "--lookup-k", "4")
+           "--policy", "static", "--lookup", "--lookup-k", "4", "--no-views")
 
 
 def cases(target: str, draft: str, tmp: Path) -> list[Case]:
@@ -324,7 +324,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
              bench_table(["chat"], [1.0, 0.6], list(config.METHODS))),
         Case("bench-every-flag", ("bench", *pair, *MODEL_B, "--top-k", "20", "--top-p", "0.9", "--min-p", "0.1",
                                   "--max-tokens", "3", "--seed", "5", "--draws", "2", "--depth", "2", "--budget", "4",
-                                  "--draft-support", "8", "--policy", "static", "--lookup", "--lookup-k", "1",
+                                  "--draft-support", "8", "--policy", "static", "--lookup", "--lookup-k", "1", "--no-views",
                                   "--memory", str(tmp / "bench-memory.npz"), "--reasoning-budget", "2",
                                   "--prompts", prompts,
                                   "--methods", "chain,resispec", "--temperature", "0", "0.5", "--repeat", "2",
