@@ -66,6 +66,17 @@ class CostCurve:
         slope = max(0.0, (secs[-1] - secs[-2]) / (rows[-1] - rows[-2]))
         return secs[-1] + slope * (n - rows[-1])
 
+    def copy_ceiling(self, max_rows: int = 32) -> tuple[float, int]:
+        """``(speed-up, rows)``: the most a perfect copy could gain over plain decoding, a
+        decode of n rows then taking n tokens (n - 1 candidates accepted and the bonus): the
+        largest ``n * cost(1) / cost(n)`` for n up to ``max_rows`` (the measured counts'
+        range), and the n that reaches it."""
+        one = self(1)
+        if one <= 0.0:
+            return 1.0, 1
+        top = min(max_rows, max(self.rows))
+        return max(((n * one / self(n), n) for n in range(1, top + 1)), key=lambda t: (t[0], -t[1]))
+
     def describe(self) -> str:
         base = self.seconds[0]
         return " ".join(f"{r}:{s / base:.2f}" for r, s in zip(self.rows, self.seconds) if r in (1, 2, 4, 8, 16))

@@ -359,6 +359,9 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
         results = run_bench(engine, workloads, methods, temperatures, sp, dp, repeat=repeat, constraint=constraint,
                             reasoning=reasoning)
         print(format_table(results, engine.auto_outlook() if any(m.startswith("auto") for m in methods) else None))
+    ceiling = copy_ceiling_line(engine)
+    if ceiling:
+        print(ceiling)
     print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
     info = engine.info()
     report = {
@@ -372,6 +375,7 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
             "reasoning_budget": (reasoning or ReasoningParams()).reasoning_budget,
         },
         "machine": machine_info(engine),
+        "copy_ceiling": _copy_ceiling(engine),
         "models": {role: model_info(m["path"]) if m else None for role, m in info.items()},
         "peak_rss_mb": _peak_rss_mb(),
         "results": results,
@@ -420,6 +424,28 @@ def plot(results, path: str) -> None:
 
 
 # --------------------------------------------------------------------------- analyze
+
+
+def _copy_ceiling(engine) -> dict | None:
+    """``{"speedup", "rows"}``: the target's cost curve's perfect-copy ceiling
+    (``CostCurve.copy_ceiling``), None for an engine without curves."""
+    curves = getattr(engine, "_auto_curves", None)
+    target = curves()[0] if curves is not None else None
+    if target is None:
+        return None
+    speedup, rows = target.copy_ceiling()
+    return {"speedup": speedup, "rows": rows, "cost_of_rows": target(rows) / target(1)}
+
+
+def copy_ceiling_line(engine) -> str:
+    """The line under ``bench``'s tables that puts every speed-up beside this machine's
+    limit: how much faster than plain decoding a reply copied whole could decode."""
+    c = _copy_ceiling(engine)
+    if c is None:
+        return ""
+    return (f"perfect-copy ceiling on this machine: {c['speedup']:.2f}x plain decoding's speed (a {c['rows']}-row "
+            f"decode costs {c['cost_of_rows']:.2f}x one row and would bring {c['rows']} tokens of a reply copied "
+            f"whole); a speed-up is as close to it as a workload copies")
 
 
 def analyze(engine, prompts, temperatures, ks, max_tokens, cap, seed=0, rrs_samples=0, progress=True):

@@ -42,6 +42,17 @@ def test_describe_shows_ratios_to_one_row():
     assert c.describe() == "1:1.00 2:1.10 4:1.50 8:2.00 16:4.00"
 
 
+def test_the_copy_ceiling_is_the_best_tokens_per_unit_of_cost():
+    # the 2-core AMD's curve: 16 rows cost 6.45 times one row, the best at 16 of 2.48
+    amd = CostCurve((1, 2, 4, 8, 16, 32), (1.0, 1.65, 2.71, 4.71, 6.45, 13.0))
+    speedup, rows = amd.copy_ceiling()
+    assert rows == 16 and speedup == pytest.approx(16 / 6.45)
+    # a GPU: every row free up to 32, the ceiling 32
+    assert CostCurve((1, 2, 4, 8, 16, 32), (1.0,) * 6).copy_ceiling() == (32.0, 32)
+    # rows that cost what they are worth: no copy can gain, the ceiling is plain decoding
+    assert CostCurve((1, 2, 4), (1.0, 2.0, 4.0)).copy_ceiling() == (1.0, 1)
+
+
 def test_cost_table_is_read_only_and_zero_without_a_curve():
     c = CostCurve((1, 2, 4), (1.0, 1.5, 2.5))
     table = costs.cost_table(c, 6)

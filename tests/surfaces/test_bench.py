@@ -269,3 +269,15 @@ def test_replies_ended_by_an_error_are_named_under_the_table(engine):
     table = bench.format_table(results)
     assert "failing: 2 of 2 replies ended in an error, the first: the test's constraint gave up" in table
     assert "none: 0 of" not in table
+
+
+def test_the_copy_ceiling_line_reads_the_engines_target_curve():
+    from types import SimpleNamespace
+
+    from resispec_gguf.decoding.costs import CostCurve
+
+    curve = CostCurve((1, 2, 4, 8, 16), (1.0, 1.56, 1.56 * 1.0, 2.74, 3.75))
+    engine = SimpleNamespace(_auto_curves=lambda: (curve, None))
+    line = bench.copy_ceiling_line(engine)
+    assert line.startswith("perfect-copy ceiling on this machine: 4.27x") and "16-row decode costs 3.75x" in line
+    assert bench.copy_ceiling_line(SimpleNamespace()) == ""
