@@ -28,6 +28,7 @@ import types
 
 from ..config import rpc_endpoints
 from ..errors import UserError
+from ..progress import slow_note
 
 __all__ = ["CONNECT_TIMEOUT", "HELLO_TIMEOUT", "RPC_LOADING_EXIT", "RPC_LOST_EXIT", "dead_endpoints", "devices", "hello", "loading",
            "on_abort", "rebuild_command"]
@@ -130,16 +131,9 @@ def _stalled(endpoint: str) -> None:
         os._exit(RPC_LOADING_EXIT)
 
 
-@contextlib.contextmanager
 def _watchdog(endpoint: str):
     """While ggml connects to ``endpoint``: past ``CONNECT_TIMEOUT``, ``_stalled``."""
-    timer = threading.Timer(CONNECT_TIMEOUT, lambda: _stalled(endpoint))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
+    return slow_note(_stalled, endpoint, CONNECT_TIMEOUT)
 
 
 def devices(rpc: str, add, members, *, version: str) -> list:
