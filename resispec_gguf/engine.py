@@ -23,6 +23,7 @@ from .kernels import warmup
 from .progress import slow_note, steps as progress_steps
 from .decoding import autorequest, autotune, costcheck, loop, suffix_index
 from .decoding.candidates import views
+from .decoding.candidates.context import uses_lookup
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.seeding import Ledger
@@ -465,7 +466,7 @@ class Engine:
         later reader of that seed apart from it."""
         fills = self.memory is not None and dp.use_memory
         reads = (self.n_slots > 1 or (dp.method == "auto" and self.costs.correct)
-                 or (fills and (dp.method == "auto" or (dp.lookup and dp.method != "none"))))
+                 or (fills and uses_lookup(dp)))
         if not (reads or fills):
             return None
         key = self.ledger.key(seed)
