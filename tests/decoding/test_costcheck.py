@@ -44,17 +44,23 @@ def test_steps_within_the_bound_leave_the_curves_alone():
     assert not check.record(0.0, 0.01) and not check.record(0.01, 0.0)  # no figure: ignored
 
 
+def _twice_too_dear(monkeypatch, tmp_path, n_ctx: int) -> Engine:
+    """Fake models whose decodes take CPU_T/CPU_D's seconds on a fake clock (the loop's wall
+    clock), in an engine given curves twice as dear and correcting them."""
+    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
+    clock = [0.0]
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    target, draft = noisy_markov_pair(8, eog=7, n_ctx=n_ctx)
+    wrong = (_curve(0.024, 0.020), _curve(0.008, 0.006))
+    return Engine(Clocked(target, CPU_T, clock), Clocked(draft, CPU_D, clock), cost_curves=wrong, memory=None,
+                  correct_costs=True)
+
+
 def test_a_curve_made_twice_too_dear_is_corrected_within_a_bounded_number_of_steps(monkeypatch, tmp_path):
     """Fake models whose decodes take the true curve's seconds on a fake clock (which the
     loop reads as its wall clock); the engine is given curves twice as dear.  After at most
     two windows of steps alone, the curves it plans with are within the bound of the truth."""
-    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
-    clock = [0.0]
-    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    target, draft = noisy_markov_pair(8, eog=7, n_ctx=1024)
-    wrong = (_curve(0.024, 0.020), _curve(0.008, 0.006))
-    engine = Engine(Clocked(target, CPU_T, clock), Clocked(draft, CPU_D, clock), cost_curves=wrong, memory=None,
-                    correct_costs=True)
+    engine = _twice_too_dear(monkeypatch, tmp_path, n_ctx=1024)
     sp = SamplingParams(temperature=1.0, max_tokens=12, seed=1)
     steps = 0
     engine._auto_curves()
@@ -70,13 +76,7 @@ def test_a_long_request_does_not_correct_again_what_was_corrected(monkeypatch, t
     """One request of many windows plans all through with the curve it started with (2x too
     dear): the first window corrects the engine's curve; the later ones, judged on the
     corrected curve, leave it alone (not 2^n too cheap)."""
-    monkeypatch.setenv("RESISPEC_COSTS", str(tmp_path / "costs.json"))
-    clock = [0.0]
-    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    target, draft = noisy_markov_pair(8, eog=7, n_ctx=2048)
-    wrong = (_curve(0.024, 0.020), _curve(0.008, 0.006))
-    engine = Engine(Clocked(target, CPU_T, clock), Clocked(draft, CPU_D, clock), cost_curves=wrong, memory=None,
-                    correct_costs=True)
+    engine = _twice_too_dear(monkeypatch, tmp_path, n_ctx=2048)
     sp = SamplingParams(temperature=1.0, max_tokens=400, seed=2)
     res = engine.generate([1, 2], sp, DraftParams(method="auto"))
     assert res.stats.steps >= 3 * costcheck.WINDOW, res.stats.steps
