@@ -129,12 +129,16 @@ class Batches:
             if depth_end > self.n_ctx or self._overfull():
                 self._forget_nodes(base)
                 raise ContextFullError(f"the context ({self.n_ctx} tokens) is full")
+            if self.recurrent:
+                self._rs_check(base)
         try:
             self._check_prefill(prefill, m)
         except Exception:
             self._forget_nodes(base)
             raise
         if n:
+            if self.recurrent:
+                self._rs_before(base)
             ids, counts, copies = self._nodes.cells(base)
             for src, dst, end in copies:
                 _ll.llama_memory_seq_cp(self._mem, src, dst, -1, end)

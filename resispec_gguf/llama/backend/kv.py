@@ -62,9 +62,7 @@ class KVCache:
             if a != b:
                 break
             common += 1
-        if common < len(cached):
-            _ll.llama_memory_seq_rm(self._mem, slot, common, -1)
-            del cached[common:]
+        common = self._rs_trim(slot, common)  # recurrent memory keeps all or nothing
         try:
             self._append_seq(want[common:], logits=False, slot=slot)
         except ContextFullError:
@@ -87,7 +85,8 @@ class KVCache:
     def load_slot(self, slot: int, state: np.ndarray, tokens, keep: int) -> bool:
         """Put a ``save_slot`` state holding ``tokens`` into ``slot`` (whatever it held is
         gone) and keep its first ``keep`` tokens.  False when llama.cpp finds no room for its
-        cells (the slot is then empty: prefill it as usual)."""
+        cells, or when recurrent memory would have to go back (the slot is then empty:
+        prefill it as usual)."""
         self.drop_uncommitted()
         seq = self._seqs[slot]
         seq.clear()
@@ -97,9 +96,8 @@ class KVCache:
         if not ok:
             _ll.llama_memory_seq_rm(self._mem, slot, -1, -1)
             return False
-        _ll.llama_memory_seq_rm(self._mem, slot, keep, -1)
-        seq.extend(int(t) for t in tokens[:keep])
-        return True
+        seq.extend(int(t) for t in tokens)
+        return self._rs_trim(slot, keep) == keep
 
     def _overfull(self) -> bool:
         """Whether a slot's committed plus uncommitted tokens exceed its context."""
@@ -124,6 +122,8 @@ class KVCache:
     def commit_slots(self, paths) -> None:
         """``commit`` for several slots: ``paths[slot]`` joins that slot's sequence."""
         paths = {int(slot): self._nodes.chain(path, int(slot)) for slot, path in paths.items()}
+        if self.recurrent:  # a chain per slot, cut back by snapshot or restored (``recurrent``)
+            return self._rs_commit(paths)
         ids = self._nodes.seq
         for slot, path in paths.items():
             if path:
@@ -143,6 +143,8 @@ class KVCache:
         # seq_keep(0) for one slot, which re-indexes every committed cell (a cost that grows
         # with the context), where seq_rm touches only the cells that carry the id.
         if len(self._nodes):
+            if self.recurrent:
+                return self._rs_commit({})
             self._forget_nodes(0)
 
     def reset(self) -> None:

@@ -21,10 +21,11 @@ from ...errors import UserError
 from .batches import Batches
 from .kv import KVCache
 from .native import _context_params, _rpc_devices
+from .recurrent import RS_SNAPSHOTS, RecurrentState, memory_kind
 from .tokens import Tokens
 
 
-class LlamaModel(Tokens, Batches, KVCache):
+class LlamaModel(Tokens, Batches, KVCache, RecurrentState):
     """One GGUF model with a multi-sequence context (see the package docstring)."""
 
     def __init__(
@@ -51,8 +52,13 @@ class LlamaModel(Tokens, Batches, KVCache):
         threads = n_threads or max(1, os.cpu_count() or 1)
         self.n_slots = int(n_slots)
         per_slot = self._fit_outputs(n_ctx, n_batch, n_seq_max, self.n_slots)
-        self._ctx = self._new_context(per_slot * self.n_slots, n_batch, n_seq_max, threads, flash_attn)
+        self.memory = memory_kind(self._model)
+        # recurrent memory: a state cell per sequence id, the slots' and their checkpoints'
+        ids, snaps = (n_seq_max, 0) if not self.recurrent else (2 * self.n_slots, RS_SNAPSHOTS)
+        self._ctx = self._new_context(per_slot * self.n_slots, n_batch, ids, threads, flash_attn, snaps)
         self._mem = _ll.llama_get_memory(self._ctx)
+        self.rollback = int(_ll.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
+        self._rs_init()
         # per slot; one slot gets all llama.cpp gave (it rounds up to a multiple of 256)
         self.n_ctx = int(_ll.llama_n_ctx(self._ctx)) if self.n_slots == 1 else per_slot
         self.n_batch = int(_ll.llama_n_batch(self._ctx))  # llama.cpp may clamp it to n_ctx
@@ -108,8 +114,9 @@ class LlamaModel(Tokens, Batches, KVCache):
                             f"(one output row per sequence, {n_seq_max} sequences)")
         return n_ctx
 
-    def _new_context(self, n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
-        cparams = _context_params(n_ctx, n_batch, n_seq_max, threads, flash_attn)
+    def _new_context(self, n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None,
+                     n_rs_seq: int = 0):
+        cparams = _context_params(n_ctx, n_batch, n_seq_max, threads, flash_attn, n_rs_seq)
         with rpc_client.loading(self.rpc):
             ctx = _ll.llama_init_from_model(self._model, cparams)
         if not ctx:
@@ -142,6 +149,8 @@ class LlamaModel(Tokens, Batches, KVCache):
             "flash_attn": self.flash_attn,
             "rpc": self.rpc,
             "devices": self.devices,
+            "memory": self.memory,
+            "rollback": self.rollback,
             "llama_cpp_python": _ll.__version__,
             "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
             "meta": self.figures(),

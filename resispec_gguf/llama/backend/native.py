@@ -70,9 +70,11 @@ def _readonly_floats(address: int, shape: tuple[int, int]) -> np.ndarray:
     return np.asarray(buf)
 
 
-def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None):
+def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None,
+                    n_rs_seq: int = 0):
     """llama.cpp's context parameters: one batch a ubatch, a unified KV cache (``forest``'s
-    layout needs it), no performance counters."""
+    layout needs it), ``n_rs_seq`` recurrent-state snapshots per sequence (``recurrent``), no
+    performance counters."""
     cparams = _ll.llama_context_default_params()
     cparams.n_ctx = int(n_ctx)
     cparams.n_batch = int(n_batch)
@@ -81,6 +83,7 @@ def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flas
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
     cparams.kv_unified = True
+    cparams.n_rs_seq = int(n_rs_seq)
     # Flash attention: None lets llama.cpp decide (on where the backend supports it).  It
     # is faster, and exactness is defined against the target as evaluated in each batch,
     # which it does not change; but on the CPU it rounds through F16 in a way that
