@@ -398,6 +398,8 @@ class Engine:
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
         self.check_draft_params(dp)
+        if getattr(self.target, "max_chain", None) == 0:  # recurrent memory that cannot undo a token
+            dp = dp.replace(method="none")
         if sp.logit_bias and sp.logit_bias[-1][0] >= self.n_vocab:  # sorted by id
             raise ConfigError("logit_bias", f"logit_bias names token {sp.logit_bias[-1][0]}, outside the vocabulary "
                                             f"(0..{self.n_vocab - 1})")

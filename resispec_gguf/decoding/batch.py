@@ -58,6 +58,7 @@ from ..config import MAX_TREE_NODES
 from ..errors import ConstraintError
 from .stepplan import Background
 from .generation import Commit, Decode, DraftSync, Generation, Room
+from .steps import room_of
 from .promptcache import PromptCache, common_prefix, reuse_slot
 from .protocol import SlotBackend
 
@@ -328,9 +329,10 @@ class Batch:
         rooms, nodes = {}, min(MAX_TREE_NODES, share)
         for r in reqs:
             if d is None:
-                rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), tree_nodes=nodes)
+                rooms[r] = room_of(t, d, target_ctx=t.n_ctx, target_past=t.slot_past(r.slot), tree_nodes=nodes)
             else:
-                rooms[r] = Room(t.n_ctx, t.slot_past(r.slot), d.n_ctx, d.slot_past(r.slot), d_share, nodes)
+                rooms[r] = room_of(t, d, target_ctx=t.n_ctx, target_past=t.slot_past(r.slot), draft_ctx=d.n_ctx,
+                                   draft_past=d.slot_past(r.slot), draft_nodes=d_share, tree_nodes=nodes)
         return rooms
 
     def _levels(self, reqs: list[Request], cap: int) -> int:

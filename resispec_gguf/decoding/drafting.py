@@ -59,6 +59,8 @@ class DraftPhase:
                         lambda node, _row: self._lookup_draw(tree, node), self.plan_, self._certain(tree))[0], None
         if max_expanded < 0 or max_nodes < 0:
             return tree, None
+        if getattr(self, "_draft_beam", None):  # a draft on recurrent memory decodes one chain
+            beam = self._draft_beam
         limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
         draft_index: dict[int, int] = {}
         # under auto, the cut tree's best leaves go on along lookup and forced candidates

@@ -189,8 +189,15 @@ class Generation(DraftPhase):
             self.draft_pending = [seq[-1]]
             self.draft_stale = False
         max_nodes = min(MAX_TREE_NODES, room.tree_nodes, room.target_ctx - room.target_past - 1)
+        if room.target_chain is not None:  # recurrent memory: one chain it can undo
+            max_nodes = min(max_nodes, room.target_chain)
         max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
-        self._tree, self._draft_index = yield from self._grow_tree(kind, max_nodes, max_expanded)
+        self._draft_beam = 1 if room.draft_chain is not None else None
+        tree, index = yield from self._grow_tree(kind, max_nodes, max_expanded)
+        if room.target_chain is not None and len(tree) > 1:
+            tree, old_to_new = tree.chain_cut(max_nodes)
+            index = index and {old_to_new[n]: d for n, d in index.items() if n in old_to_new}
+        self._tree, self._draft_index = tree, index
         return Decode(self._tree.tokens, self._tree.parent)
 
     def absorb(self, rows: Sequence) -> Commit:

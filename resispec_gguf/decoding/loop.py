@@ -12,6 +12,7 @@ from typing import Iterator
 
 from ..errors import ConstraintError
 from .generation import Decode, DraftSync, Generation, Room
+from .steps import room_of
 from .promptcache import PromptCache, reuse_slot
 from .protocol import ModelBackend
 
@@ -79,8 +80,9 @@ def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None, ca
 
 def _room(target: ModelBackend, draft: ModelBackend | None) -> Room:
     if draft is None:
-        return Room(target.n_ctx, target.n_past)
-    return Room(target.n_ctx, target.n_past, draft.n_ctx, draft.n_past, draft.n_seq_max - 1)
+        return room_of(target, None, target_ctx=target.n_ctx, target_past=target.n_past)
+    return room_of(target, draft, target_ctx=target.n_ctx, target_past=target.n_past, draft_ctx=draft.n_ctx,
+                   draft_past=draft.n_past, draft_nodes=draft.n_seq_max - 1)
 
 
 def _draft_calls(plan, draft: ModelBackend | None, stats) -> Decode | None:

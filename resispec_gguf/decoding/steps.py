@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import MAX_TREE_NODES
 
-__all__ = ["Commit", "Decode", "DraftSync", "Room"]
+__all__ = ["Commit", "Decode", "DraftSync", "Room", "room_of"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,9 @@ class Room:
     """What the models hold when a step is planned (``ModelBackend``'s ``n_ctx``,
     ``n_past`` and ``n_seq_max - 1``); the draft's fields are 0 without a draft.
     ``tree_nodes``: the most non-root nodes the target may evaluate for this request (a
-    share of a step that serves several, ``batch``)."""
+    share of a step that serves several, ``batch``).  ``target_chain`` / ``draft_chain``:
+    that model's ``max_chain`` (``protocol.ModelBackend``): None for any tree, else its nodes
+    must form one chain (the target's, of at most that many nodes)."""
 
     target_ctx: int
     target_past: int
@@ -31,6 +33,14 @@ class Room:
     draft_past: int = 0
     draft_nodes: int = 0
     tree_nodes: int = MAX_TREE_NODES
+    target_chain: int | None = None
+    draft_chain: int | None = None
+
+
+def room_of(target, draft, **fields) -> Room:
+    """A ``Room`` with the two models' ``max_chain`` (absent: None) besides ``fields``."""
+    return Room(target_chain=getattr(target, "max_chain", None),
+                draft_chain=getattr(draft, "max_chain", None) if draft is not None else None, **fields)
 
 
 @dataclass(frozen=True)

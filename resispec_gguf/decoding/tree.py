@@ -162,6 +162,18 @@ class DraftTree:
             out.children[parent[j]][out.tokens[j]] = j
         return out
 
+    def chain_cut(self, max_nodes: int) -> tuple["DraftTree", dict[int, int]]:
+        """The chain from the root through each node's best child (an expanded one first,
+        then the best-scored, then the earliest), of at most ``max_nodes`` non-root nodes, as a
+        new tree; returns it and the old -> new index map.  Every kept node keeps its
+        candidates: one without a node is verified all the same (accepted, it ends the walk),
+        so the cut keeps the law and only loses the rows of the nodes it drops."""
+        keep, node = [0], 0
+        while len(keep) <= max_nodes and self.children[node]:
+            node = max(self.children[node].values(), key=lambda i: (self.expanded(i), self.score[i], -i))
+            keep.append(node)
+        return self.keep(keep), {i: j for j, i in enumerate(keep)}
+
     def prune_leaves(self, n: int) -> tuple["DraftTree", dict[int, int]]:
         """Keep the root, every expanded node and the ``n`` minus (expanded non-root nodes)
         best-scored leaves (ties: shallower, then earlier), as a new tree; returns it and
