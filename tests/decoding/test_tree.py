@@ -294,3 +294,18 @@ def test_keep_is_the_subtree_with_its_candidates():
     kept = tree.keep([0, 1])
     assert kept.tokens == tree.tokens[:2] and kept.parent == [-1, 0]
     assert kept.lookup[0] == tree.lookup[0] and kept.children[0] == {tree.tokens[1]: 1}
+
+
+def test_chain_cut_keeps_one_path_through_the_expanded_children_and_their_candidates():
+    from resispec_gguf.decoding.tree import DraftTree
+
+    t = DraftTree.with_root(0)
+    t.set_draws(0, np.array([5, 6]), None)
+    a, b = t.add_children(0, {5: 0.3, 6: 0.6})
+    t.set_draws(a, np.array([7, 8]), None)
+    t.add_children(a, {7: 0.9, 8: 0.1})
+    cut, old_to_new = t.chain_cut(5)
+    assert cut.tokens == [0, 5, 7] and cut.parent == [-1, 0, 1]  # the expanded child first, then the best
+    assert cut.candidates(0) == [5, 6]  # the dropped sibling stays a candidate
+    assert old_to_new == {0: 0, a: 1, a + 2: 2}
+    assert t.chain_cut(1)[0].tokens == [0, 5]

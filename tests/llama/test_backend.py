@@ -431,6 +431,6 @@ def test_the_package_re_exports_its_modules_names():
                  "serve_rpc_worker", "set_verbose"):
         assert getattr(backend, name) is getattr(native, name), name
     assert all(hasattr(backend, name) for name in backend.__all__)
-    assert [c.__name__ for c in LlamaModel.__mro__[1:-1]] == ["Tokens", "Batches", "KVCache"]
+    assert [c.__name__ for c in LlamaModel.__mro__[1:-1]] == ["Tokens", "Batches", "KVCache", "RecurrentState"]
     assert LlamaModel.tokenize is tokens.Tokens.tokenize and LlamaModel.decode is batches.Batches.decode
     assert LlamaModel.commit is kv.KVCache.commit

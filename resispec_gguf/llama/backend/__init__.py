@@ -31,8 +31,9 @@ handle passed from here.
 
 The modules, by what changes together: ``native`` (llama.cpp's log, read-only float views,
 context parameters, the RPC entry points, ``quantize``, ``build_facts``), ``tokens`` (the
-vocabulary), ``batches`` (batches, decodes, logits rows), ``kv`` (the KV-cache bookkeeping)
-and ``model`` (``LlamaModel``: opening, describing and freeing a model, with the other three
+vocabulary), ``batches`` (batches, decodes, logits rows), ``kv`` (the KV-cache bookkeeping),
+``recurrent`` (recurrent and hybrid memory: its kind, and a step undone by snapshot or
+checkpoint) and ``model`` (``LlamaModel``: opening, describing and freeing a model, with the other three
 as its mixins).  Use the names re-exported here; the submodules are the package's own.
 
 Nothing ctypes leaves this package (and ``ggml``): results are Python ints/bytes and NumPy
