@@ -1,23 +1,27 @@
 """The ``agent`` benchmark workloads: a coding agent's requests, run in sequence.
 
 Each item is one chat request as an agent framework sends it: a coding agent's system
-prompt, four function tools (``read_file``, ``write_file``, ``list_dir``, ``run_tests``), the
-user's task, the assistant's ``read_file`` call and a ``tool`` message holding the file.  In
-``agent`` the model answers an edit with JSON under a ``{"path", "content"}`` schema, the
-whole edited file in a JSON string (``tool_choice`` "none"): the copy a ``write_file``
-argument is, in the form the default 1.5B target does copy in (under a forced ``write_file``
-call it wrote placeholders or XML-like text instead).  In ``agent-tools`` (``tool_calls``)
-it answers with a ``write_file`` call carrying the whole edited file (``tool_choice``
-"required"), for targets that call tools.  An extraction item answers with JSON under its
-own schema in both.
+prompt, four function tools (``read_file``, ``write_file``, ``list_dir``, ``run_tests``) and
+the user's task with the file it is about.  In ``agent`` the file comes inline in the user's
+message, fenced with its path (as an editor integration or an agent that attaches the open
+file sends it), and the model answers an edit with JSON under a ``{"path", "content"}``
+schema, the whole edited file in a JSON string (``tool_choice`` "none"): the copy a
+``write_file`` argument is, in the form the default 1.5B target does copy in.  Measured on
+the default pair at T 0: given the file inline it quotes it whole (620 tokens, the file to
+the character); given it as a ``read_file`` result it stopped after the module docstring
+(114 tokens), and under a forced ``write_file`` call it wrote a placeholder.  In
+``agent-tools`` (``tool_calls``) the file comes back from the assistant's ``read_file`` call
+as a ``tool`` message and the model answers with a ``write_file`` call carrying the whole
+edited file (``tool_choice`` "required"), for targets that call tools.  An extraction item
+answers with JSON under its own schema in both.
 
 The files are real source files of the running Python's standard library (``FILES``: the
 first three found), each cut at a top-level statement to at most ``MAX_CHARS`` characters,
 so a prompt is 1-2k tokens.  Several requests work on the same file (an edit, a second
 edit, an extraction), so that a candidate source that remembers earlier answers has
 something to learn from: the items are meant to run in order (``bench`` runs each method's
-whole sequence in turn, its memory cleared first).  Each item re-reads the file as it was:
-the answers are not applied.
+whole sequence in turn, its memory cleared first).  Each item reads the file as it was: the
+answers are not applied.
 
 Deterministic for a given Python version (the files are that version's).  Data only: nothing
 here is tuned on by the engine.
@@ -30,7 +34,7 @@ import json
 import os
 import sysconfig
 
-__all__ = ["EDIT_SCHEMA", "FILES", "MAX_CHARS", "EDIT_TOKENS", "EXTRACT_TOKENS", "TOOLS", "SYSTEM", "agent_items",
+__all__ = ["EDIT_SCHEMA", "FILES", "file_of", "MAX_CHARS", "EDIT_TOKENS", "EXTRACT_TOKENS", "TOOLS", "SYSTEM", "agent_items",
            "trim_source", "stdlib_sources"]
 
 # candidates in order of preference: small, self-contained modules
@@ -147,16 +151,22 @@ def _with_bug(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _request(path: str, task: str, content: str, *, tool_choice: str, response_format=None,
-             max_tokens: int) -> dict:
-    messages = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": task},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_0", "type": "function",
-             "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}]},
-        {"role": "tool", "tool_call_id": "call_0", "content": content},
-    ]
+def _request(path: str, task: str, answer: str, content: str, *, tool_choice: str, response_format=None,
+             max_tokens: int, inline: bool) -> dict:
+    """One request on ``content``, the file at ``path``: inline in the user's message between the
+    task and how to ``answer`` (``inline``), else read by the assistant's ``read_file`` call."""
+    if inline:
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": f"{task}\n\n{path}:\n```python\n{content}```\n\n{answer}"}]
+    else:
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"{task} {answer}"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": content},
+        ]
     item = {"kind": "agent", "messages": messages, "tools": TOOLS, "tool_choice": tool_choice,
             "max_tokens": max_tokens}
     if response_format is not None:
@@ -164,18 +174,30 @@ def _request(path: str, task: str, content: str, *, tool_choice: str, response_f
     return item
 
 
+def file_of(item: dict) -> tuple[str, str]:
+    """``(path, file text)`` of an item of either workload."""
+    last = item["messages"][-1]
+    if last["role"] == "tool":
+        call = item["messages"][-2]["tool_calls"][0]["function"]
+        return json.loads(call["arguments"])["path"], last["content"]
+    head, _, rest = last["content"].partition(":\n```python\n")
+    return head.rsplit("\n\n", 1)[-1], rest.rpartition("```")[0]
+
+
 def _edit(path, task, content, tool_calls: bool):
     if tool_calls:
-        return _request(path, task + " Write the whole file back with write_file.", content,
-                        tool_choice="required", max_tokens=EDIT_TOKENS)
-    return _request(path, task + " Answer with JSON only: the file's path and its whole updated content.", content,
-                    tool_choice="none", max_tokens=EDIT_TOKENS,
+        return _request(path, task, "Write the whole file back with write_file.", content,
+                        tool_choice="required", max_tokens=EDIT_TOKENS, inline=False)
+    return _request(path, task, "Answer with JSON only: the file's path and its whole updated content, every line of "
+                    "it.", content,
+                    tool_choice="none", max_tokens=EDIT_TOKENS, inline=True,
                     response_format={"type": "json_schema", "json_schema": {"name": "file_edit", "schema": EDIT_SCHEMA,
                                                                             "strict": True}})
 
 
-def _extract(path, task, content, name, schema):
-    return _request(path, task + " Answer with JSON only.", content, tool_choice="none", max_tokens=EXTRACT_TOKENS,
+def _extract(path, task, content, name, schema, tool_calls: bool):
+    return _request(path, task, "Answer with JSON only.", content, tool_choice="none", max_tokens=EXTRACT_TOKENS,
+                    inline=not tool_calls,
                     response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema,
                                                                             "strict": True}})
 
@@ -199,9 +221,10 @@ def _file_items(k: int, name: str, text: str, tool_calls: bool) -> list[dict]:
                                tool_calls)]
     if k == 2:
         return edits[:1] + [_extract(path, f"Summarise the module {path}: its name, its purpose in one sentence, "
-                                           "and its public names.", text, "module_summary", _SUMMARY_SCHEMA)]
+                                           "and its public names.", text, "module_summary", _SUMMARY_SCHEMA,
+                                     tool_calls)]
     return edits + [_extract(path, f"List the functions defined in {path} with their parameters.", text,
-                             "functions", _FUNCTIONS_SCHEMA)]
+                             "functions", _FUNCTIONS_SCHEMA, tool_calls)]
 
 
 def agent_items(sources=None, max_chars: int = MAX_CHARS, tool_calls: bool = False) -> list[dict]:

@@ -29,46 +29,52 @@ def _stdlib(name: str) -> str:
 
 
 def _path(item) -> str:
-    return json.loads(item["messages"][2]["tool_calls"][0]["function"]["arguments"])["path"]
+    return aw.file_of(item)[0]
 
 
-def test_every_item_is_a_valid_chat_request_with_the_four_tools():
+def test_every_item_is_a_valid_chat_request_with_the_four_tools_and_the_file_inline():
     assert len(ITEMS) == 8
     for item in ITEMS:
-        system, user, call, result = item["messages"]
-        assert (system["role"], user["role"], call["role"], result["role"]) == ("system", "user", "assistant", "tool")
-        assert call["tool_calls"][0]["function"]["name"] == "read_file"
-        assert result["tool_call_id"] == call["tool_calls"][0]["id"]
-        assert _path(item) in user["content"]
+        system, user = item["messages"]
+        assert (system["role"], user["role"]) == ("system", "user")
+        path, text = aw.file_of(item)
+        assert f"{path}:\n```python\n{text}```\n\n" in user["content"]  # the task, the fenced file, the answer
         check_tool_messages(check_messages(item["messages"]))  # raises on a malformed one
         options = check_chat_options(item["tools"], item["tool_choice"], None, item.get("response_format"))
         assert [f["name"] for f in options.tools.functions] == ["read_file", "write_file", "list_dir", "run_tests"]
         assert item["tool_choice"] == "none" and isinstance(response_schema(item["response_format"]), dict)
         if item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA:  # an edit: the whole file as JSON
             assert item["max_tokens"] == aw.EDIT_TOKENS and "whole updated content" in user["content"]
+            assert user["content"].endswith("every line of it.")
         else:  # an extraction: JSON under its schema
             assert item["max_tokens"] == aw.EXTRACT_TOKENS
         assert item["kind"] == "agent"
     json.dumps(ITEMS)
 
 
-def test_the_tool_loop_variant_answers_its_edits_with_write_file():
+def test_the_tool_loop_variant_reads_the_file_with_read_file_and_answers_its_edits_with_write_file():
     tools = workloads.WORKLOADS["agent-tools"]
     assert len(tools) == len(ITEMS)
     for loop, item in zip(tools, ITEMS):
-        assert loop["messages"][3] == item["messages"][3]  # the same files, read alike
+        system, user, call, result = loop["messages"]
+        assert (system["role"], user["role"], call["role"], result["role"]) == ("system", "user", "assistant", "tool")
+        assert call["tool_calls"][0]["function"]["name"] == "read_file"
+        assert result["tool_call_id"] == call["tool_calls"][0]["id"]
+        assert aw.file_of(loop) == aw.file_of(item)  # the same files
+        assert _path(loop) in user["content"] and result["content"] not in user["content"]
+        check_tool_messages(check_messages(loop["messages"]))
         if loop["tool_choice"] == "required":  # an edit: the whole file back through write_file
             assert "response_format" not in loop and loop["max_tokens"] == aw.EDIT_TOKENS
-            assert "write_file" in loop["messages"][1]["content"]
+            assert "write_file" in user["content"]
             assert item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA
-        else:
-            assert loop == item  # an extraction is the same request in both
+        else:  # an extraction: the same schema and budget in both
+            assert loop["response_format"] == item["response_format"] and loop["max_tokens"] == item["max_tokens"]
 
 
-def test_the_tool_results_are_real_standard_library_files_of_a_few_kb():
+def test_the_files_are_real_standard_library_files_of_a_few_kb():
     for item in ITEMS:
-        name = _path(item).removeprefix("src/")
-        content, real = item["messages"][3]["content"], _stdlib(name)
+        path, content = aw.file_of(item)
+        real = _stdlib(path.removeprefix("src/"))
         assert 1500 <= len(content) <= aw.MAX_CHARS
         ast.parse(content)
         changed = [(a, b) for a, b in zip(content.splitlines(), real.splitlines()) if a != b]
@@ -112,7 +118,7 @@ def test_files_without_a_function_once_trimmed_are_skipped():
     small = "def one(a):\n    return a\n\n\ndef two(b):\n    if b == 0:\n        return 1\n    return b\n"
     items = aw.agent_items([("consts.py", plain), ("a.py", small), ("b.py", small), ("c.py", small), ("d.py", small)])
     assert [_path(i) for i in items] == ["src/a.py"] * 3 + ["src/b.py"] * 3 + ["src/c.py"] * 2
-    assert "`two`" in items[3]["messages"][1]["content"] and "b != 0" in items[3]["messages"][3]["content"]
+    assert "`two`" in items[3]["messages"][1]["content"] and "b != 0" in aw.file_of(items[3])[1]
     assert [name for name, _ in aw.stdlib_sources(("no_such_module_here.py", "glob.py"))] == ["glob.py"]
 
 
