@@ -76,10 +76,10 @@ def route(target, draft) -> str:
     if why is None:
         return "same"
     if target.vocab_type == 0 or draft.vocab_type == 0:
-        raise UserError(f"draft model cannot serve the target: {why}, and a model has no vocabulary")
+        raise UserError(f"draft model is incompatible with the target: {why}, and a model has no vocabulary")
     missing = unspellable(draft)
     if missing:
-        raise UserError(f"draft model cannot serve the target: {why}, and the draft cannot spell its text "
+        raise UserError(f"draft model is incompatible with the target: {why}, and the draft cannot spell its text "
                         f"(no token for {missing[:12]!r})")
     return "text"
 
