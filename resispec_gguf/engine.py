@@ -27,6 +27,7 @@ from .decoding.candidates.context import uses_lookup
 from .decoding import batch as batching
 from .decoding.memory import Memory, vocab_key
 from .decoding.seeding import Ledger
+from .decoding.textdraft import TextDraft
 from .decoding.promptcache import PromptCache
 from .decoding.runner import Runner, Ticket
 from .decoding.generation import Generation
@@ -71,14 +72,17 @@ class Engine:
         ``correct_costs``: correct the curves from measured steps between requests
         (``decoding.costcheck``; None: unless ``$RESISPEC_COST_CHECK=0``)."""
         self.target = target
-        self.draft = draft
+        # a draft of another vocabulary is read through text (``decoding.textdraft``): a candidate
+        # source's store, not a draft the loop decodes
+        self.text_draft = draft.bind(self._text_codec()) if isinstance(draft, TextDraft) else None
+        self.draft = None if self.text_draft is not None else draft
         self._owns_models = True  # ``close`` frees them (not a pool's: ``from_pool``)
         self.n_vocab = target.n_vocab
         self._local = threading.local()  # ``last_result``, per calling thread
         self._runner: Runner | None = None
         self._runner_lock = threading.Lock()
         # what auto's plans cost here: the curves (as corrected), host time per row, the outlook
-        self.costs = costcheck.AutoCosts(target, draft, cost_curves, correct_costs)
+        self.costs = costcheck.AutoCosts(target, self.draft, cost_curves, correct_costs)
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
@@ -193,7 +197,7 @@ class Engine:
         self.save_warning = self.save_memory()
         if not self._owns_models:
             return
-        for m in (self.target, self.draft):
+        for m in (self.target, self.draft, self.text_draft):
             if m is not None:
                 m.close()
 
@@ -219,7 +223,7 @@ class Engine:
 
     @property
     def has_draft(self) -> bool:
-        return self.draft is not None
+        return self.draft is not None or self.text_draft is not None
 
     @property
     def n_ctx(self) -> int:
@@ -259,7 +263,8 @@ class Engine:
         backend's ``describe()``: file path, context, batch, threads, GPU layers, flash
         attention, RPC workers, the backend library's version and whether it can offload to a
         GPU."""
-        return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft is not None else None}
+        draft = self.text_draft or self.draft
+        return {"target": self.target.describe(), "draft": draft.describe() if draft is not None else None}
 
     def check_draft_params(self, dp: DraftParams) -> None:
         """``UserError`` when ``dp`` cannot run on these models (a method that needs a draft
@@ -424,7 +429,7 @@ class Engine:
         # (``decoding.candidates``); the memory, a store spanning requests, is the engine's
         gen = Generation(tokens, sp, dp, vocab=self.target, has_draft=self.draft is not None, seed=seed,
                          auto=auto, constraint=state, logprobs=logprobs, memory=self.memory, key=key,
-                         text=self._text_codec())
+                         text=self._text_codec(), text_draft=self.text_draft)
         if auto is not None:  # its steps' predicted and measured times, in the reply's stats (bench shows them)
             gen.stats.step_times = auto.tuner.timing
         return gen

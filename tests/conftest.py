@@ -69,8 +69,15 @@ def engine(tiny_pair):
 
 @pytest.fixture(scope="session")
 def incompatible_draft(tmp_path_factory) -> Path:
-    """A draft with the same vocab type/size/specials as ``tiny_pair`` but different token text."""
+    """A draft with the same vocab type/size/specials as ``tiny_pair`` but different token
+    text and no byte tokens: it cannot spell the target's text, so no route serves."""
     return tiny_gguf.write_incompatible_draft(tmp_path_factory.mktemp("incompatible"))
+
+
+@pytest.fixture(scope="session")
+def cross_draft(tmp_path_factory) -> Path:
+    """A draft of another vocabulary for ``tiny_pair``'s target (the text route)."""
+    return tiny_gguf.write_cross_draft(tmp_path_factory.mktemp("cross"))
 
 
 @pytest.fixture(scope="session")

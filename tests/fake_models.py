@@ -494,3 +494,54 @@ def noisy_markov_pair(n_vocab, *, eog, n_ctx=256, seed=3, noise=0.3):
     noisy = {ctx: (r + rng.normal(0, noise, n_vocab)).astype(np.float32) for ctx, r in rows.items()}
     return (MarkovModel(rows, n_vocab, eog=(eog,), n_ctx=n_ctx, name="t"),
             MarkovModel(noisy, n_vocab, eog=(eog,), n_ctx=n_ctx, name="d"))
+
+
+def longest_match(texts, data: bytes) -> list[int]:
+    """``data`` as the longest of ``texts`` (bytes per id; empty ones skipped) from the left,
+    the lowest id among equal texts; stops before a byte no text starts with."""
+    out, at = [], 0
+    longest = max(len(t) for t in texts)
+    by_text = {}
+    for i, t in enumerate(texts):
+        if t:
+            by_text.setdefault(t, i)
+    while at < len(data):
+        for n in range(min(longest, len(data) - at), 0, -1):
+            if data[at:at + n] in by_text:
+                out.append(by_text[data[at:at + n]])
+                at += n
+                break
+        else:
+            break
+    return out
+
+
+class TextMarkov(MarkovModel):
+    """A ``MarkovModel`` whose tokens stand for texts (``texts``: bytes per id), with a
+    longest-match tokenizer: the draft of a cross-vocabulary fake pair."""
+
+    def __init__(self, rows, texts, **kw):
+        super().__init__(rows, len(texts), **kw)
+        self.texts = [bytes(t) for t in texts]
+        self.tokenized = 0  # bytes tokenized (the boundary window's, never the whole context again)
+
+    def tokenize(self, text, *, add_special=True, parse_special=True) -> list[int]:
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        self.tokenized += len(data)
+        return longest_match(self.texts, data)
+
+    def token_piece(self, token: int) -> bytes:
+        return self.texts[int(token)]
+
+
+class TextCodec:
+    """A target's tokenizer over ``texts`` (``candidates.base.TextCodec``) for a fake target."""
+
+    def __init__(self, texts):
+        self.texts = [bytes(t) for t in texts]
+
+    def detokenize(self, tokens) -> bytes:
+        return b"".join(self.texts[int(t)] for t in tokens)
+
+    def tokenize(self, text, *, add_special=False, parse_special=True) -> list[int]:
+        return longest_match(self.texts, text.encode() if isinstance(text, str) else bytes(text))

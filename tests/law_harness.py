@@ -387,3 +387,33 @@ def filled_memory(seed: int = 7) -> Memory:
         body = rng.choice(EOG, size=6, p=[0.4, 0.25, 0.15, 0.12, 0.08]).tolist()
         memory.remember((tail + body) if i % 2 else body + tail + body[:3])
     return memory
+
+
+# a cross-vocabulary fake pair: the target's tokens and the draft's spell the same letters
+# in other pieces (EOG spells nothing)
+TARGET_TEXTS = (b"a", b"b", b"c", b"ab", b"ca", b"")
+DRAFT_TEXTS = (b"a", b"b", b"c", b"bc", b"abca", b"cab", b"ba", b"")
+
+
+def text_pair(seed=3, p_min=0.0, faithful=False):
+    """``(target, TextDraft)``: the harness's target and a ``TextMarkov`` draft of another
+    vocabulary (random order-2 rows over its own tokens), read through text
+    (``decoding.textdraft``) with a longest-match tokenizer on each side.  ``faithful``: the
+    draft is the target itself under other ids (its texts in reverse order), so its greedy
+    chains write what the target's greedy output writes."""
+    from fake_models import TextCodec, TextMarkov
+    from resispec_gguf.decoding.textdraft import TextDraft
+
+    target, _ = _pair(seed=seed)
+    if faithful:
+        texts = TARGET_TEXTS[::-1]
+        n = len(texts)
+        back = [n - 1 - d for d in range(n)]  # draft id -> target id
+        rows = {(a, b): target.row([back[a], back[b]])[back] for a in range(n) for b in range(n)}
+    else:
+        texts = DRAFT_TEXTS
+        n = len(texts)
+        rows = random_rows(n, 2, seed + 7)
+    eog = texts.index(b"")
+    draft = TextMarkov(rows, texts, order=2, n_ctx=256, n_seq_max=98, eog=(eog,), name="text-d")
+    return target, TextDraft(draft, bos=None, target=TextCodec(TARGET_TEXTS), p_min=p_min)

@@ -53,6 +53,7 @@ __all__ = [
     "THINK_TEMPLATE",
     "OPEN_THINK_TEMPLATE",
     "write_incompatible_draft",
+    "write_cross_draft",
     "write_not_gguf",
     "write_truncated_gguf",
     "write_garbage",
@@ -127,12 +128,22 @@ def _vocab(variant: str = "default", extra_tokens=()) -> tuple[list[str], list[i
     elif variant == "think":  # same as default, plus a reasoning model's thinking markers
         tokens += list(THINK_TOKENS)
         types += [gguf.TokenType.USER_DEFINED] * len(THINK_TOKENS)
+    elif variant == "unspellable":  # no byte tokens: texts "x0".."x255" in their place
+        tokens[BYTE0_ID:BYTE0_ID + 256] = [f"x{b}" for b in range(256)]
+        types[BYTE0_ID:BYTE0_ID + 256] = [gguf.TokenType.NORMAL] * 256
+    elif variant == "llama3":  # Llama-3-style specials and a few merged pieces, bytes reversed
+        tokens[BOS_ID:EOS_ID + 1] = ["<|begin_of_text|>", "<|end_of_text|>"]
+        tokens[IM_START_ID:IM_END_ID + 1] = ["<|start_header_id|>", "<|eot_id|>"]
+        tokens += ["\u2581the", "he", "ll", "in", "\u2581a", "er"]
+        types += [gguf.TokenType.NORMAL] * 6
     elif variant not in ("default", "reversed_bytes"):
         raise ValueError(f"unknown vocab variant {variant!r}")
     tokens += list(extra_tokens)
     types += [gguf.TokenType.CONTROL] * len(extra_tokens)
     scores = [0.0] * len(tokens)
     scores[SPACE_ID] = -1.0
+    if variant == "llama3":  # the merged pieces win over their letters
+        scores[N_VOCAB:N_VOCAB + 6] = [5.0, 4.0, 4.0, 4.0, 3.0, 3.0]
     return tokens, [int(t) for t in types], scores
 
 
@@ -264,18 +275,29 @@ def write_tiny_pair(dirpath: str | Path, seed: int = 0,
 
 
 def write_incompatible_draft(dirpath: str | Path, seed: int = 0,
-                             kind: str = "token_text") -> Path:
+                             kind: str = "unspellable") -> Path:
     """A draft whose vocabulary is incompatible with ``write_tiny_pair``'s target.
 
-    ``kind="token_text"`` (default): same vocab type, size, BOS/EOS and add-BOS flag, but the
-    byte tokens are in reverse order, so token texts differ from id 3 on (llama.cpp's
-    speculative check compares texts from id 5).  ``kind="vocab_size"``: 200 extra tokens
+    ``kind="unspellable"`` (default): no byte tokens (``x0`` .. ``x255`` in their place), so it
+    cannot spell the target's text and no route serves (same size and specials: token 5
+    differs first).  ``kind="token_text"``: same vocab type, size, BOS/EOS and add-BOS flag,
+    but the byte tokens are in reverse order, so token texts differ from id 3 on (llama.cpp's
+    speculative check compares texts from id 5); it runs on the text route.  ``kind="vocab_size"``: 200 extra tokens
     (sizes differ by more than llama.cpp's allowed 128), texts otherwise equal.
     """
-    variant = {"token_text": "reversed_bytes", "vocab_size": "extra_tokens"}[kind]
+    variant = {"token_text": "reversed_bytes", "vocab_size": "extra_tokens", "unspellable": "unspellable"}[kind]
     return write_tiny_llama(Path(dirpath) / f"incompatible_{kind}.gguf", seed=seed + 1,
                             base_seed=seed, noise=DEFAULT_DRAFT_NOISE,
                             vocab_variant=variant, name="tiny-llama-incompatible")
+
+
+def write_cross_draft(dirpath: str | Path, seed: int = 0) -> Path:
+    """A draft of another vocabulary for ``write_tiny_pair``'s target (Mistral-style ``<s>``
+    specials): Llama-3-style specials (``<|begin_of_text|>``, ``<|eot_id|>``), byte tokens in
+    reverse order and six merged pieces (``▁the``, ``he``, ...) that its tokenizer prefers,
+    so the two tokenize one text differently; it spells every byte (the text route)."""
+    return write_tiny_llama(Path(dirpath) / "cross_draft.gguf", seed=seed + 1, base_seed=seed,
+                            noise=DEFAULT_DRAFT_NOISE, vocab_variant="llama3", name="tiny-llama3-draft")
 
 
 def write_not_gguf(dirpath: str | Path) -> Path:

@@ -71,14 +71,16 @@ class Generation(DraftPhase):
     the number of alternatives to report per token.  ``seed``, ``key``: where its uniforms come
     from (``seeding.stream``; ``key`` None: the seed alone).  ``memory``: the engine's memory
     of past answers (read and filled unless ``dp.use_memory`` is off).  ``text``: the target's
-    tokenizer, for sources that read the prompt's text (the views); None without one.  Its
+    tokenizer, for sources that read the prompt's text (the views); None without one.
+    ``text_draft``: a draft of another vocabulary (``textdraft.TextDraft``), the store its
+    source reads; None without one.  Its
     candidate sources (``sources``) are built through the registry (``candidates``).
     """
 
     def __init__(self, prompt_tokens: list[int], sp: SamplingParams, dp: DraftParams, *, vocab, has_draft: bool,
                  seed: int, auto: Auto | None = None, constraint: ConstraintState | None = None,
                  logprobs: int | None = None, memory: Memory | None = None, key: tuple[int, ...] | None = None,
-                 text: TextCodec | None = None):
+                 text: TextCodec | None = None, text_draft=None):
         self.vocab = vocab
         self.sp = sp
         self.dp = dp  # the configuration of the current step (auto changes it per step)
@@ -107,6 +109,8 @@ class Generation(DraftPhase):
         self.constraint = constraint
         # free candidates: the context and the memory, the prompt's views, the grammar's forced tokens
         stores = {"memory": self.memory} if self.memory is not None else {}
+        if text_draft is not None:  # a draft of another vocabulary (``candidates.textdraft``)
+            stores["text_draft"] = text_draft
         self.sources = Sources.build(Request(self.prompt, dp, constraint, stores, text), self.stats.candidates)
         self.copy_run = 0  # emitted tokens in a row that a lookup source's leading candidate had predicted
         self._masks: dict[tuple, np.ndarray] = {}  # this step's masks by path from the root

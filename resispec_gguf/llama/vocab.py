@@ -1,4 +1,6 @@
-"""Draft/target vocabulary compatibility, checked the way llama.cpp's speculative tools do.
+"""Draft/target vocabulary compatibility, checked the way llama.cpp's speculative tools do,
+and the route a pair takes (``route``): one vocabulary, or the text route when the draft's
+differs but it can spell the target's text (``unspellable``).
 
 ``VocabInfo`` holds what the check compares (``backend`` fills one from a model); the check
 is pure Python on ``VocabInfo``-like objects (attributes ``vocab_type, n_vocab, bos, eos,
@@ -46,6 +48,40 @@ def first_mismatch(target, draft) -> str | None:
         if target.texts[i] != draft.texts[i]:
             return f"token {i} differs (target {target.texts[i]!r}, draft {draft.texts[i]!r})"
     return None
+
+
+# what a draft must spell for the text route: printable ASCII, the space, the newline and the tab
+SPELLED = "".join(chr(c) for c in range(0x21, 0x7F)) + " \n\t"
+_SPACES = {" ": ("\u0120", "\u2581"), "\n": ("\u010a",), "\t": ("\u0109",)}  # byte-level and SentencePiece forms
+
+
+def unspellable(info) -> str:
+    """The characters of ``SPELLED`` that no token of ``info`` (a ``VocabInfo``) writes alone,
+    in its raw, byte-level (``Ġ``) or SentencePiece (``▁``) form or as a byte token
+    (``<0x41>``); empty when it can spell them all."""
+    texts = {t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in info.texts}
+    missing = []
+    for c in SPELLED:
+        forms = (c, f"<0x{ord(c):02X}>", *_SPACES.get(c, ()))
+        if not any(f in texts for f in forms):
+            missing.append(c)
+    return "".join(missing)
+
+
+def route(target, draft) -> str:
+    """How ``draft`` serves ``target``: ``"same"`` (one vocabulary: the draft's q over the
+    target's ids) or ``"text"`` (another vocabulary, read through text:
+    ``decoding.textdraft``); ``UserError`` when it cannot spell the target's text."""
+    why = first_mismatch(target, draft)
+    if why is None:
+        return "same"
+    if target.vocab_type == 0 or draft.vocab_type == 0:
+        raise UserError(f"draft model is incompatible with the target: {why}, and a model has no vocabulary")
+    missing = unspellable(draft)
+    if missing:
+        raise UserError(f"draft model is incompatible with the target: {why}, and the draft cannot spell its text "
+                        f"(no token for {missing[:12]!r})")
+    return "text"
 
 
 def check_compatible(target, draft) -> None:

@@ -253,9 +253,10 @@ def _target_rows(pool, target: str, drafts: list[str], run: dict, bar) -> tuple[
                 else:
                     notes.append(f"no fidelity for {target}: its vocabulary and the reference's differ: {why}")
                     bar.update(n_items)
+            routes = {d: _route(engine) for d, engine in variants}
             for t, by_draft in summaries.items():
                 for d, s in by_draft.items():
-                    rows.append(_row(pool, target, d, t, s, fid, rss))
+                    rows.append(_row(pool, target, d, t, s, fid, rss) | {"route": routes[d]})
         elif run["reference"] is not None:
             bar.update(n_items)
     finally:
@@ -264,6 +265,13 @@ def _target_rows(pool, target: str, drafts: list[str], run: dict, bar) -> tuple[
         pool.close()
     rows += [{"target": target, "draft": d, "error": why} for d, why in refused]
     return rows, notes
+
+
+def _route(engine) -> str | None:
+    """How an engine's draft serves its target: ``"same"`` (one vocabulary), ``"text"`` (another,
+    read through text), None without a draft."""
+    draft = engine.info()["draft"]
+    return None if draft is None else draft.get("route", "same")
 
 
 def _row(pool, target: str, draft: str | None, temperature: float, s: dict, fid: dict, rss: float) -> dict:
@@ -317,7 +325,7 @@ _NUMBER_OR_NULL = {"type": ["number", "null"]}
 _RESULT = {
     "type": "object", "additionalProperties": False,
     "required": ["target", "draft", "method", "temperature", "tokens_per_s", "speedup_vs_plain", "tau",
-                 "accept_by_depth", "kl_mean", "kl_p99", "top1", "rss_mb", "target_bytes", "draft_bytes"],
+                 "accept_by_depth", "kl_mean", "kl_p99", "top1", "rss_mb", "target_bytes", "draft_bytes", "route"],
     "properties": {
         "target": {"type": "string"}, "draft": {"type": ["string", "null"]}, "method": {"enum": ["none", "auto"]},
         "temperature": {"type": "number", "minimum": 0}, "tokens_per_s": {"type": "number", "minimum": 0},
@@ -326,6 +334,7 @@ _RESULT = {
         "kl_mean": {"type": ["number", "null"], "minimum": 0}, "kl_p99": {"type": ["number", "null"], "minimum": 0},
         "top1": {"type": ["number", "null"], "minimum": 0, "maximum": 1}, "rss_mb": {"type": "number", "minimum": 0},
         "target_bytes": {"type": "integer"}, "draft_bytes": {"type": ["integer", "null"]},
+        "route": {"enum": ["same", "text", None]},
     },
 }
 _REFUSED = {
@@ -354,7 +363,9 @@ def _num(v, spec: str) -> str:
 
 
 def _pair_label(r: dict, names: dict[str, str]) -> str:
-    return names[r["target"]] + (f" + {names[r['draft']]}" if r["draft"] else " (plain)")
+    """A row's pair; a draft read through text (``route`` "text") is marked ``(text)``."""
+    text = " (text)" if r.get("route") == "text" else ""
+    return names[r["target"]] + (f" + {names[r['draft']]}{text}" if r["draft"] else " (plain)")
 
 
 def _names(rows: list[dict]) -> dict[str, str]:

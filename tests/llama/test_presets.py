@@ -59,7 +59,7 @@ def test_a_preset_picks_its_model_by_role():
 
 def test_unknown_preset_lists_the_presets():
     message = str(presets.unknown_preset("nope"))
-    assert message.startswith("unknown model preset 'nope' (presets: default)") and "\n" not in message
+    assert message.startswith("unknown model preset 'nope' (presets: default, gemma-270m)") and "\n" not in message
 
 
 def test_model_file_spellings():

@@ -219,7 +219,7 @@ def paired(target: str, drafts: list[str]):
         assert lines[0].split()[:3] == ["pair", "T", "tok/s"], r.stdout
         assert [line.split()[0:3] for line in lines[2:4]] == [["target.gguf", "(plain)", "0.0"],
                                                               ["target.gguf", "+", "draft.gguf"]], r.stdout
-        assert lines[4].startswith("refused target.gguf + incompatible_token_text.gguf: draft model is incompatible")
+        assert lines[4].startswith("refused target.gguf + incompatible_unspellable.gguf: draft model is incompatible")
         report = json.loads((tmp / "pairs.json").read_text())
         jsonschema.validate(report, pairs.REPORT_SCHEMA)
         rows = report["pairs"]
@@ -294,7 +294,7 @@ def cases(target: str, draft: str, tmp: Path) -> list[Case]:
     # spin waiting for each other, and analyze's defaults take minutes instead of seconds.
     pair = ("--target", target, "--draft", draft, "--threads", "1")
     prompts = str(tmp / "prompts.jsonl")
-    incompatible = str(tmp / "incompatible_token_text.gguf")  # written by the e2e fixture
+    incompatible = str(tmp / "incompatible_unspellable.gguf")  # written by the e2e fixture
     rpc = ("--rpc", RPC, "-ngl", "99")  # the target on two workers, the draft local
     return [
         Case("generate-defaults", ("generate", *pair), generated("auto", 512), stdin="Once upon a time"),

@@ -180,7 +180,8 @@ def test_the_pool_refuses_a_bad_file_once_and_remembers(not_gguf_file, tiny_pair
 def two_by_two(tiny_pair, tmp_path_factory):
     """Targets: the tiny target and one with 100 more tokens (another seed); drafts: one with
     100 more tokens and one with 200 more, within llama.cpp's 128 of the second target but not
-    of the first.  So 3 pairs run and 1 is refused; the reference is the first target.  (Each
+    of the first.  So 3 pairs run on one vocabulary and 1 on the text route (it was refused
+    before drafts of another vocabulary ran); the reference is the first target.  (Each
     draft has at least its target's tokens: the engine feeds the draft what the target writes.)"""
     tmp = tmp_path_factory.mktemp("pairs")
     extra = tuple(f"<extra_{i}>" for i in range(100))  # the ids and texts of the 200-token draft's first 100
@@ -200,18 +201,17 @@ def two_by_two(tiny_pair, tmp_path_factory):
     return report, out.getvalue(), json.loads(json_path.read_text()), targets, drafts
 
 
-def test_two_by_two_gives_three_pairs_two_plain_rows_and_one_refusal(two_by_two):
+def test_two_by_two_gives_four_pairs_and_two_plain_rows_one_pair_on_the_text_route(two_by_two):
     report, table, _, targets, drafts = two_by_two
     rows = [r for r in report["pairs"] if "error" not in r]
     assert [(r["target"], r["draft"]) for r in rows] == [
-        (targets[0], None), (targets[0], drafts[0]), (targets[1], None), (targets[1], drafts[0]),
-        (targets[1], drafts[1])]
-    assert [r["method"] for r in rows] == ["none", "auto", "none", "auto", "auto"]
-    (refused,) = [r for r in report["pairs"] if "error" in r]
-    assert (refused["target"], refused["draft"]) == (targets[0], drafts[1])
-    assert "vocabulary sizes differ by 200 > 128" in refused["error"]
+        (targets[0], None), (targets[0], drafts[0]), (targets[0], drafts[1]), (targets[1], None),
+        (targets[1], drafts[0]), (targets[1], drafts[1])]
+    assert [r["method"] for r in rows] == ["none", "auto", "auto", "none", "auto", "auto"]
+    assert [r["route"] for r in rows] == [None, "same", "text", None, "same", "same"]
+    assert not [r for r in report["pairs"] if "error" in r]
     lines = table.strip().splitlines()
-    assert len(lines) == 2 + 5 + 1 and lines[-1].startswith("refused target.gguf + incompatible_vocab_size.gguf: ")
+    assert len(lines) == 2 + 6 and "target.gguf + incompatible_vocab_size.gguf (text)" in table
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["rss_mb"] > 0 and r["target_bytes"] > 0
         assert (r["draft_bytes"] is None) == (r["draft"] is None)

@@ -17,7 +17,7 @@ May import: the rest of ``decoding`` below ``generation`` (``protocol``, ``suffi
 ``memory``), ``kernels``, ``config``.  Never the generation, ``auto`` or the models.
 """
 
-from . import base, context, views, forced  # noqa: F401  (registration order: context, views, forced)
+from . import base, context, views, forced, textdraft  # noqa: F401  (registration order: context, views, forced, textdraft)
 from .base import Candidate, CandidateSource, Layout, Request, layout, register, registered
 from .frame import Sources
 from .scores import FixedScores, without

@@ -49,6 +49,8 @@ def _open(model: ModelParams, *, announce: bool, loading: bool = False):
         _note("note: no draft model (only a preset target brings one; give --draft); "
               "auto and --lookup draft from the context alone")
     info = engine.info()
+    if (info.get("draft") or {}).get("route") == "text":
+        _note("draft vocabulary differs: text route (its text is re-tokenized for the target)")
     layers = {"n_gpu_layers": model.n_gpu_layers, "draft_gpu_layers": model.draft_gpu_layers, "rpc": model.rpc}
     warning = devices.cpu_only_warning(layers, info, buildcheck.llama_cpp_version())
     if warning:
