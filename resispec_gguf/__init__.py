@@ -9,9 +9,7 @@ public ``Engine``, which joins them) ← ``surfaces`` (CLI, chat, server, API, b
 
 from . import kernels  # noqa: F401  (first: it points Numba at its cache before any kernel loads)
 from .config import ConfigError, DraftParams, ModelParams, SamplingParams
-from .engine import Engine, Result, Stats
 from .errors import ContextFullError, UserError
-from .surfaces.api import create_chat_completion
 
 __all__ = [
     "Engine",
@@ -30,7 +28,17 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # LlamaDraft loads llama_cpp: only on first use, so that importing the package stays light
+    # loaded on first use, so that importing the package stays light: the engine brings Numba
+    # and the kernels (about 0.5 s, more on a busy machine), LlamaDraft llama_cpp; the command
+    # line says what it is doing before either loads
+    if name in ("Engine", "Result", "Stats"):
+        from . import engine
+
+        return getattr(engine, name)
+    if name == "create_chat_completion":
+        from .surfaces.api import create_chat_completion
+
+        return create_chat_completion
     if name == "LlamaDraft":
         from .llama.llama_draft import LlamaDraft
 

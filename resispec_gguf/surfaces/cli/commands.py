@@ -36,13 +36,13 @@ def _load(model: ModelParams, *, announce: bool = False):
 
 
 def _open(model: ModelParams, *, announce: bool, loading: bool = False):
-    from ...engine import Engine
-    from ...llama import buildcheck, devices
-
-    if loading:
+    if loading:  # said before the engine's imports (Numba, llama.cpp: a second or more on a busy machine)
         _note(_loading_line(model))
     else:
         _local_files(model)
+    from ...engine import Engine
+    from ...llama import buildcheck, devices
+
     buildcheck.require_working_build(note=_note)
     engine = Engine.load(model, note=_note)
     if model.draft is None and not engine.has_draft:
