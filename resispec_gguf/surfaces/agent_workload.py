@@ -1,18 +1,18 @@
 """The ``agent`` benchmark workloads: a coding agent's requests, run in sequence.
 
 Each item is one chat request as an agent framework sends it: a coding agent's system
-prompt, four function tools (``read_file``, ``write_file``, ``list_dir``, ``run_tests``) and
-the user's task with the file it is about.  In ``agent`` the file comes inline in the user's
-message, fenced with its path (as an editor integration or an agent that attaches the open
-file sends it), and the model answers an edit with JSON under a ``{"path", "content"}``
-schema, the whole edited file in a JSON string (``tool_choice`` "none"): the copy a
-``write_file`` argument is, in the form the default 1.5B target does copy in.  Measured on
+prompt and the user's task with the file it is about.  In ``agent`` the file comes inline in
+the user's message, fenced with its path (as an editor integration or an agent that attaches
+the open file sends it), and the model answers an edit with JSON under a ``{"path",
+"content"}`` schema, the whole edited file in a JSON string: the copy a ``write_file``
+argument is, in the form the default 1.5B target does copy in.  Measured on
 the default pair at T 0: given the file inline it quotes it whole (620 tokens, the file to
 the character); given it as a ``read_file`` result it stopped after the module docstring
 (114 tokens), and under a forced ``write_file`` call it wrote a placeholder.  In
 ``agent-tools`` (``tool_calls``) the file comes back from the assistant's ``read_file`` call
-as a ``tool`` message and the model answers with a ``write_file`` call carrying the whole
-edited file (``tool_choice`` "required"), for targets that call tools.  An extraction item
+as a ``tool`` message, four function tools are offered (``read_file``, ``write_file``,
+``list_dir``, ``run_tests``) and the model answers with a ``write_file`` call carrying the
+whole edited file (``tool_choice`` "required"), for targets that call tools.  An extraction item
 answers with JSON under its own schema in both.
 
 The files are real source files of the running Python's standard library (``FILES``: the
@@ -154,7 +154,9 @@ def _with_bug(text: str) -> tuple[str, str] | None:
 def _request(path: str, task: str, answer: str, content: str, *, tool_choice: str, response_format=None,
              max_tokens: int, inline: bool) -> dict:
     """One request on ``content``, the file at ``path``: inline in the user's message between the
-    task and how to ``answer`` (``inline``), else read by the assistant's ``read_file`` call."""
+    task and how to ``answer`` (``inline``; no tools: ``tool_choice`` "none" would leave them out
+    of our prompt but not of llama-server's), else read by the assistant's ``read_file`` call
+    with the four tools."""
     if inline:
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": f"{task}\n\n{path}:\n```python\n{content}```\n\n{answer}"}]
@@ -167,8 +169,9 @@ def _request(path: str, task: str, answer: str, content: str, *, tool_choice: st
                  "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}]},
             {"role": "tool", "tool_call_id": "call_0", "content": content},
         ]
-    item = {"kind": "agent", "messages": messages, "tools": TOOLS, "tool_choice": tool_choice,
-            "max_tokens": max_tokens}
+    item = {"kind": "agent", "messages": messages, "max_tokens": max_tokens}
+    if not inline:  # an inline request calls no tool: without them its prompt is the same on every server
+        item |= {"tools": TOOLS, "tool_choice": tool_choice}
     if response_format is not None:
         item["response_format"] = response_format
     return item

@@ -32,7 +32,7 @@ def _path(item) -> str:
     return aw.file_of(item)[0]
 
 
-def test_every_item_is_a_valid_chat_request_with_the_four_tools_and_the_file_inline():
+def test_every_item_is_a_valid_chat_request_with_the_file_inline():
     assert len(ITEMS) == 8
     for item in ITEMS:
         system, user = item["messages"]
@@ -40,9 +40,9 @@ def test_every_item_is_a_valid_chat_request_with_the_four_tools_and_the_file_inl
         path, text = aw.file_of(item)
         assert f"{path}:\n```python\n{text}```\n\n" in user["content"]  # the task, the fenced file, the answer
         check_tool_messages(check_messages(item["messages"]))  # raises on a malformed one
-        options = check_chat_options(item["tools"], item["tool_choice"], None, item.get("response_format"))
-        assert [f["name"] for f in options.tools.functions] == ["read_file", "write_file", "list_dir", "run_tests"]
-        assert item["tool_choice"] == "none" and isinstance(response_schema(item["response_format"]), dict)
+        assert "tools" not in item and "tool_choice" not in item  # no tool to call: the same prompt everywhere
+        check_chat_options(None, None, None, item.get("response_format"))
+        assert isinstance(response_schema(item["response_format"]), dict)
         if item["response_format"]["json_schema"]["schema"] == aw.EDIT_SCHEMA:  # an edit: the whole file as JSON
             assert item["max_tokens"] == aw.EDIT_TOKENS and "whole updated content" in user["content"]
             assert user["content"].endswith("every line of it.")
@@ -63,6 +63,8 @@ def test_the_tool_loop_variant_reads_the_file_with_read_file_and_answers_its_edi
         assert aw.file_of(loop) == aw.file_of(item)  # the same files
         assert _path(loop) in user["content"] and result["content"] not in user["content"]
         check_tool_messages(check_messages(loop["messages"]))
+        options = check_chat_options(loop["tools"], loop["tool_choice"], None, loop.get("response_format"))
+        assert [f["name"] for f in options.tools.functions] == ["read_file", "write_file", "list_dir", "run_tests"]
         if loop["tool_choice"] == "required":  # an edit: the whole file back through write_file
             assert "response_format" not in loop and loop["max_tokens"] == aw.EDIT_TOKENS
             assert "write_file" in user["content"]
