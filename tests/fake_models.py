@@ -43,7 +43,7 @@ class MarkovModel:
     """
 
     def __init__(self, rows, n_vocab, *, order=1, n_ctx=256, n_seq_max=98, eog=(), name="markov", n_slots=1,
-                 n_batch=512):
+                 n_batch=512, max_chain=None):
         self.n_vocab = int(n_vocab)
         self.n_batch = int(n_batch)
         self.order = int(order)
@@ -62,6 +62,10 @@ class MarkovModel:
         self.merged = 0  # decodes that held prompt tokens beside nodes
         self.saves = self.loads = 0  # save_slot / load_slot calls
         self.fail_loads = False  # load_slot refuses (as llama.cpp without room for the cells)
+        # ``protocol.ModelBackend.max_chain``: None, any tree; else the uncommitted nodes of a
+        # slot form one chain, at most this many below its root (a recurrent model's memory)
+        self.max_chain = max_chain
+        self.node_counts: list[int] = []  # per decode that held nodes: how many it held
 
     # ------------------------------------------------------------------ protocol
 
@@ -180,6 +184,8 @@ class MarkovModel:
             if deepest + 1 > self.n_ctx or len(self._seqs[slot]) + mine > self.n_ctx:
                 raise ContextFullError("the context is full")
         self._nodes.extend(new)
+        self._check_chain()
+        self.node_counts.append(n)
         want = [True] * n if want_logits is None else [bool(w) for w in want_logits]
         rows = [self.row(self._context(base + j)) for j in range(n) if want[j]]
         self._prefill(prefill, merged=True)
@@ -234,6 +240,16 @@ class MarkovModel:
         """Nothing to free (``Engine.close`` calls it)."""
 
     # ------------------------------------------------------------------ helpers
+
+    def _check_chain(self) -> None:
+        """With ``max_chain``: each slot's uncommitted nodes are one chain, a root and at most
+        ``max_chain`` nodes below it (what the snapshots can undo)."""
+        if self.max_chain is None:
+            return
+        for slot in {node[3] for node in self._nodes}:
+            mine = [i for i, node in enumerate(self._nodes) if node[3] == slot]
+            if len(mine) > self.max_chain + 1 or any(self._nodes[b][1] != a for a, b in zip([-1] + mine, mine)):
+                raise ValueError(f"slot {slot}'s nodes are not one chain of at most {self.max_chain}")
 
     def _bump(self) -> None:
         self._generation += 1

@@ -51,6 +51,11 @@ beats plain decoding and every draft arm that has run (after the first probe).  
 run is a function of the committed tokens, known before the step draws, like everything
 else that steers a choice.
 
+A target on recurrent memory (``max_chain``: it evaluates one chain it can undo, of at most
+that many nodes) gets chains only: no tree arm, depth and budget within the chain
+(``chain_limits``), and plans that expand and weigh one node a level (``StepPlan.chain``),
+so what they price is the chain the target evaluates.
+
 No model calls here: the cost curves are measured by ``costs``.  The per-request object the
 generation holds (``Auto``: plans, candidate scores, what each verified node teaches the
 tuner) is in ``autorequest``.
@@ -146,7 +151,10 @@ class AutoTuner:
 
     def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
                  has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.95,
-                 margin: float = 1.0):
+                 margin: float = 1.0, max_chain: int | None = None):
+        self.max_chain = max_chain
+        if max_chain is not None:  # ``chain_limits``: chains the target can undo, no tree arm
+            limits = chain_limits(limits, max_chain)
         self.target, self.draft = target, draft
         self.target_s, self.draft_s = cost_table(target, TABLE_ROWS), cost_table(draft, TABLE_ROWS)
         self.row_s = row_s
@@ -162,10 +170,12 @@ class AutoTuner:
         if has_draft and draft is not None:
             kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
                                  if k > 1] + ["lookup"]
+        if max_chain == 0:  # nothing can be undone: plain decoding
+            kinds = []
         self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
                      if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         # grammar steps (module docstring): chosen by the forced run, not probed like an arm
-        self.grammar = _Arm() if self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
+        self.grammar = _Arm() if kinds and self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
         # the draft arms' K, in the order ``observe_draft_node`` takes their figures
         self.exact_ks = np.array([a.k for a in self.arms.values() if a.k], np.int64)
         self.current: str | None = None  # the arm of the step under way
@@ -402,11 +412,11 @@ class AutoTuner:
         if arm == "grammar":
             return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.calibration.lookup(FORCED_BIN),
                             overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
-                            background=self.background)
+                            background=self.background, chain=self.max_chain is not None)
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
                         overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
                         children=self.arms[arm].children, promise=self.expected_case(arm, pending),
-                        background=self.background)
+                        background=self.background, chain=self.max_chain is not None)
 
     # -------------------------------------------------------------- learning
 
@@ -510,6 +520,14 @@ class AutoTuner:
                 f"{'plain' if k == 'none' else k} {1000 * p / n:.1f}/{1000 * m / n:.1f} ms over {n} step{'s' * (n != 1)}"
                 for k, (n, p, m) in self.timing.items()))
         return "\n".join(lines)
+
+
+def chain_limits(limits: DraftParams, max_chain: int) -> DraftParams:
+    """``limits`` for a target that evaluates one chain of at most ``max_chain`` nodes
+    (recurrent memory, ``protocol.ModelBackend.max_chain``): one draw a node, so no tree arm,
+    and depth and budget within the chain."""
+    n = max(1, int(max_chain))
+    return limits.replace(draws=1, depth=min(limits.max_depth, n), budget=min(limits.max_budget, n))
 
 
 def _words(arm: str) -> str:

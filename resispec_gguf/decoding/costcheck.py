@@ -174,7 +174,8 @@ class AutoCosts:
         its steps.  Fresh, so that its choices, and with them the output, depend only on the
         request, its seed, the curves it starts with and what it carries over (``Engine``'s
         memory); ``dp``'s draws, depth and budget bound what it may choose."""
-        tuner = AutoTuner(*self.curves(), dp, has_draft=has_draft, row_s=self.row_seconds())
+        tuner = AutoTuner(*self.curves(), dp, has_draft=has_draft, row_s=self.row_seconds(),
+                          max_chain=getattr(self.target, "max_chain", None))
         tuner.check = self.check
         if self.check is not None:
             tuner.check_scale = self.check.scale  # the scale its curves have, for ``CurveCheck.record``

@@ -49,10 +49,13 @@ class DraftPhase:
         # under auto the plan sets every level's width
         beam = None if static or self.plan_ is not None else max(2, -(-dp.max_budget // dp.max_depth))
         budget = max_nodes if static else min(dp.max_budget, max_nodes)
+        chain = getattr(self, "_target_chain", False)  # a target on recurrent memory evaluates one chain
+        if chain:
+            beam = 1
         if kind == "lookup":
             if max_nodes < 0:
                 return tree, None
-            limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam)
+            limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_nodes, max_nodes=budget, beam=beam, chain=chain)
             if self.plan_ is not None:  # auto: weighed whole (``tree.grow_free``)
                 return grow_free(tree, limits, lambda node, _row: self._lookup_draw(tree, node), self.plan_), None
             return grow(tree, limits, lambda frontier: [None] * len(frontier),
@@ -61,7 +64,7 @@ class DraftPhase:
             return tree, None
         if getattr(self, "_draft_beam", None):  # a draft on recurrent memory decodes one chain
             beam = self._draft_beam
-        limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam)
+        limits = GrowthLimits(depth=dp.max_depth, max_expanded=max_expanded, max_nodes=budget, beam=beam, chain=chain)
         draft_index: dict[int, int] = {}
         # under auto, the cut tree's best leaves go on along lookup and forced candidates
         tails = self.plan_ is not None and bool(self.sources)

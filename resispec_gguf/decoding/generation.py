@@ -197,6 +197,7 @@ class Generation(DraftPhase):
             max_nodes = min(max_nodes, room.target_chain)
         max_expanded = min(room.draft_nodes, room.draft_ctx - draft_past) - len(self.draft_pending)
         self._draft_beam = 1 if room.draft_chain is not None else None
+        self._target_chain = room.target_chain is not None
         tree, index = yield from self._grow_tree(kind, max_nodes, max_expanded)
         if room.target_chain is not None and len(tree) > 1:
             tree, old_to_new = tree.chain_cut(max_nodes)

@@ -34,6 +34,9 @@ class ModelBackend(Protocol):
     * ``n_seq_max`` — at most ``n_seq_max - 1`` uncommitted nodes at a time.
     * ``n_past`` — tokens in the committed sequence.
     * ``n_threads`` — CPU threads it decodes with (reported, and part of ``cost_key``).
+    * ``max_chain`` (optional; absent means None) — None: the uncommitted nodes may form any
+      tree; else they must form one chain per slot, at most ``max_chain`` nodes below its
+      root (a recurrent model's memory), and 0 means none: the engine decodes plainly.
 
     Errors: a decode that would exceed ``n_ctx`` raises ``errors.ContextFullError`` and
     leaves the model as it was before the call; a malformed request raises ``ValueError``.

@@ -147,12 +147,15 @@ class StepPlan:
     best_score: float = 1.0  # the best expanded score of the last level (the root's: 1)
     promise: float = 0.0  # the tuner's ``expected_case`` for the arm at the acceptance this plan was built on
     background: Background | None = None  # the step's other requests (``batch``); None: alone
+    chain: bool = False  # the target evaluates one chain (``tree.GrowthLimits.chain``): one child a level
 
     @property
     def kind(self) -> str:
         return "lookup" if self.arm in ("lookup", "grammar") else "draft"
 
     def __post_init__(self):
+        if self.chain:  # one child of each expanded node is kept: the next one of the chain
+            self.children = 1.0
         self.draft_cost = self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
         self.cost = self.draft_cost + self.target_s[1] + self.overhead_s + self.row_s
         bg = self.background
@@ -187,6 +190,8 @@ class StepPlan:
         the first level is committed here; the next is judged again on its real scores."""
         if not scores:
             return 0
+        if self.chain:  # one node a level (``tree.growing`` asks about no more)
+            scores = scores[:1]
         s = np.cumsum(np.asarray(scores, np.float64))  # value of the best w children
         n_m = max(1, int(self.params.depth) - level - 1)
         a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0

@@ -196,13 +196,17 @@ class GrowthLimits:
     ``depth``: levels of draws (the root draws at level 0).  ``max_expanded``: non-root nodes
     the draft may evaluate this step.  ``max_nodes``: non-root nodes the target may
     evaluate.  ``beam``: nodes expanded per level at most (None: every child, room
-    permitting).
+    permitting).  ``chain``: the target evaluates one chain (recurrent memory,
+    ``Room.target_chain``): one node expanded per level, and the tree is cut to the chain of
+    ``DraftTree.chain_cut`` before the plan weighs its leaf, so that the plan prices the rows
+    the target evaluates.
     """
 
     depth: int
     max_expanded: int
     max_nodes: int
     beam: int | None = None
+    chain: bool = False
 
 
 class Draw(NamedTuple):
@@ -334,6 +338,8 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPla
             break
         frontier = sorted(best[:width])  # tree order: parents before children across calls
         frontier, n_expanded = _through_certain(tree, frontier, certain, n_expanded + width, room)
+    if limits.chain:
+        return _chain_end(tree, limits, plan, tail)
     keep = limits.max_nodes
     if plan is not None:
         inner = [i for i in range(1, len(tree)) if tree.expanded(i)]
@@ -343,6 +349,23 @@ def growing(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthPla
     if tail is not None and plan is not None:
         _tails(cut[0], tail, plan, limits.max_nodes - (len(cut[0]) - 1), limits.depth)
     return cut
+
+
+def _chain_end(tree: DraftTree, limits: GrowthLimits, plan: GrowthPlan | None,
+               tail: TailFn | None) -> tuple[DraftTree, dict[int, int]]:
+    """``growing``'s end under ``limits.chain``: the chain of ``DraftTree.chain_cut``, its
+    last node, where that is a leaf, kept if ``plan.leaves`` takes it; then the lookup tail
+    below that leaf (the chain's only one)."""
+    cut, old_to_new = tree.chain_cut(limits.max_nodes)
+    if plan is not None:
+        inner = [cut.score[i] for i in range(1, len(cut)) if cut.expanded(i)]
+        leaf = [cut.score[i] for i in range(1, len(cut)) if not cut.expanded(i)]  # the last node or none
+        if not plan.leaves(inner, leaf) and leaf:
+            cut = cut.keep(list(range(len(cut) - 1)))
+            old_to_new = {i: j for i, j in old_to_new.items() if j < len(cut)}
+        if tail is not None:
+            _tails(cut, tail, plan, limits.max_nodes - (len(cut) - 1), limits.depth)
+    return cut, old_to_new
 
 
 def grow(tree: DraftTree, limits: GrowthLimits, draft: DraftFn, draw: DrawFn,
@@ -365,11 +388,14 @@ def grow_free(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthP
     then the best-scored non-root nodes are kept, ``plan.leaves`` choosing how many (all
     within ``max_nodes`` without a plan), each with its ancestors.  With a plan, growth
     stops once ``plan.free_grows`` finds that no node below the open ones could pay: a
-    constraint's mask per expanded node is host work a GPU's step would wait for."""
+    constraint's mask per expanded node is host work a GPU's step would wait for.  Under
+    ``limits.chain`` only a node's best-scored child (ties: the first) is grown and weighed:
+    the nodes kept are a chain."""
     open_ = [(-tree.score[0], 0, 0)]
-    while open_ and len(tree) - 1 < limits.max_nodes:
-        if plan is not None and len(tree) > 1 and \
-                not plan.free_grows(tree.score[1:], -open_[0][0], limits.max_nodes - (len(tree) - 1)):
+    live: list[int] = []  # the non-root nodes that may be kept
+    while open_ and len(live) < limits.max_nodes:
+        if plan is not None and live and \
+                not plan.free_grows([tree.score[i] for i in live], -open_[0][0], limits.max_nodes - len(live)):
             break  # nothing below the open nodes could pay (their scores bound their children's)
         _, _, node = heapq.heappop(open_)
         if tree.depth[node] >= limits.depth:
@@ -378,9 +404,13 @@ def grow_free(tree: DraftTree, limits: GrowthLimits, draw: DrawFn, plan: GrowthP
         if not d.lookup:
             continue
         tree.set_draws(node, d.draws, d.q, d.lookup, d.info)
-        for child in tree.add_children(node, d.weight):
+        children = tree.add_children(node, d.weight)
+        if limits.chain and children:
+            children = [max(children, key=lambda i: (tree.score[i], -i))]
+        live += children
+        for child in children:
             heapq.heappush(open_, (-tree.score[child], tree.depth[child], child))
-    order = sorted(range(1, len(tree)), key=lambda i: (-tree.score[i], tree.depth[i], i))[: limits.max_nodes]
+    order = sorted(live, key=lambda i: (-tree.score[i], tree.depth[i], i))[: limits.max_nodes]
     n = len(order) if plan is None else plan.leaves([], [tree.score[i] for i in order])
     keep = {0}
     for i in order[:n]:

@@ -48,7 +48,7 @@ __all__ = ["AMX_REBUILD", "Verdict", "check", "cpu_info", "crash_cause", "crash_
            "rebuild_command",
            "require_working_build"]
 
-PROBE_VERSION = 1  # bump when the probe changes: cached verdicts then no longer count
+PROBE_VERSION = 2  # bump when the probe changes: cached verdicts then no longer count
 TIMEOUT_S = 120.0
 SKIP_ENV = "RESISPEC_SKIP_BUILD_CHECK"
 FAULT_ENV = "RESISPEC_BUILD_CHECK_FAULT"

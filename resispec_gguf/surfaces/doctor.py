@@ -3,7 +3,8 @@
 One line per subject: this package's version and commit (``version_text``, also
 ``--version``), the llama-cpp-python build (version, features from its system info, whether it
 can offload and whether a GPU was found),
-the CPU features that matter (``/proc/cpuinfo``), the crash check (``llama.buildcheck``, run
+whether it keeps recurrent-state snapshots (what a recurrent or hybrid model needs to
+speculate), the CPU features that matter (``/proc/cpuinfo``), the crash check (``llama.buildcheck``, run
 afresh in a child process), the ggml devices and their free memory, Numba and its cache, the
 preset models in the cache (hash-checked), free memory against what the default pair
 needs at ``--ctx``, the load average, the cost cache's state and age (``decoding.costs``), and
@@ -34,6 +35,7 @@ _FEATURES = ("CUDA", "METAL", "VULKAN", "HIP", "SYCL", "RPC", "AMX", "AVX512", "
 _CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16", "neon")
 # build features whose instructions the CPU must have (llama_print_system_info name -> cpuinfo flag)
 _NEEDS = {"AVX2": "avx2", "AVX512": "avx512f", "AMX_INT8": "amx_int8"}
+RS_CHAIN = 8  # the snapshots a recurrent or hybrid model's context keeps (``backend.recurrent.RS_SNAPSHOTS``)
 _SLACK_MIB = 256  # compute buffers and the rest, beyond weights, KV cache and logits
 # the optional libraries a user may need, by what needs them (pip install NAME)
 _OPTIONAL = (("server", ("starlette", "uvicorn")), ("clients", ("openai", "anthropic", "httpx")),
@@ -229,6 +231,21 @@ def build_line(v: buildcheck.Verdict) -> Line:
     return Line("llama-cpp-python", text)
 
 
+def recurrent_line(v: buildcheck.Verdict) -> Line:
+    """Whether this build can roll back a recurrent or hybrid model (``rs_snapshots``), and so
+    whether such a model speculates or decodes plainly; never a problem (plain decoding is
+    exact, and the default pair is attention-only)."""
+    snapshots = v.facts.get("rs_snapshots")
+    if snapshots is None:
+        return Line("recurrent", "unknown (the build's facts do not say whether it keeps recurrent-state snapshots)")
+    if not snapshots:
+        return Line("recurrent", "no recurrent-state snapshots (llama_n_rs_seq) in this build: recurrent and hybrid "
+                                 "models (Mamba, LFM2, Qwen3.5, Granite 4, Nemotron-H) decode plainly")
+    return Line("recurrent", "snapshots supported (llama_n_rs_seq): hybrid models llama.cpp rolls back (lfm2, qwen35, "
+                             f"qwen35moe, nemotron_h) speculate in chains of up to {RS_CHAIN}; other recurrent and "
+                             "hybrid models decode plainly; the default pair is attention-only")
+
+
 def cpu_line(model: str, flags: set[str], v: buildcheck.Verdict) -> Line:
     have = [f for f in _CPU_FLAGS if f in flags]
     text = f"{model or 'unknown'}, {os.cpu_count()} cores; {' '.join(have) or 'none of ' + ' '.join(_CPU_FLAGS[:3])}"
@@ -310,7 +327,7 @@ def report(n_ctx: int) -> list[Line]:
     model, flags = _probe_cpu()
     import time
 
-    return [Line("resispec-gguf", version_text().split(" ", 1)[1]), build_line(verdict),
+    return [Line("resispec-gguf", version_text().split(" ", 1)[1]), build_line(verdict), recurrent_line(verdict),
             cpu_line(model, flags, verdict), check_line(verdict, flags), devices_line(verdict, _probe_nvidia()),
             numba_line(*_probe_numba()), models_line(_probe_models()), memory_line(_probe_memory(), n_ctx),
             load_line(_probe_load()), costs_line(_probe_costs(), time.time()), optional_line(_probe_optional())]

@@ -252,6 +252,7 @@ def test_quantize_and_build_facts(tmp_path):
     facts = backend.build_facts()
     assert facts["llama_cpp_python"] == backend._ll.__version__ and "CPU" in facts["system_info"]
     assert isinstance(facts["gpu_offload"], bool) and isinstance(facts["rpc"], bool) and facts["devices"]
+    assert facts["rs_snapshots"] is True  # the pinned build keeps recurrent-state snapshots
 
 
 def test_shown_specials_add_their_text_to_the_reply(models):

@@ -1,5 +1,6 @@
 """Tests for resispec_gguf.llama.devices: the devices read off llama.cpp's load log, the
-devices a build can offload to, the start-up line's part and the ``-ngl`` warning."""
+devices a build can offload to, the start-up line's part, the memory sizes read off a
+context's creation log and the ``-ngl`` warning."""
 
 from __future__ import annotations
 
@@ -29,6 +30,29 @@ def test_summary_names_each_model_s_devices():
     info = {"target": {"devices": ["CUDA0", "CPU"]}, "draft": {"devices": ["CPU"]}}
     assert devices.summary(info) == "target on CUDA0, CPU; draft on CPU"
     assert devices.summary({"target": {"devices": ["CPU"]}, "draft": None}) == "target on CPU"
+
+
+def test_summary_names_a_recurrent_or_hybrid_model_s_memory():
+    hybrid = {"devices": ["CPU"], "memory": "hybrid", "rollback": 8, "state_bytes": 3 * 2**19}
+    assert devices.summary({"target": hybrid, "draft": {"devices": ["CPU"], "memory": "attention"}}) == (
+        "target on CPU (hybrid memory, rollback 8 tokens, recurrent state 1.50 MiB); draft on CPU")
+    plain = {"devices": ["CPU"], "memory": "recurrent", "rollback": 0, "state_bytes": 40 * 2**20}
+    assert devices.summary({"target": plain}) == (
+        "target on CPU (recurrent memory, rollback 0 tokens: plain decoding, recurrent state 40 MiB)")
+
+
+CONTEXT_LOG = """llama_kv_cache:        CPU KV buffer size =     0.03 MiB
+llama_kv_cache: size =   12.50 MiB (   256 cells,   1 layers,  2/1 seqs), K (f16):    0.02 MiB, V (f16):    0.02 MiB
+llama_kv_cache: size =    4.00 MiB (   512 cells,   3 layers,  1/1 seqs), K (f16):    2.00 MiB, V (f16):    2.00 MiB
+llama_memory_recurrent:        CPU RS buffer size =     0.02 MiB
+llama_memory_recurrent: size =    0.75 MiB (     2 cells,   3 layers,  2 seqs  8 rs_seq), R (f32):    0.02 MiB
+"""
+
+
+def test_memory_mib_reads_each_module_s_total_off_the_creation_log():
+    assert devices.memory_mib(CONTEXT_LOG) == {"kv": 16.5, "recurrent": 0.75}  # both KV caches of a sliding-window model
+    assert devices.memory_mib(CONTEXT_LOG.split("llama_memory_recurrent")[0]) == {"kv": 16.5}
+    assert devices.memory_mib("no sizes here") == {}
 
 
 def test_the_cpu_only_warning_only_when_layers_were_asked_for_and_none_left_the_cpu():

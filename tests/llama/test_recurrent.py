@@ -41,6 +41,10 @@ def test_the_backend_reports_the_memory_and_its_rollback(paths, name, memory, ro
         assert (m.memory, m.rollback, m.max_chain) == (memory, rollback, rollback)
         assert m.describe()["memory"] == memory
         assert ("by snapshot rollback" in m.memory_text()) == (rollback > 0)
+        # what llama.cpp reported when it made the context: the attention layer's KV cache
+        # (none on mamba2) and the recurrent states with their snapshots
+        assert (m.kv_bytes() > 0) == (name == "lfm2") and m.state_bytes() > 0
+        assert m.describe()["state_bytes"] == m.state_bytes() and m.describe()["kv_bytes"] == m.kv_bytes()
     finally:
         m.close()
 

@@ -13,7 +13,8 @@ from resispec_gguf.surfaces import doctor
 
 INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | "
 FACTS = {"llama_cpp_python": "0.3.36", "gpu_offload": False, "rpc": True, "system_info": INFO,
-         "devices": [{"name": "CPU", "type": "CPU", "description": "Some CPU", "free_mib": 1000, "total_mib": 2000}]}
+         "devices": [{"name": "CPU", "type": "CPU", "description": "Some CPU", "free_mib": 1000, "total_mib": 2000}],
+         "rs_snapshots": True}
 GOOD = Verdict("ok", facts=FACTS, seconds=0.8)
 FLAGS = {"avx2", "avx512f", "fpu"}
 
@@ -47,7 +48,7 @@ def test_all_well_is_exit_0_one_line_per_subject(healthy):
     code, text = _run()
     assert code == 0 and text.rstrip().endswith("all well") and "problem" not in text
     labels = [line.split("  ")[0] for line in text.splitlines()[1:-1]]
-    assert labels == ["resispec-gguf", "llama-cpp-python", "CPU", "crash check", "devices", "numba", "models",
+    assert labels == ["resispec-gguf", "llama-cpp-python", "recurrent", "CPU", "crash check", "devices", "numba", "models",
                       "memory", "load", "costs", "optional"]
     assert "resispec-gguf     0.1.0 (commit abc1234)" in text and "GPU offload no (a CPU build)" in text
     assert "0.50 0.40 0.30 on" in text and "/c/costs.json: empty" in text
@@ -206,3 +207,21 @@ def test_the_version_flag_prints_one_line_and_exits_0(capsys):
         cli.main(["--version"])
     out = capsys.readouterr().out
     assert stop.value.code == 0 and out.startswith("resispec-gguf ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("snapshots,words", [(True, "speculate in chains of up to 8"), (False, "decode plainly"),
+                                             (None, "unknown")])
+def test_the_recurrent_line_says_whether_hybrid_models_can_speculate(healthy, snapshots, words):
+    facts = {k: v for k, v in FACTS.items() if k != "rs_snapshots" or snapshots is not None}
+    if snapshots is not None:
+        facts["rs_snapshots"] = snapshots
+    healthy.setattr(doctor, "_probe_build", lambda: Verdict("ok", facts=facts, seconds=0.8))
+    code, text = _run()
+    line = next(line for line in text.splitlines() if line.startswith("recurrent"))
+    assert code == 0 and words in line, line  # never a problem: plain decoding is exact
+
+
+def test_the_recurrent_chain_is_the_backend_s():
+    from resispec_gguf.llama.backend import recurrent
+
+    assert doctor.RS_CHAIN == recurrent.RS_SNAPSHOTS

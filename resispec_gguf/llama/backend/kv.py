@@ -34,8 +34,13 @@ class KVCache:
         return list(self._seqs[slot])
 
     def kv_bytes(self) -> int:
-        """Bytes of the KV cache: keys and values (F16, llama.cpp's default) of every layer
-        for every cell of the context (``n_slots * n_ctx`` cells)."""
+        """Bytes of the KV cache as llama.cpp reported it when the context was made (its
+        attention layers alone on a hybrid model, 0 on a recurrent one: ``memory_mib``); else
+        keys and values (F16, llama.cpp's default) of every layer for every cell of the
+        context (``n_slots * n_ctx`` cells)."""
+        logged = getattr(self, "memory_mib", {})
+        if "kv" in logged or self.recurrent:
+            return int(logged.get("kv", 0.0) * 2**20)
         layers = int(_ll.llama_model_n_layer(self._model))
         head_dim = int(_ll.llama_model_n_embd(self._model)) // max(1, int(_ll.llama_model_n_head(self._model)))
         cells = int(_ll.llama_n_ctx(self._ctx))

@@ -117,8 +117,13 @@ class LlamaModel(Tokens, Batches, KVCache, RecurrentState):
     def _new_context(self, n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flash_attn: bool | None,
                      n_rs_seq: int = 0):
         cparams = _context_params(n_ctx, n_batch, n_seq_max, threads, flash_attn, n_rs_seq)
-        with rpc_client.loading(self.rpc):
-            ctx = _ll.llama_init_from_model(self._model, cparams)
+        native._load_log = []  # its log says what the memory takes (``devices.memory_mib``)
+        try:
+            with rpc_client.loading(self.rpc):
+                ctx = _ll.llama_init_from_model(self._model, cparams)
+        finally:
+            self.memory_mib = devices.memory_mib(b"".join(native._load_log).decode("utf-8", "replace"))
+            native._load_log = None
         if not ctx:
             self.close()
             raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}")
@@ -151,6 +156,8 @@ class LlamaModel(Tokens, Batches, KVCache, RecurrentState):
             "devices": self.devices,
             "memory": self.memory,
             "rollback": self.rollback,
+            "kv_bytes": self.kv_bytes(),
+            "state_bytes": self.state_bytes(),
             "llama_cpp_python": _ll.__version__,
             "gpu_offload_supported": bool(_ll.llama_supports_gpu_offload()),
             "meta": self.figures(),

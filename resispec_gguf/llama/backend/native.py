@@ -128,11 +128,14 @@ def build_key() -> str:
 
 
 def build_facts() -> dict:
-    """This build's version, system info, GPU offload and RPC support, ggml devices and memory."""
+    """This build's version, system info, GPU offload and RPC support, ggml devices and memory,
+    and whether it keeps recurrent-state snapshots (``rs_snapshots``: ``llama_n_rs_seq`` and
+    the ``n_rs_seq`` context parameter, which rolling back a recurrent or hybrid model needs)."""
     ggml.bind(_ll.llama_cpp._lib, _load_ggml)
+    snapshots = hasattr(_ll, "llama_n_rs_seq") and any(f[0] == "n_rs_seq" for f in _ll.llama_context_params._fields_)
     return {"llama_cpp_python": _ll.__version__, "gpu_offload": bool(_ll.llama_supports_gpu_offload()),
             "rpc": rpc_supported(), "system_info": (_ll.llama_print_system_info() or b"").decode("utf-8", "replace"),
-            "devices": ggml.devices()}
+            "devices": ggml.devices(), "rs_snapshots": bool(snapshots)}
 
 
 def rpc_hello(host: str, port: int, timeout: float = rpc_client.HELLO_TIMEOUT) -> tuple[int, int, int]:

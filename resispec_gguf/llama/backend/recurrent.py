@@ -66,6 +66,11 @@ class RecurrentState:
         kept tokens)."""
         return None if not self.recurrent else self.rollback
 
+    def state_bytes(self) -> int:
+        """Bytes of the recurrent states (every sequence's, and their snapshots), as llama.cpp
+        reported them when the context was made (``memory_mib``); 0 on attention memory."""
+        return int(getattr(self, "memory_mib", {}).get("recurrent", 0.0) * 2**20)
+
     def memory_text(self) -> str:
         """The memory in words, for the start-up line: its kind and what a step may undo."""
         if not self.recurrent:

@@ -237,11 +237,8 @@ def serving_line(params: ServerParams, model: ModelParams, dp: DraftParams, engi
     host = f"[{params.host}]" if ":" in params.host else params.host
     auth_text = "auth on" if auth else f"auth off, no --api-key, --api-key-file or ${key_env}"
     cors = f"; CORS for {' '.join(params.cors_origins)}" if params.cors_origins else ""
+    # a recurrent or hybrid model's memory, rollback and state size: in ``summary``'s part
     slots = f"{engine.n_slots} slots × {engine.n_ctx} tokens, KV {engine.kv_bytes() / 2**20:.0f} MiB"
-    target = engine.info()["target"] or {}
-    if target.get("memory", "attention") != "attention":  # recurrent or hybrid: what a step may undo
-        slots += (f", {target['memory']} memory, rollback {target['rollback']} tokens"
-                  + ("" if target["rollback"] else " (plain decoding)"))
     slots += f", RAM prompt cache {model.cache_ram_mib} MiB" if model.cache_ram_mib else ", no RAM prompt cache"
     return (f"serving {params.model_name} on http://{host}:{params.port}/v1 (method {dp.method}; {slots}; "
             f"{auth_text}{cors}; {summary(engine.info())})")
