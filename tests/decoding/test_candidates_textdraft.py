@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from fake_models import PathConstraint
-from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, check_law,
+from law_harness import (EOG, FLAT, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, TEXT_CHEAP, V, check_law,
                          constrained_law, exact_law, text_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.decoding.candidates import Request, Sources, layout
@@ -27,7 +27,7 @@ CONSTRAINT = PathConstraint(V, EOG)
 
 def _engine(faithful=False):
     target, text = text_pair(faithful=faithful)
-    return Engine(target, text, cost_curves=COST_REGIMES["gpu no draft"], memory=None), target
+    return Engine(target, text, cost_curves=(FLAT, TEXT_CHEAP), memory=None), target
 
 
 def _sample(engine, sp, dp, constraint=None):

@@ -78,12 +78,13 @@ def test_following_reads_the_boundary_not_the_prompt():
 def test_the_chain_continues_the_committed_text():
     draft = _draft()
     f = draft.follower(b"hel")
+    before = list(f.tokens)
     text, spans = f.chain(5)
     assert 0 < len(spans) <= 5 and spans[-1][0] == len(text)
     # the draft model's own greedy continuation, decoded on a fresh cache, is the same text
     model = draft.model
     model.reset()
-    ctx, out = list(f.tokens), b""
+    ctx, out = before, b""
     for _ in range(len(spans)):
         row = model.row(ctx)
         t = int(row.argmax())
