@@ -206,3 +206,13 @@ def test_the_version_flag_prints_one_line_and_exits_0(capsys):
         cli.main(["--version"])
     out = capsys.readouterr().out
     assert stop.value.code == 0 and out.startswith("resispec-gguf ") and out.count("\n") == 1
+
+
+def test_a_preset_draft_of_another_vocabulary_names_its_route(healthy):
+    healthy.setattr(doctor, "_probe_models", lambda: [
+        {"name": "gemma-270m", "role": "target", "file": "t.gguf", "state": "ok", "path": "/c/t.gguf", "route": "text"},
+        {"name": "gemma-270m", "role": "draft", "file": "g.gguf", "state": "ok", "path": "/c/g.gguf", "route": "text"}])
+    code, text = _run()
+    line = next(line for line in text.splitlines() if line.startswith("models"))
+    assert code == 0 and line.count("text route") == 1
+    assert "gemma-270m draft g.gguf: cached, sha256 ok (size and verified marker) (draft vocabulary differs: text route)" in line
