@@ -82,7 +82,7 @@ class Engine:
         self._runner: Runner | None = None
         self._runner_lock = threading.Lock()
         # what auto's plans cost here: the curves (as corrected), host time per row, the outlook
-        self.costs = costcheck.AutoCosts(target, self.draft, cost_curves, correct_costs)
+        self.costs = costcheck.AutoCosts(target, self.draft, cost_curves, correct_costs, self.text_draft)
         self.n_threads = target.n_threads
         self.prompts = Prompts(target, chat_template)  # chat, plain and infill prompts
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary

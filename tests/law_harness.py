@@ -77,6 +77,8 @@ ROWS = (1, 2, 4, 8, 16, 32)
 FLAT = CostCurve(ROWS, (1.0,) * len(ROWS))  # a batch costs what one row costs (a GPU)
 CPU_T = CostCurve(ROWS, (1.0, 1.3, 1.7, 3.0, 3.8, 7.0))  # the 2-core CPU's target
 CPU_D = CostCurve(ROWS, (0.44, 0.55, 0.75, 1.3, 1.7, 3.1))
+TEXT_CHEAP = CostCurve(ROWS, (0.02,) * len(ROWS))  # a draft of another vocabulary at 2% of a target decode
+TEXT_DEAR = CostCurve(ROWS, (2.0,) * len(ROWS))  # one that costs twice a target decode per token
 
 
 def biased(row, sp: SamplingParams):

@@ -56,6 +56,13 @@ that many nodes) gets chains only: no tree arm, depth and budget within the chai
 (``chain_limits``), and plans that expand and weigh one node a level (``StepPlan.chain``),
 so what they price is the chain the target evaluates.
 
+A draft of another vocabulary (``candidates.textdraft``) is the "text" arm: a lookup tree
+whose chain of candidates the draft writes first, for seconds its own curve predicts
+(``text``: ``TEXT_SYNC_ROWS`` re-read, then a row per token).  How long a chain to ask for
+(``text_ask``: the best depth at the acceptance its bins have shown) and whether to ask at
+all (the arm's probes and back-off, as above) are weighed like a draft arm's calls; at any
+other step the draft is not called.  All of it is fixed before the step draws.
+
 No model calls here: the cost curves are measured by ``costs``.  The per-request object the
 generation holds (``Auto``: plans, candidate scores, what each verified node teaches the
 tuner) is in ``autorequest``.
@@ -77,6 +84,9 @@ from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
 DRAFT_CATCH_UP = 32
 # output tokens a catch-up is judged over, at most (what it costs must be won back within them)
 CATCH_UP_HORIZON = 256
+# rows of the boundary window a draft of another vocabulary re-reads before its chain (the
+# token kept back and the new text's: ``textdraft.resync``), priced as one call of its own
+TEXT_SYNC_ROWS = 2
 
 # --------------------------------------------------------------------------- the arms
 
@@ -151,12 +161,14 @@ class AutoTuner:
 
     def __init__(self, target: CostCurve, draft: CostCurve | None, limits: DraftParams, *,
                  has_draft: bool = True, overhead_s: float = 0.0005, row_s: float = 0.0, decay: float = 0.95,
-                 margin: float = 1.0, max_chain: int | None = None):
+                 margin: float = 1.0, max_chain: int | None = None, text: CostCurve | None = None):
         self.max_chain = max_chain
         if max_chain is not None:  # ``chain_limits``: chains the target can undo, no tree arm
             limits = chain_limits(limits, max_chain)
-        self.target, self.draft = target, draft
+        self.target, self.draft, self.text = target, draft, text
         self.target_s, self.draft_s = cost_table(target, TABLE_ROWS), cost_table(draft, TABLE_ROWS)
+        # a draft of another vocabulary (``text``: its curve): the seconds of its chain by length
+        self.text_s = self._text_seconds(text, max(1, int(limits.max_depth)))
         self.row_s = row_s
         self.limits = limits
         self.overhead_s = overhead_s
@@ -166,10 +178,10 @@ class AutoTuner:
         self.plain_rate = 1.0 / (target(1) + overhead_s + row_s)
         # an arm that cannot beat plain decoding even if every candidate were accepted is
         # never tried: on such a machine auto is plain decoding, probes included
-        kinds = ["lookup"]
+        kinds = ["lookup"] if text is None else ["text", "lookup"]
         if has_draft and draft is not None:
             kinds = ["chain"] + [f"tree{k}" for k in sorted({min(int(limits.draws), 2), min(int(limits.draws), 4)})
-                                 if k > 1] + ["lookup"]
+                                 if k > 1] + kinds
         if max_chain == 0:  # nothing can be undone: plain decoding
             kinds = []
         self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
@@ -189,12 +201,22 @@ class AutoTuner:
         self.check = None  # the engine's CurveCheck, told each step run alone
         self.check_scale = 1.0  # its scale when this tuner's curves were taken
 
+    @staticmethod
+    def _text_seconds(text: CostCurve | None, depth: int) -> np.ndarray:
+        """``[0, s(1), .., s(depth)]``: the predicted seconds of the text draft's chain of n
+        tokens, one call re-reading the boundary window (``TEXT_SYNC_ROWS``) and one row per
+        token; zeros without one (its re-tokenizing is host work of a few tokens, left out)."""
+        if text is None:
+            return np.zeros(depth + 1)
+        n = np.arange(depth + 1)
+        return np.where(n > 0, text(TEXT_SYNC_ROWS) + n * text(1), 0.0)
+
     @property
     def drafts(self) -> bool:
         """Whether a step may call the draft model: on a machine where no draft arm could
         beat plain decoding even with every candidate accepted, none can, and the draft need
-        not even be given the prompt."""
-        return any(name != "lookup" for name in self.arms)
+        not even be given the prompt.  (The text draft is no such draft: ``text_ask``.)"""
+        return any(name not in ("lookup", "text") for name in self.arms)
 
     @property
     def accept(self) -> float:
@@ -208,25 +230,42 @@ class AutoTuner:
         best = 0.0
         for depth in range(1, self.limits.max_depth + 1):
             t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
-            if kind != "lookup":
+            if kind == "text":
+                t += self.text_s[depth]
+            elif kind != "lookup":
                 t += depth * (self.draft(1) + self.row_s)
             best = max(best, (depth + 1) / t)
         return best
 
     def expected_case(self, kind: str, pending: int = 1) -> float:
         """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
-        arm: its acceptance per reached node; lookup: its best bin's rate), with the draft's
-        catch-up on ``pending`` tokens."""
+        arm: its acceptance per reached node; lookup: its best bin's rate; text: its bins'),
+        with the draft's catch-up on ``pending`` tokens."""
+        return float(np.max(self._chain_rates(kind, pending)))
+
+    def _chain_rates(self, kind: str, pending: int = 1) -> np.ndarray:
+        """``expected_case``'s tokens/s per depth 1 .. ``max_depth``."""
         if kind == "lookup":
             a = self.lookup_accept()
+        elif kind == "text":
+            a = self.calibration.text_draft()
         else:  # a ResiSpec node accepts at least as often as a chain's draw: sum(min(p, F q)), F >= 1
             a = max(self.arms[kind].accept, self.arms["chain"].accept if "chain" in self.arms else 0.0)
         depth = np.arange(1, self.limits.max_depth + 1)
         t = self.target_s[depth + 1] + self.overhead_s + (depth + 1) * self.row_s
-        if kind != "lookup":
+        if kind == "text":
+            t = t + self.text_s[depth]
+        elif kind != "lookup":
             t = t + self.draft_s[min(pending, len(self.draft_s) - 1)] + (depth - 1) * self.draft_s[1] + depth * self.row_s
         value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
-        return float(np.max(value / t))
+        return value / t
+
+    def text_ask(self) -> int:
+        """How many tokens to ask the text draft for at a step of the "text" arm: the chain
+        length with the best ``expected_case`` at the acceptance its candidates have shown
+        up to the last step (its bins, ``Calibration.text_draft``), each token's seconds
+        from its curve.  Fixed before the step draws."""
+        return int(np.argmax(self._chain_rates("text"))) + 1
 
     def lookup_accept(self) -> float:
         """A level of a tree without draft rows: the chance that the context's and memory's
@@ -273,7 +312,7 @@ class AutoTuner:
         (its learnt rate if it ran, else its projection on the footing of what ran) against
         the best without the draft (plain, or the lookup arm's learnt rate), the seconds it
         would save there against ``catch_up_s``."""
-        drafted = {n: a for n, a in self.arms.items() if n != "lookup"}
+        drafted = {n: a for n, a in self.arms.items() if n not in ("lookup", "text")}
         if not drafted:
             return False
         lookup = self.arms.get("lookup")
@@ -296,7 +335,7 @@ class AutoTuner:
         arms = self.arms
         if stale or pending > DRAFT_CATCH_UP:
             if not self.catch_up_pays(pending, remaining):
-                arms = {n: a for n, a in self.arms.items() if n == "lookup"}
+                arms = {n: a for n, a in self.arms.items() if n in ("lookup", "text")}
             pending = 1
         drafted = [a for n, a in arms.items() if n != "lookup"]
         if forced and self.grammar is not None and (not drafted or any(a.steps for a in drafted)):
@@ -380,6 +419,11 @@ class AutoTuner:
             a = self.lookup_accept()
             return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=lim.max_depth,
                                 is_draft=False, **price)
+        if kind == "text":  # a lookup path behind the text draft's chain, whose seconds the step pays
+            a, ask = self.calibration.text_draft(), self.text_ask()
+            price["overhead_s"] += float(self.text_s[ask])
+            return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=ask,
+                                is_draft=False, **price)
         arm, chain = self.arms[kind], self.arms.get("chain", self.arms[kind])
         return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept, then=chain.accept,
                             rows=max(1.0, arm.width or arm.k), depth=lim.max_depth, **price)
@@ -413,10 +457,12 @@ class AutoTuner:
             return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.calibration.lookup(FORCED_BIN),
                             overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
                             background=self.background, chain=self.max_chain is not None)
+        ask = self.text_ask() if arm == "text" else 0
         return StepPlan(arm, params, self.target_s, self.draft_s, accept=self.arms[arm].accept,
                         overhead_s=self.overhead_s, pending=pending, row_s=self.row_s,
                         children=self.arms[arm].children, promise=self.expected_case(arm, pending),
-                        background=self.background, chain=self.max_chain is not None)
+                        background=self.background, chain=self.max_chain is not None, ask=ask,
+                        text_s=float(self.text_s[ask]))
 
     # -------------------------------------------------------------- learning
 
@@ -535,6 +581,7 @@ def _words(arm: str) -> str:
     if arm.startswith("tree"):
         return f"a {arm[4:]}-draw draft tree (tree{arm[4:]})"
     return {"chain": "a draft chain (chain)", "lookup": "lookup candidates, no draft call (lookup)",
+            "text": "the other-vocabulary draft's text, re-tokenized (text)",
             "grammar": "the grammar's forced tokens (grammar)"}.get(arm, arm)
 
 

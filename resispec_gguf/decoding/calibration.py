@@ -27,6 +27,7 @@ _Q_EDGE_LIST = _Q_EDGES.tolist()  # for bisect: a scalar look-up without NumPy's
 FORCED_BIN = layout().bin("forced", 0)
 _CONTEXT = layout().offset["context"]
 _MEMORY_BINS = frozenset(_CONTEXT + b for b in context.ContextSource.apart)
+_TEXT_BINS = np.array(layout().ranges["text draft"])  # the bins of a draft of another vocabulary
 
 
 # observations a bin carried over from earlier requests is worth at most (``carry_lookup``)
@@ -97,6 +98,12 @@ class Calibration:
         runs' bins are left out: they are where a copy has already gone on for a while, and
         their priors would lift the mean of a request that never copies."""
         return float(self.look_acc[self._leading].sum() / self.look_seen[self._leading].sum())
+
+    def text_draft(self) -> float:
+        """The acceptance chance of a candidate of the draft of another vocabulary
+        (``candidates.textdraft``), over its bins as they were seen: what one level of its
+        chain is worth."""
+        return float(self.look_acc[_TEXT_BINS].sum() / self.look_seen[_TEXT_BINS].sum())
 
     def node_lookup(self) -> float:
         """The chance that a node's context and memory candidates, all of them, hold the

@@ -138,10 +138,13 @@ class AutoCosts:
     s): the ``(target, draft)`` curves, measured or read from the disk cache on first use
     (``curves``; ``given``: the pair to use instead, as tests inject), then as ``check``
     corrects them when ``correct`` (None: ``enabled()``); the host time per logits row
-    (``row_seconds``; 0 with given curves).  ``note(line)``: told before a measurement."""
+    (``row_seconds``; 0 with given curves).  ``note(line)``: told before a measurement.
+    ``text``: a draft of another vocabulary (``textdraft.TextDraft``) instead of ``draft``:
+    the pair's second curve is its model's, priced as the "text" arm's chains."""
 
-    def __init__(self, target, draft, given=None, correct: bool | None = None):
-        self.target, self.draft = target, draft
+    def __init__(self, target, draft, given=None, correct: bool | None = None, text=None):
+        self.text = text is not None
+        self.target, self.draft = target, (text.model if text is not None else draft)
         self.measured = given  # the curves as measured or cached (never corrected)
         self.row_s = 0.0 if given is not None else None
         self.correct = enabled() if correct is None else bool(correct)
@@ -162,7 +165,7 @@ class AutoCosts:
         """The current curves as ``(target, draft)`` cost tables (``costs.cost_table``), as a
         ``Batch`` shares a step's rows by them."""
         t, d = self.curves()
-        return costs.cost_table(t, TABLE_ROWS), costs.cost_table(d, TABLE_ROWS)
+        return costs.cost_table(t, TABLE_ROWS), costs.cost_table(None if self.text else d, TABLE_ROWS)
 
     def row_seconds(self) -> float:
         if self.row_s is None:
@@ -174,8 +177,13 @@ class AutoCosts:
         its steps.  Fresh, so that its choices, and with them the output, depend only on the
         request, its seed, the curves it starts with and what it carries over (``Engine``'s
         memory); ``dp``'s draws, depth and budget bound what it may choose."""
-        tuner = AutoTuner(*self.curves(), dp, has_draft=has_draft, row_s=self.row_seconds(),
-                          max_chain=getattr(self.target, "max_chain", None))
+        t, d = self.curves()
+        chain = getattr(self.target, "max_chain", None)
+        if self.text:  # the draft is read through text: its curve prices the "text" arm
+            text = d if dp.use_draft else None
+            tuner = AutoTuner(t, None, dp, has_draft=False, row_s=self.row_seconds(), text=text, max_chain=chain)
+        else:
+            tuner = AutoTuner(t, d, dp, has_draft=has_draft, row_s=self.row_seconds(), max_chain=chain)
         tuner.check = self.check
         if self.check is not None:
             tuner.check_scale = self.check.scale  # the scale its curves have, for ``CurveCheck.record``

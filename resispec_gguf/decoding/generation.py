@@ -175,6 +175,7 @@ class Generation(DraftPhase):
             self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out),
                                           stale=self.draft_stale)
             self.dp = self.plan_.params if self.plan_ is not None else _PLAIN
+            self.sources.ask(self.plan_.ask if self.plan_ is not None else 0)  # the text draft's chain
         self._tree, self._draft_index = None, None
         if self.dp.method == "none":
             self._kind = "none"

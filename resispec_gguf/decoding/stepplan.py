@@ -124,8 +124,10 @@ class StepPlan:
 
     ``arm``: "chain" (the draft model expands nodes with one draw each), "tree2"/"tree4"
     (K = 2 or 4 draws each, ``resispec``), "lookup" (no draft model calls: chains of lookup
-    candidates) or "grammar" (the same, from a root where the constraint forces tokens);
-    ``kind`` is "draft" for the first two.  ``params``: the method, K and the user's upper
+    candidates), "text" (the same, with a draft of another vocabulary asked for a chain of
+    ``ask`` of its tokens first, at ``text_s`` seconds: ``candidates.textdraft``) or
+    "grammar" (a lookup tree from a root where the constraint forces tokens); ``kind`` is
+    "draft" for the first two.  ``params``: the method, K and the user's upper
     bounds.  ``accept``: the chance that a reached, expanded node has a candidate accepted
     (learnt per arm).  ``value``/``cost`` track the step's expected tokens E and predicted
     seconds T as the tree grows.  ``target_s``/``draft_s``: the curves as tables by rows.
@@ -148,15 +150,17 @@ class StepPlan:
     promise: float = 0.0  # the tuner's ``expected_case`` for the arm at the acceptance this plan was built on
     background: Background | None = None  # the step's other requests (``batch``); None: alone
     chain: bool = False  # the target evaluates one chain (``tree.GrowthLimits.chain``): one child a level
+    ask: int = 0  # draft tokens the text draft is asked for before the tree grows (0: it is not called)
+    text_s: float = 0.0  # the predicted seconds of that chain, a cost the step pays whatever grows
 
     @property
     def kind(self) -> str:
-        return "lookup" if self.arm in ("lookup", "grammar") else "draft"
+        return "lookup" if self.arm in ("lookup", "grammar", "text") else "draft"
 
     def __post_init__(self):
         if self.chain:  # one child of each expanded node is kept: the next one of the chain
             self.children = 1.0
-        self.draft_cost = self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0
+        self.draft_cost = (self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0) + self.text_s
         self.cost = self.draft_cost + self.target_s[1] + self.overhead_s + self.row_s
         bg = self.background
         if bg is not None:
@@ -167,8 +171,8 @@ class StepPlan:
             self._d_in = self.draft_s[d0:] - self.draft_s[d0] if d0 else self.draft_s
             self._bg_cost = bg.draft_levels * self.draft_s[d0] if d0 else 0.0
             d = self._d_in[min(self.pending, len(self._d_in) - 1)] + self.row_s if self.kind == "draft" else 0.0
-            self._draft_in = d
-            self._cost_in = self._bg_cost + d + self._t_in[1] + self.overhead_s + self.row_s
+            self._draft_in = d + self.text_s  # the text draft's chain is this request's own call
+            self._cost_in = self._bg_cost + self._draft_in + self._t_in[1] + self.overhead_s + self.row_s
 
     def _draft(self, n):
         return self.draft_s[np.minimum(n, len(self.draft_s) - 1)] if self.kind == "draft" else 0.0 * n

@@ -6,7 +6,10 @@ with a ``Follower``: the draft's own context, in the draft's own tokens, kept eq
 the target has committed (the prompt's text, then every emitted token's); at a step the
 follower asks the draft for a greedy chain (argmax after argmax) and returns the chain's text.
 The candidate source ``candidates.textdraft`` re-tokenizes that text with the target's
-tokenizer and offers the tokens as deterministic candidates.
+tokenizer and offers the tokens as deterministic candidates.  The chain stays in the draft's
+cache and among the follower's tokens: when the target accepts a prefix of it, the next
+``follow`` keeps the draft tokens that spell what was accepted (the boundary rule below) and
+their cache rows with them, so the draft decodes only what is new; the rest is dropped there.
 
 The boundary.  A target token may end inside a draft token (the draft spelled ``hello`` as one
 token, the target has emitted ``hel``), and a text re-tokenized in pieces is not the draft's
@@ -61,7 +64,9 @@ def resync(tokens: list[int], ends: list[int], text: bytes, tokenize: Callable[[
     ``back`` fewer (never the first ``fixed``: a BOS), and the rest of ``text`` is tokenized
     after them.  Only that boundary window is re-tokenized."""
     spelt = ends[-1] if ends else 0
-    held = b"".join(piece(t) for t in tokens[_first_after(ends, max(0, spelt - 64)):]) if tokens else b""
+    # the window starts before the shorter of the two texts: tokens may spell past ``text`` (a chain)
+    first = _first_after(ends, max(0, min(spelt, len(text)) - 64))
+    held = b"".join(piece(t) for t in tokens[first:]) if tokens else b""
     start = spelt - len(held)
     common = start + _common(held, text[start:])
     k = _first_after(ends, common + 1)  # tokens ending at or before ``common``
@@ -165,6 +170,7 @@ class Follower:
         self.ends: list[int] = [0] * self.fixed
         self.committed = b""
         self.exact = True
+        self.ahead = False  # the tokens spell the last chain after the committed text
         self.follow(text)
 
     @property
@@ -179,13 +185,17 @@ class Follower:
         usable = self.committed[:complete_utf8(self.committed)]
         self.tokens, self.ends, self.exact = resync(self.tokens, self.ends, usable, self.owner.tokenize,
                                                     self.owner.piece, self.fixed)
+        self.ahead = False
 
     def chain(self, n: int) -> tuple[bytes, list[tuple[int, float]]]:
         """``(text, spans)``: the text after the committed text that the draft's greedy chain
         of at most ``n`` tokens writes, and per chain token ``(where its text ends in that
         text, the draft's probability of it)``; empty when the chain does not continue the
-        committed text or there is no room."""
+        committed text or there is no room.  The chain's tokens stay in the draft's cache and
+        after the follower's tokens (``ahead``) until the next ``follow``."""
         model, owner = self.owner.model, self.owner
+        if self.ahead:  # asked again without a commit: back to the committed text first
+            self.follow(self.committed)
         if not self.tokens or not self.exact:
             return b"", []
         n = min(n, model.n_ctx - len(self.tokens) - 1, model.n_seq_max - 2)
@@ -194,13 +204,19 @@ class Follower:
         with owner._lock:
             owner.claim(self)
             try:
-                drafted = _greedy(model, self.tokens, n, owner.p_min)
+                drafted, decoded = _greedy(model, self.tokens, n, owner.p_min)
             except ContextFullError:
-                return b"", []
-            finally:
                 model.drop_uncommitted()
+                return b"", []
+            model.commit(list(range(decoded)))  # the chain's rows: the next step's prefix where accepted
         spelt = self.ends[-1] if self.ends else 0
         pieces = [owner.piece(t) for t, _ in drafted]
+        at = spelt
+        for (t, _), piece in zip(drafted, pieces):
+            at += len(piece)
+            self.tokens.append(int(t))
+            self.ends.append(at)
+        self.ahead = bool(drafted)
         whole = self.committed[:spelt] + b"".join(pieces)
         if not whole.startswith(self.committed):
             return b"", []
@@ -212,9 +228,11 @@ class Follower:
         return whole[len(self.committed):], spans
 
 
-def _greedy(model, tokens: list[int], n: int, p_min: float) -> list[tuple[int, float]]:
+def _greedy(model, tokens: list[int], n: int, p_min: float) -> tuple[list[tuple[int, float]], int]:
     """The draft's argmax chain after ``tokens`` (at most ``n``; it stops at an end token or
-    where the argmax's probability falls below ``p_min``), with those probabilities."""
+    where the argmax's probability falls below ``p_min``), with those probabilities, and the
+    number of uncommitted nodes decoded (``tokens[-1]``, then the chain's but its last: a
+    chain from node 0).  The cache keeps its longest common prefix with ``tokens``."""
     model.sync_prefix(tokens)
     row = model.decode([tokens[-1]], [-1])[0]
     out: list[tuple[int, float]] = []
@@ -223,8 +241,8 @@ def _greedy(model, tokens: list[int], n: int, p_min: float) -> list[tuple[int, f
         t = int(np.argmax(logits))
         p = 1.0 / float(np.exp(logits - logits[t]).sum())
         if model.is_eog(t) or p < p_min:
-            return out
+            return out, len(out) + 1
         out.append((t, p))
         if len(out) >= n:
-            return out
+            return out, len(out)
         row = model.decode([t], [len(out) - 1])[0]

@@ -63,6 +63,7 @@ class Preset:
     description: str
     target: ModelFile
     draft: ModelFile
+    route: str = "same"  # how the draft serves the target (``vocab.route`` of the pinned files): "same" or "text"
 
     def model(self, role: str) -> ModelFile:
         check_role(role)
@@ -118,6 +119,7 @@ PRESETS: dict[str, Preset] = {
         "vocabulary: the text route)",
         target=QWEN25_CODER_15B_Q4KM,
         draft=GEMMA3_270M_Q4KM,
+        route="text",
     ),
 }
 

@@ -6,7 +6,8 @@ can offload and whether a GPU was found),
 whether it keeps recurrent-state snapshots (what a recurrent or hybrid model needs to
 speculate), the CPU features that matter (``/proc/cpuinfo``), the crash check (``llama.buildcheck``, run
 afresh in a child process), the ggml devices and their free memory, Numba and its cache, the
-preset models in the cache (hash-checked), free memory against what the default pair
+preset models in the cache (hash-checked; a preset draft of another vocabulary says it takes
+the text route), free memory against what the default pair
 needs at ``--ctx``, the load average, the cost cache's state and age (``decoding.costs``), and
 the optional libraries installed (the server's, the client libraries the examples import).  A line that finds a problem is followed by ``  problem: ...`` and
 ``  fix: COMMAND``; ``run`` returns 1 when there was one, else 0.
@@ -127,7 +128,7 @@ def _probe_numba() -> tuple[str | None, str, bool]:
 
 
 def _probe_models() -> list[dict]:
-    """Per preset file: name, role, file, ``state`` (``missing``, ``ok`` or ``bad``)."""
+    """Per preset file: name, role, file, ``state`` (``missing``, ``ok`` or ``bad``), the pair's ``route``."""
     from ..llama import models
 
     rows = []
@@ -138,7 +139,7 @@ def _probe_models() -> list[dict]:
         if path.is_file():
             ok = path.stat().st_size == model.size and models.file_sha256(path) == model.sha256.lower()
             state = "ok" if ok else "bad"
-        rows.append({**row, "state": state, "path": str(path)})
+        rows.append({**row, "state": state, "path": str(path), "route": presets.PRESETS[row["name"]].route})
     return rows
 
 
@@ -292,7 +293,9 @@ def numba_line(version: str | None, where: str, writable: bool) -> Line:
 def models_line(rows: list[dict]) -> Line:
     states = {"ok": "cached, sha256 ok (size and verified marker)", "missing": "not cached (fetched on first use)",
               "bad": "WRONG HASH"}
-    parts = [f"{r['name']} {r['role']} {r['file']}: {states[r['state']]}" for r in rows]
+    parts = [f"{r['name']} {r['role']} {r['file']}: {states[r['state']]}"
+             + (" (draft vocabulary differs: text route)" if r["role"] == "draft" and r.get("route") == "text" else "")
+             for r in rows]
     bad = [r for r in rows if r["state"] == "bad"]
     if bad:
         return Line("models", "; ".join(parts), f"{bad[0]['path']} does not match its pinned sha256",

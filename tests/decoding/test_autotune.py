@@ -7,6 +7,7 @@ import pytest
 from fake_models import Clocked, MarkovModel, random_rows
 from resispec_gguf.decoding import autorequest, autotune
 from resispec_gguf.decoding import costs, stepplan
+from resispec_gguf.decoding.candidates import layout
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 
@@ -536,3 +537,31 @@ def test_forced_candidates_speed_auto_up_under_a_grammar_where_draft_calls_cost(
     gpu, _ = speed(SpelledConstraint(), (GPU_T, GPU_D), 20)
     gpu_masks, _ = speed(MasksOnly(SpelledConstraint()), (GPU_T, GPU_D), 20)
     assert gpu >= 0.95 * gpu_masks
+
+
+def test_the_text_draft_is_an_arm_priced_by_its_curve():
+    """A draft of another vocabulary (the "text" arm): never made where its chain could not
+    pay even if all accepted; else probed first, asked for the chain length that its bins'
+    acceptance pays for, its seconds in the plan's cost; no other step asks it."""
+    dear = costs.CostCurve(ROWS, (2.0 * GPU_T(1),) * len(ROWS))
+    assert "text" not in autotune.AutoTuner(GPU_T, None, LIMITS, has_draft=False, text=dear).arms
+    cheap = _curve(0.0, 0.002)
+    tuner = autotune.AutoTuner(GPU_T, None, LIMITS, has_draft=False, text=cheap)
+    assert list(tuner.arms) == ["text", "lookup"] and not tuner.drafts
+    plan = tuner.choose()
+    assert plan.arm == "text" and plan.kind == "lookup" and 1 <= plan.ask <= LIMITS.depth
+    assert plan.text_s == pytest.approx(cheap(autotune.TEXT_SYNC_ROWS) + plan.ask * cheap(1))
+    assert plan.cost == pytest.approx(plan.text_s + GPU_T(1) + tuner.overhead_s)
+    cal, bins = tuner.calibration, layout().ranges["text draft"]
+    for _ in range(40):  # its candidates come true: a longer chain pays
+        for b in bins:
+            cal.observe_lookup(b, 1.0)
+    long_ask = tuner.text_ask()
+    for _ in range(80):  # they fail: a short one, and the arm loses to plain decoding
+        for b in bins:
+            cal.observe_lookup(b, 0.0)
+    assert long_ask == LIMITS.depth and tuner.text_ask() < long_ask
+    tuner.observe_step(plan, 1, plan.cost)
+    later = [tuner.choose() for _ in range(40)]
+    assert all(p is None or p.ask == 0 for p in later[:3])  # plain (or lookup) steps ask nothing
+    assert sum(p is not None and p.arm == "text" for p in later) <= 3  # re-probes only, backing off

@@ -4,6 +4,7 @@ observations, decayed counts, draft bins kept per K, lookup bins by ``lookup_bin
 import pytest
 
 from resispec_gguf.decoding.calibration import Calibration, lookup_bin
+from resispec_gguf.decoding.candidates import layout
 
 LOOKUP_PRIOR = (0.3, 0.5, 0.6, 0.7, 0.15)
 LONG_RUN_PRIOR = (0.8, 0.85)  # bins 14-15: copy runs of 8-15 and 16+
@@ -87,3 +88,16 @@ def test_carried_lookup_counts_are_capped_so_a_request_still_moves_them():
         new.observe_lookup(3, 1.0)
     assert new.lookup(3) > 0.5  # this request's own observations still count
     assert old.lookup(3) < 0.11  # the state was copied, not shared
+
+
+def test_the_text_drafts_acceptance_is_its_bins_as_seen():
+    cal = Calibration()
+    bins = list(layout().ranges["text draft"])
+    assert cal.text_draft() == pytest.approx(sum(layout().priors[b] for b in bins) / len(bins))
+    for _ in range(30):
+        cal.observe_lookup(bins[0], 1.0)  # confident chain tokens, all taken
+    cal.observe_lookup(bins[2], 0.0)
+    assert cal.text_draft() > 0.85
+    other = Calibration()
+    other.observe_lookup(lookup_bin(8, 0), 1.0)  # another source's bin leaves it as it was
+    assert other.text_draft() == pytest.approx(Calibration().text_draft())

@@ -13,10 +13,11 @@ from __future__ import annotations
 import pytest
 
 from fake_models import PathConstraint
-from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, check_law,
+from law_harness import (EOG, FLAT, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, TEXT_CHEAP, TEXT_DEAR, V, check_law,
                          constrained_law, exact_law, text_pair)
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.decoding.candidates import Request, Sources, layout
+from resispec_gguf.decoding.costs import CostCurve
 from resispec_gguf.decoding.candidates.textdraft import TextDraftSource, confidence_bin
 from resispec_gguf.engine import Engine
 
@@ -27,7 +28,7 @@ CONSTRAINT = PathConstraint(V, EOG)
 
 def _engine(faithful=False):
     target, text = text_pair(faithful=faithful)
-    return Engine(target, text, cost_curves=COST_REGIMES["gpu no draft"], memory=None), target
+    return Engine(target, text, cost_curves=(FLAT, TEXT_CHEAP), memory=None), target
 
 
 def _sample(engine, sp, dp, constraint=None):
@@ -105,3 +106,21 @@ def test_no_source_without_the_store_or_with_the_draft_off():
 def test_confidence_bins():
     assert [confidence_bin(p) for p in (0.95, 0.8, 0.6, 0.5, 0.3)] == [0, 0, 1, 1, 2]
     assert layout().source_of(layout().offset["text draft"] + 2) == "text draft"
+
+
+def _draft_calls(curve, faithful, temperature=0.0):
+    """``(draft decode calls, steps, tokens)`` of one auto reply with the text draft priced by ``curve``."""
+    target, text = text_pair(faithful=faithful)
+    engine = Engine(target, text, cost_curves=(FLAT, curve), memory=None)
+    res = engine.generate(LOOKUP_PROMPT, SamplingParams(temperature=temperature, max_tokens=48, seed=1), DPS["auto"])
+    return text.model.calls, res.stats.steps, len(res.tokens)
+
+
+def test_auto_calls_the_draft_where_it_pays_and_stops_where_it_does_not():
+    calls, steps, tokens = _draft_calls(TEXT_DEAR, faithful=True)
+    assert calls == 0 and tokens == 48  # dearer than a target decode per token: never called
+    calls, steps, tokens = _draft_calls(TEXT_CHEAP, faithful=True)
+    assert calls >= steps and steps < tokens // 2  # cheap and right: called at every step, long chains taken
+    mid = CostCurve(TEXT_CHEAP.rows, (0.3,) * len(TEXT_CHEAP.rows))
+    calls, steps, tokens = _draft_calls(mid, faithful=False)
+    assert 0 < calls and calls * 4 < steps  # a poor draft at a third of a decode: probed, then left

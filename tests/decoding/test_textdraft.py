@@ -78,12 +78,13 @@ def test_following_reads_the_boundary_not_the_prompt():
 def test_the_chain_continues_the_committed_text():
     draft = _draft()
     f = draft.follower(b"hel")
+    before = list(f.tokens)
     text, spans = f.chain(5)
     assert 0 < len(spans) <= 5 and spans[-1][0] == len(text)
     # the draft model's own greedy continuation, decoded on a fresh cache, is the same text
     model = draft.model
     model.reset()
-    ctx, out = list(f.tokens), b""
+    ctx, out = before, b""
     for _ in range(len(spans)):
         row = model.row(ctx)
         t = int(row.argmax())
@@ -115,3 +116,32 @@ def test_no_room_no_chain():
     assert f.chain(3)[1]
     f.follow(b"hello " * 31 + b"hel")
     assert f.chain(3) == (b"", [])
+
+
+def test_an_accepted_chain_is_not_read_again():
+    """The chain stays in the draft's cache: when the committed text takes a prefix of it, the
+    next chain re-reads only the boundary (the token kept back and what is new), never the
+    accepted chain tokens; a chain that was not taken is dropped."""
+    draft = _draft()
+    model = draft.model
+    f = draft.follower(b"hello hel")
+    text, spans = f.chain(6)
+    assert len(spans) == 6 and f.ahead
+    assert model.n_past == len(f.tokens) - 1  # the chain's tokens (but the last) are cached
+    before = model.prefilled
+    f.follow(b"hello hel" + text + b"h")  # the whole chain accepted, then a token of the target's own
+    again = f.chain(3)
+    reread = model.prefilled - before
+    assert reread <= 2  # without the chain kept it would be its six tokens and more
+    # the chain is the draft's greedy continuation of the tokens it followed
+    ctx, out = list(f.tokens[: len(f.tokens) - len(again[1])]), b""
+    assert b"".join(TEXTS[t] for t in ctx) == f.committed
+    for _ in again[1]:
+        ctx.append(int(model.row(ctx).argmax()))
+        out += TEXTS[ctx[-1]]
+    assert out == again[0]
+    # a chain the target did not take: its tokens leave the follower and the cache
+    f.follow(f.committed + b"o")
+    assert f.spelt == f.committed and not f.ahead
+    f.chain(2)
+    assert model.cached == f.tokens[: len(model.cached)]

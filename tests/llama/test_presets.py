@@ -84,3 +84,14 @@ def test_default_preset_table():
 def test_models_re_exports_the_presets():
     for name in ("MirrorPart", "ModelFile", "Preset", "PRESETS", "ROLES", "draft_spec", "parse_model_spec"):
         assert getattr(models, name) is getattr(presets, name), name
+
+
+def test_a_preset_names_its_route():
+    """A preset's route is its pinned draft's: the text route where the vocabularies differ
+    in size (more than llama.cpp's check allows), one vocabulary otherwise."""
+    from resispec_gguf.llama.vocab import MAX_SIZE_DIFFERENCE
+
+    for preset in PRESETS.values():
+        differs = abs(preset.target.n_vocab - preset.draft.n_vocab) > MAX_SIZE_DIFFERENCE
+        assert preset.route == ("text" if differs else "same"), preset.name
+    assert PRESETS["gemma-270m"].route == "text" and PRESETS["default"].route == "same"

@@ -225,3 +225,13 @@ def test_the_recurrent_chain_is_the_backend_s():
     from resispec_gguf.llama.backend import recurrent
 
     assert doctor.RS_CHAIN == recurrent.RS_SNAPSHOTS
+
+
+def test_a_preset_draft_of_another_vocabulary_names_its_route(healthy):
+    healthy.setattr(doctor, "_probe_models", lambda: [
+        {"name": "gemma-270m", "role": "target", "file": "t.gguf", "state": "ok", "path": "/c/t.gguf", "route": "text"},
+        {"name": "gemma-270m", "role": "draft", "file": "g.gguf", "state": "ok", "path": "/c/g.gguf", "route": "text"}])
+    code, text = _run()
+    line = next(line for line in text.splitlines() if line.startswith("models"))
+    assert code == 0 and line.count("text route") == 1
+    assert "gemma-270m draft g.gguf: cached, sha256 ok (size and verified marker) (draft vocabulary differs: text route)" in line

@@ -91,6 +91,13 @@ class Sources:
             auto.observe_fixed(fixed, p_of)
         return run + 1 if fixed and tok == fixed[0][0] else 0
 
+    def ask(self, n: int) -> None:
+        """Tell each source that drafts (has ``ask``: ``textdraft``) how long a chain ``auto``
+        asks of it this step (0: none)."""
+        for source, _ in self.built:
+            if hasattr(source, "ask"):
+                source.ask(n)
+
     def ahead(self) -> int:
         """The longest chain a grammar source proposes at the root this step."""
         return max((s.ahead() for s, _ in self._grammar), default=0)

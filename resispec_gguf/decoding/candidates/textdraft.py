@@ -16,7 +16,10 @@ tokens are deterministic candidates (docs/verification.md, "Drafts with another 
 
 A lookup-arm source (``arm = "lookup"``): ``auto`` grows chains of its candidates and learns
 their acceptance in its three bins; they are not among the bins of the lookup arm's prior
-(``leading`` empty), so a request without such a draft plans as before.
+(``leading`` empty), so a request without such a draft plans as before.  Under ``auto`` the
+draft writes only at the steps of its "text" arm, a chain of the length auto asks for
+(``ask``: from its cost curve and those bins, fixed before the step); at every other step,
+plain ones included, it is not called.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class TextDraftSource(SourceDefaults):
         self.depth = max(1, min(depth, CHAIN_MAX))
         self._chain: list[tuple[int, int]] | None = None
         self._moved = False
+        self._ask: int | None = None  # auto's chain length for this step (None: ``depth``; 0: no call)
 
     @classmethod
     def build(cls, request: Request) -> "TextDraftSource | None":
@@ -62,6 +66,12 @@ class TextDraftSource(SourceDefaults):
         return cls(store, store.target.detokenize(request.prompt), dp.max_depth)
 
     def new_step(self) -> None:
+        self._chain = None
+
+    def ask(self, n: int) -> None:
+        """``auto`` asks for a chain of at most ``n`` draft tokens this step (0: the draft
+        is not called); told after ``new_step``, before anything is proposed."""
+        self._ask = max(0, int(n))
         self._chain = None
 
     def commit(self, tokens: Sequence[int]) -> None:
@@ -87,7 +97,10 @@ class TextDraftSource(SourceDefaults):
         if self._moved:
             self.follower.follow(bytes(self.text))
             self._moved = False
-        text, spans = self.follower.chain(self.depth)
+        n = self.depth if self._ask is None else min(self.depth, self._ask)
+        if n <= 0:
+            return []
+        text, spans = self.follower.chain(n)
         end = complete_utf8(text)
         if end == 0:
             return []
