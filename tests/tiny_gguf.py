@@ -147,6 +147,22 @@ def _vocab(variant: str = "default", extra_tokens=()) -> tuple[list[str], list[i
     return tokens, [int(t) for t in types], scores
 
 
+def add_vocab(w, tokens, types, scores, chat_template: str) -> None:
+    """The tokenizer's keys of a tiny model (``_vocab``'s lists), the same for every architecture."""
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_unk_token_id(UNK_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    w.add_chat_template(chat_template)
+
+
 def _tensor_shapes(n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int,
                    n_vocab: int) -> list[tuple[str, tuple[int, ...], float | None]]:
     """(name, numpy shape, init std or None for a norm of ones).
@@ -231,18 +247,7 @@ def write_tiny_llama(
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(n_vocab)
 
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS_ID)
-    w.add_eos_token_id(EOS_ID)
-    w.add_unk_token_id(UNK_ID)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(chat_template)
+    add_vocab(w, tokens, types, scores, chat_template)
 
     for tname, shape, std in _tensor_shapes(n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab):
         if std is None:

@@ -20,7 +20,7 @@ import numpy as np
 
 import gguf
 
-from tiny_gguf import BOS_ID, CHAT_TEMPLATE, EOS_ID, UNK_ID, _vocab
+from tiny_gguf import CHAT_TEMPLATE, _vocab, add_vocab
 
 __all__ = ["write_tiny_lfm2", "write_tiny_mamba2"]
 
@@ -38,18 +38,7 @@ def _writer(path: Path, arch: str, name: str, n_layer: int, n_embd: int, n_ctx_t
     w.add_block_count(n_layer)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS_ID)
-    w.add_eos_token_id(EOS_ID)
-    w.add_unk_token_id(UNK_ID)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    add_vocab(w, tokens, types, scores, CHAT_TEMPLATE)
     return w
 
 
