@@ -64,7 +64,7 @@ def _constrained_law(engine, grammar, prompt, n):
     return {**law, **done}
 
 
-@pytest.mark.parametrize("method", ["chain", "specinfer", "auto"])
+@pytest.mark.parametrize("method", ["chain", "specinfer", "rrs", "resispec", "auto"])
 def test_the_joint_law_under_a_json_schema_is_exact_on_the_hybrid(hybrid, method):
     grammar = hybrid.compile_constraint(json_schema=ENUM)
     prompt = hybrid.text_tokens("Pick one")
@@ -101,7 +101,7 @@ def test_two_parallel_slots_on_the_hybrid_give_what_each_gives_alone(paths, hybr
 
 
 @pytest.mark.parametrize("target,draft", [("llama", "lfm2-draft"), ("lfm2", "llama-draft")])
-@pytest.mark.parametrize("method", ["chain", "specinfer", "auto"])
+@pytest.mark.parametrize("method", ["chain", "specinfer", "rrs", "resispec", "auto"])
 def test_a_pair_of_mixed_memory_kinds_gives_plain_greedy_output(paths, target, draft, method):
     """A hybrid draft drafting one chain for an attention target (which may verify a tree),
     and an attention draft for a hybrid target (which verifies one chain)."""
