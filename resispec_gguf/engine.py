@@ -284,14 +284,14 @@ class Engine:
 
     # ------------------------------------------------------------------ auto
 
-    def _tuner(self, dp: DraftParams) -> autotune.AutoTuner:
+    def _tuner(self, dp: DraftParams, context: int = 0) -> autotune.AutoTuner:
         """A fresh AutoTuner per request on the engine's cost curves (measured once per model
         file and settings, cached on disk).  Fresh, so that its choices — and with them the
         output — depend only on the request, its seed and this machine; a request that reads
         the memory of past answers also starts from what the last one learnt of their
         candidates (``Memory.learnt``, set in ``_generation``).  ``dp``'s draws, depth and
-        budget bound what it may choose."""
-        return self.costs.tuner(dp, self.draft is not None and dp.use_draft)
+        budget bound what it may choose; ``context``: the prompt's length."""
+        return self.costs.tuner(dp, self.draft is not None and dp.use_draft, context)
 
     def _auto_curves(self):
         return self.costs.curves()
@@ -421,7 +421,7 @@ class Engine:
         seed = int(sp.seed) if sp.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         # a repeated seed alone would tie this request's uniforms to state an earlier one shaped
         key = self.seed_key(seed, dp) if sp.seed is not None else None
-        auto = autorequest.Auto(self._tuner(dp), seed, key) if dp.method == "auto" else None
+        auto = autorequest.Auto(self._tuner(dp, len(tokens)), seed, key) if dp.method == "auto" else None
         learnt = self.memory.learnt() if auto is not None and dp.use_memory and self.memory is not None else None
         if learnt is not None:  # how well the context's and the memory's candidates did in earlier requests
             auto.tuner.calibration.carry_lookup(learnt)

@@ -66,8 +66,8 @@ class Auto:
         arm's rates stay counted as if alone."""
         self.tuner.background = background
 
-    def record_time(self, plan: StepPlan | None, seconds: float) -> None:
-        self.tuner.record_time(plan, seconds)
+    def record_time(self, plan: StepPlan | None, seconds: float, context: int = 0) -> None:
+        self.tuner.record_time(plan, seconds, context)
 
     def observe_in_step(self, plan: StepPlan | None, rows: int, draft_calls: int) -> None:
         """A step of ``plan`` beside other requests held ``rows`` target rows (its root

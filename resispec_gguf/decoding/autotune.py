@@ -186,6 +186,9 @@ class AutoTuner:
             kinds = []
         self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
                      if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
+        # a text draft's probe reads the whole text so far: tried only where it pays at its prior
+        if "text" in self.arms and self.expected_case("text") <= self.plain_rate * max(margin, 1.05):
+            del self.arms["text"]
         # grammar steps (module docstring): chosen by the forced run, not probed like an arm
         self.grammar = _Arm() if kinds and self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
         # the draft arms' K, in the order ``observe_draft_node`` takes their figures
@@ -200,6 +203,7 @@ class AutoTuner:
         self.timing: dict[str, list] = {}
         self.check = None  # the engine's CurveCheck, told each step run alone
         self.check_scale = 1.0  # its scale when this tuner's curves were taken
+        self.check_context = (0.0, 0)  # (alpha, context) its target curve was raised by (``CurveCheck``)
 
     @staticmethod
     def _text_seconds(text: CostCurve | None, depth: int) -> np.ndarray:
@@ -483,14 +487,17 @@ class AutoTuner:
         else:
             arm.backoff = 4
 
-    def record_time(self, plan: StepPlan | None, measured_s: float) -> None:
-        """A step of ``plan`` (None: plain) took ``measured_s`` of wall time: kept beside its
-        predicted time for ``summary`` and, for a step alone, told to ``check`` (which may
-        correct the curves of later requests); never used to choose here."""
+    def record_time(self, plan: StepPlan | None, measured_s: float, context: int = 0) -> None:
+        """A step of ``plan`` (None: plain) after ``context`` tokens took ``measured_s`` of wall
+        time: kept beside its predicted time for ``summary`` and, for a step alone, told to
+        ``check`` (which may correct the curves of later requests); never used to choose here."""
         kind = "none" if plan is None else plan.arm
         predicted = 1.0 / self.plain_rate if plan is None else plan.cost
         if self.check is not None and self.background is None:
-            self.check.record(predicted, measured_s, self.check_scale)
+            rows = 1 if plan is None else plan.n_nodes + 1
+            alpha, at = self.check_context
+            self.check.record(predicted, measured_s, self.check_scale, rows=rows, context=context,
+                              extra_s=alpha * at * rows)
         t = self.timing.setdefault(kind, [0, 0.0, 0.0])
         t[0] += 1
         t[1] += predicted

@@ -71,20 +71,31 @@ class CurveCheck:
         self.scale = 1.0  # the product of the corrections made
         self.corrections = 0
         self.last_ratio = 1.0  # measured over predicted in the last full window
+        # seconds a target row pays per token of context (``context_curve``), fitted from the
+        # steps: the curves are measured after a short context, and every row of a decode
+        # attends to all of it (on the 2-core AMD, 1.5B: 16 rows at 1,300 tokens took 1.35x
+        # their curve's figure, one row 1.2x)
+        self.alpha = 0.0
+        self._fit = [0.0, 0.0, 0]  # sums of x*x and x*r over steps (x = rows * context), and their count
         self._ratios: list[float] = []
         self._lock = threading.Lock()
 
-    def record(self, predicted_s: float, measured_s: float, scale: float | None = None) -> bool:
+    def record(self, predicted_s: float, measured_s: float, scale: float | None = None, *, rows: int = 1,
+               context: int = 0, extra_s: float = 0.0) -> bool:
         """One step alone was predicted to take ``predicted_s`` and took ``measured_s``;
         True when this step completed a window that corrected the curves.  ``scale``: the
         ``scale`` the prediction's curves had (a request plans all through with the curves
         it started with; without this a long request would correct again what was already
-        corrected, compounding)."""
+        corrected, compounding).  ``rows``: the target rows it decoded after ``context``
+        tokens; ``extra_s``: the part of ``predicted_s`` its curve owed to ``alpha``."""
         if not (predicted_s > 0.0 and measured_s > 0.0):
             return False
         with self._lock:
+            base = predicted_s - extra_s
             if scale is not None and scale > 0.0:  # the prediction on the curves as they are now
-                predicted_s *= self.scale / scale
+                base *= self.scale / scale
+            self._learn_context(base, measured_s, rows * context)
+            predicted_s = base + extra_s
             self._ratios.append(measured_s / predicted_s)
             if len(self._ratios) < self.window:
                 return False
@@ -101,12 +112,33 @@ class CurveCheck:
                 costs.store_corrected(identity, curve)
         return True
 
+    def _learn_context(self, base_s: float, measured_s: float, x: int) -> None:
+        """One step's time beyond its curve's figure against its rows times context: the
+        least-squares slope through the origin, once a window of steps with a context."""
+        if x <= 0:
+            return
+        fit = self._fit
+        fit[0] += float(x) * x
+        fit[1] += float(x) * min(max(measured_s - base_s, -base_s), 2.0 * base_s)  # one stalled step is not a trend
+        fit[2] += 1
+        if fit[2] >= self.window:
+            self.alpha = max(0.0, fit[1] / fit[0])
+
+    def context_curve(self, curve: CostCurve | None, context: int) -> CostCurve | None:
+        """``curve`` after ``context`` tokens: each row ``alpha`` seconds dearer per token."""
+        if curve is None or self.alpha <= 0.0 or context <= 0:
+            return curve
+        return CostCurve(curve.rows, tuple(s + self.alpha * context * n for n, s in zip(curve.rows, curve.seconds)))
+
     def describe(self) -> str:
         """One line for ``/stats`` and ``bench``: whether the curves were corrected."""
+        context = (f"; a target row {self.alpha * 1e9:.0f} ns dearer per token of context" if self.alpha > 0.0
+                   else "")
         if not self.corrections:
-            return f"cost curves as cached (measured/predicted {self.last_ratio:.2f} over the last {self.window} steps)"
+            return (f"cost curves as cached (measured/predicted {self.last_ratio:.2f} over the last {self.window} "
+                    f"steps){context}")
         return (f"cost curves corrected {self.corrections}x from measured steps (now {self.scale:.2f}x the cached "
-                f"figures)")
+                f"figures){context}")
 
 
 def outlook(tuner, target: CostCurve, info: dict) -> str:
@@ -172,12 +204,16 @@ class AutoCosts:
             self.row_s = costs.host_row_seconds(self.target.n_vocab)
         return self.row_s
 
-    def tuner(self, dp: DraftParams, has_draft: bool) -> AutoTuner:
+    def tuner(self, dp: DraftParams, has_draft: bool, context: int = 0) -> AutoTuner:
         """A fresh ``AutoTuner`` for one request on the current curves, telling ``check`` of
         its steps.  Fresh, so that its choices, and with them the output, depend only on the
         request, its seed, the curves it starts with and what it carries over (``Engine``'s
-        memory); ``dp``'s draws, depth and budget bound what it may choose."""
+        memory); ``dp``'s draws, depth and budget bound what it may choose.  ``context``: the
+        prompt's tokens, which every target row of the request attends to (``context_curve``)."""
         t, d = self.curves()
+        alpha = self.check.alpha if self.check is not None else 0.0
+        if alpha > 0.0:
+            t = self.check.context_curve(t, context)
         chain = getattr(self.target, "max_chain", None)
         if self.text:  # the draft is read through text: its curve prices the "text" arm
             text = d if dp.use_draft else None
@@ -187,6 +223,7 @@ class AutoCosts:
         tuner.check = self.check
         if self.check is not None:
             tuner.check_scale = self.check.scale  # the scale its curves have, for ``CurveCheck.record``
+            tuner.check_context = (alpha, context)  # what its target curve owes to the context
         return tuner
 
     def outlook(self, info: dict) -> str:

@@ -225,7 +225,7 @@ class Generation(DraftPhase):
 
     def step_done(self, seconds: float) -> None:
         if self.auto is not None:
-            self.auto.record_time(self.plan_, seconds)
+            self.auto.record_time(self.plan_, seconds, len(self.prompt) + len(self.out))
         self.stats.steps += 1
         self.stats.steps_by_kind[self._kind] = self.stats.steps_by_kind.get(self._kind, 0) + 1
 

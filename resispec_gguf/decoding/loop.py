@@ -63,7 +63,7 @@ def _prefill(gen: Generation, model: ModelBackend, role: str, ram: PromptCache |
 
 def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None, cancel) -> Iterator[str]:
     while gen.finish_reason is None and not (cancel is not None and cancel.is_set()):
-        t_step = time.perf_counter()
+        t_step, synced = time.perf_counter(), gen.stats.draft_sync_time
         call = _draft_calls(gen.plan(_room(target, draft)), draft, gen.stats)
         if call is None:
             break
@@ -74,7 +74,8 @@ def _steps(gen: Generation, target: ModelBackend, draft: ModelBackend | None, ca
         target.commit(commit.target)
         if commit.draft is not None:
             draft.commit(commit.draft)
-        gen.step_done(time.perf_counter() - t_step)
+        # a draft's catch-up on the prompt is prompt work, not the step's decodes
+        gen.step_done(time.perf_counter() - t_step - (gen.stats.draft_sync_time - synced))
         yield from gen.emit()
 
 

@@ -121,6 +121,9 @@ def test_auto_calls_the_draft_where_it_pays_and_stops_where_it_does_not():
     assert calls == 0 and tokens == 48  # dearer than a target decode per token: never called
     calls, steps, tokens = _draft_calls(TEXT_CHEAP, faithful=True)
     assert calls >= steps and steps < tokens // 2  # cheap and right: called at every step, long chains taken
-    mid = CostCurve(TEXT_CHEAP.rows, (0.3,) * len(TEXT_CHEAP.rows))
+    mid = CostCurve(TEXT_CHEAP.rows, (0.2,) * len(TEXT_CHEAP.rows))
     calls, steps, tokens = _draft_calls(mid, faithful=False)
-    assert 0 < calls and calls * 4 < steps  # a poor draft at a third of a decode: probed, then left
+    assert 0 < calls and calls * 4 < steps  # a poor draft at a fifth of a decode: pays at its prior, probed, then left
+    dear = CostCurve(TEXT_CHEAP.rows, (0.3,) * len(TEXT_CHEAP.rows))
+    calls, steps, tokens = _draft_calls(dear, faithful=False)
+    assert calls == 0  # at a third, its prior acceptance would not pay: never probed (a probe reads the whole text)

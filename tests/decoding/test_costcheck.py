@@ -128,3 +128,54 @@ def test_a_runner_shares_rows_by_the_curves_as_corrected(monkeypatch, tmp_path):
     engine._submit(engine.generation([1, 2], SamplingParams(max_tokens=2, seed=0))).result()
     after = engine._runner.batch.tables
     assert after[0][1] == pytest.approx(0.5 * before[0][1]) and engine._runner.batch.tables == engine.costs.tables()
+
+
+def test_steps_dearer_with_their_context_teach_a_per_row_context_price():
+    check = costcheck.CurveCheck(CPU_T, None, window=4)
+    alpha = 2e-6  # seconds per row per token of context
+    for rows, context in ((1, 1000), (16, 1200), (4, 300), (1, 50), (8, 900)):
+        base = CPU_T(rows)
+        check.record(base, base + alpha * rows * context, rows=rows, context=context)
+    assert check.alpha == pytest.approx(alpha, rel=1e-6)
+    assert check.corrections == 0  # within the bound: the curve itself is kept
+    at = check.context_curve(CPU_T, 1000)
+    assert [at(n) - CPU_T(n) for n in (1, 4, 16)] == pytest.approx([alpha * 1000 * n for n in (1, 4, 16)])
+    assert check.context_curve(CPU_T, 0) is CPU_T and "ns dearer per token of context" in check.describe()
+    # a prediction that already carried the context's price is judged on the rest of it
+    check.record(CPU_T(4) + alpha * 4 * 500, CPU_T(4) + alpha * 4 * 500, rows=4, context=500,
+                 extra_s=alpha * 4 * 500)
+    assert check.alpha == pytest.approx(alpha, rel=1e-6)
+    stalled = costcheck.CurveCheck(CPU_T, None, window=2)
+    stalled.record(CPU_T(1), 3.0, rows=1, context=100)  # one stalled step: at most twice its figure
+    stalled.record(CPU_T(1), CPU_T(1), rows=1, context=100)
+    assert stalled.alpha <= CPU_T(1) / 100
+
+
+def test_a_request_plans_on_the_curve_its_prompt_s_length_makes(monkeypatch, tmp_path):
+    """Decodes whose price grows with the context: after the first request the engine knows
+    what a row costs per token of context, and a later request's predictions at its prompt
+    length match what its steps take far better than the bare curve."""
+    engine = _twice_too_dear(monkeypatch, tmp_path, n_ctx=4096)
+    clock = engine.target.clock
+    engine.costs.curves()
+    engine.costs.check.curves = (CPU_T, CPU_D)  # the curve right at no context; its rows pay 20 us per token
+    engine.costs.check.window = 4
+    alpha = 2e-5
+    for model in (engine.target, engine.draft):
+        model.curve = _with_context(model.curve, model, alpha)
+    sp = SamplingParams(temperature=1.0, max_tokens=12, seed=1)
+    engine.generate(list(range(1, 7)) * 40, sp, DraftParams(method="auto"))
+    assert engine.costs.check.alpha == pytest.approx(alpha, rel=0.25)
+    tuner = engine._tuner(DraftParams(method="auto"), 240)
+    assert tuner.target(8) == pytest.approx(CPU_T(8) + alpha * 240 * 8, rel=0.25)
+    assert clock[0] > 0
+
+
+class _with_context:
+    """A cost curve whose every row pays ``alpha`` seconds per token the model holds."""
+
+    def __init__(self, curve, model, alpha):
+        self.curve, self.model, self.alpha = curve, model, alpha
+
+    def __call__(self, rows):
+        return self.curve(rows) + self.alpha * rows * self.model.n_past

@@ -94,12 +94,12 @@ class TextDraftSource(SourceDefaults):
 
     def _draft(self) -> list[tuple[int, int]]:
         """The step's chain in the target's tokens, ``[(token, bin)]`` (module docstring)."""
+        n = self.depth if self._ask is None else min(self.depth, self._ask)
+        if n <= 0:  # not asked: the draft catches up on the text at the next step that asks
+            return []
         if self._moved:
             self.follower.follow(bytes(self.text))
             self._moved = False
-        n = self.depth if self._ask is None else min(self.depth, self._ask)
-        if n <= 0:
-            return []
         text, spans = self.follower.chain(n)
         end = complete_utf8(text)
         if end == 0:
