@@ -195,6 +195,9 @@ class _ScriptedPlan:
     arm = "scripted"
     cost = 1.0
     value = 1.0
+    ask = 0  # no text draft's chain
+    chain = False
+    n_nodes = 0
 
     def __init__(self, params):
         self.params = params
@@ -240,7 +243,7 @@ class _ScriptedTuner(AutoTuner):
 
 def sample(engine: Engine, sp: SamplingParams, dp: DraftParams, runs: int, plain_steps: int = 0) -> Counter:
     if plain_steps:
-        engine._tuner = lambda _auto, spec=dp: _ScriptedTuner(plain_steps, spec)
+        engine._tuner = lambda _auto, _context=0, spec=dp: _ScriptedTuner(plain_steps, spec)
         dp = dp.replace(method="auto")
     prompt = LOOKUP_PROMPT if dp.lookup or dp.method == "auto" else PROMPT
     counts: Counter = Counter()

@@ -43,6 +43,9 @@ class _CutPlan:
     arm = "lookup"
     cost = 1.0
     value = 1.0
+    ask = 0  # no text draft's chain
+    chain = False
+    n_nodes = 0
     promise = 0.0
     background = None
 
@@ -116,7 +119,7 @@ def _engine(case):
     if case == "cpu curve":
         return target, Engine(target, None, cost_curves=(CPU_T, None), memory=filled_memory())
     engine = Engine(target, None, cost_curves=(FLAT, None), memory=filled_memory())
-    engine._tuner = lambda dp: _CutTuner(dp)
+    engine._tuner = lambda dp, _context=0: _CutTuner(dp)
     return target, engine
 
 
