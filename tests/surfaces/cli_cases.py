@@ -244,8 +244,8 @@ def doctored(ctx: int):
         lines = r.stdout.splitlines()
         assert lines[0].startswith("resispec-gguf doctor"), r.stdout
         labels = [line.split("  ")[0] for line in lines[1:-1] if not line.startswith(" ")]
-        assert labels == ["resispec-gguf", "llama-cpp-python", "CPU", "crash check", "devices", "numba", "models",
-                          "memory", "load", "costs", "optional"], r.stdout
+        assert labels == ["resispec-gguf", "llama-cpp-python", "recurrent", "CPU", "crash check", "devices", "numba",
+                          "models", "memory", "load", "costs", "optional"], r.stdout
         assert f"at --ctx {ctx} needs about" in r.stdout and "not cached (fetched on first use)" in r.stdout
         problems = sum(line.lstrip().startswith("problem: ") for line in lines)
         assert r.returncode == (1 if problems else 0) and (lines[-1] == "all well") == (not problems), r.stdout
