@@ -212,8 +212,7 @@ class AutoCosts:
         prompt's tokens, which every target row of the request attends to (``context_curve``)."""
         t, d = self.curves()
         alpha = self.check.alpha if self.check is not None else 0.0
-        if alpha > 0.0:
-            t = self.check.context_curve(t, context)
+        t = self.check.context_curve(t, context) if self.check is not None else t
         chain = getattr(self.target, "max_chain", None)
         if self.text:  # the draft is read through text: its curve prices the "text" arm
             text = d if dp.use_draft else None
