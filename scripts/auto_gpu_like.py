@@ -16,7 +16,7 @@ import numpy as np
 from fake_models import Clocked, MarkovModel, random_rows
 from resispec_gguf.decoding import autotune
 from resispec_gguf.decoding import costs
-from resispec_gguf.surfaces import bench
+from resispec_gguf.bench import measure as bench
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 

@@ -26,7 +26,7 @@ from fake_models import Clocked, MarkovModel, random_rows  # noqa: E402
 from resispec_gguf.config import DraftParams, SamplingParams  # noqa: E402
 from resispec_gguf.engine import Engine  # noqa: E402
 from resispec_gguf.decoding import costs  # noqa: E402
-from resispec_gguf.surfaces import bench  # noqa: E402
+from resispec_gguf.bench import measure as bench  # noqa: E402
 
 SEEDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 200

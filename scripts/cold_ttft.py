@@ -32,8 +32,8 @@ import numpy as np
 
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Engine
-from resispec_gguf.surfaces.bench import planned_prompts
-from resispec_gguf.surfaces.workloads import WORKLOADS
+from resispec_gguf.bench.inputs import planned_prompts
+from resispec_gguf.bench.workloads import WORKLOADS
 
 SAMPLING = SamplingParams(temperature=0.0, max_tokens=4)
 

@@ -1,7 +1,7 @@
 """Kept for the commands written before ``bench --against``: ``python scripts/compare_llama_cpp.py
 --llama-cpp-bin DIR [options]`` runs ``python -m resispec_gguf bench --against llama.cpp DIR
 [options]``, whose flags are this script's old ones under the same names (see docs/cli.md,
-and ``resispec_gguf.surfaces.compare`` for what the comparison runs).
+and ``resispec_gguf.bench.compare`` for what the comparison runs).
 
     python scripts/compare_llama_cpp.py --llama-cpp-bin /tmp/llama-build/bin --threads 2 --max-tokens 64
 """

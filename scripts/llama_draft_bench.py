@@ -26,7 +26,7 @@ import llama_cpp
 
 from resispec_gguf import LlamaDraft
 from resispec_gguf.llama import models
-from resispec_gguf.surfaces.workloads import WORKLOADS
+from resispec_gguf.bench.workloads import WORKLOADS
 
 
 def prompt_text(item: dict) -> str:

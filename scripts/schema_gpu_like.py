@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     from resispec_gguf.engine import Engine
     from resispec_gguf.errors import UserError
     from resispec_gguf.llama import loading
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import inputs as bench
 
     try:
         with open(args.schema, encoding="utf-8") as f:

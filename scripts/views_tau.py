@@ -127,7 +127,7 @@ def run_fakes(seeds: int, copy: float, design: str) -> dict:
 
 
 def run_real(items: int, max_tokens: int, design: str) -> list:
-    from resispec_gguf.surfaces.agent_workload import agent_items
+    from resispec_gguf.bench.workloads.agent import agent_items
     from resispec_gguf.surfaces.api import create_chat_completion
 
     engine = Engine.load("default", memory_size=0, progress=False)

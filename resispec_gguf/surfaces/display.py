@@ -65,7 +65,7 @@ def stats_report(st: Stats) -> str:
         lines.append(f"steps by kind: {kinds}")
         lines.append(st.auto)
     if st.step_times:
-        from .bench_tables import step_times_line
+        from ..bench.tables import step_times_line
 
         lines.append(f"step time predicted/measured, all replies: {step_times_line(st.step_times)}")
     if st.reached_by_depth:

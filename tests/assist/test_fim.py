@@ -104,7 +104,7 @@ def test_engine_infill_tokens(fim_engine):
 
 
 def test_infill_workload_is_held_back_files_cut_deterministically():
-    from resispec_gguf.surfaces import workloads
+    from resispec_gguf.bench import workloads
 
     items = workloads.WORKLOADS["infill"]
     assert len(items) == 2 * len(workloads._INFILL_FILES) == 10
@@ -122,7 +122,7 @@ def test_infill_workload_is_held_back_files_cut_deterministically():
 
 
 def test_bench_runs_infill_prompts(fim_engine, tmp_path):
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import measure as bench
 
     item = bench.WORKLOADS["infill"][0]
     pre, suf = item["infill"]["input_prefix"], item["infill"]["input_suffix"]

@@ -414,7 +414,7 @@ def test_auto_keeps_up_with_the_best_fixed_setting_on_gpu_like_costs(noise):
     wide K=4 tree) and auto, which starts knowing nothing, must come close to each (measured
     0.93 to 0.98 of the best, and 1.35 with a perfect draft, where its deeper chains beat the
     grid's depth 5)."""
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import measure as bench
 
     target, draft = _fake_pair(noise, n_ctx=4096)
     clock = [0.0]

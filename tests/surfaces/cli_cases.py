@@ -170,7 +170,7 @@ def against(r, tmp):
 def swept(r, tmp):
     """``--sweep quick``: the table of every setting, then per workload the best and the command
     that reproduces it, which parses back into that setting; the report says the same."""
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import measure as bench
 
     names = [n for n, _ in bench.sweep_grid("quick", DraftParams())]
     table, summary = r.stdout.split("\nbest fixed setting", 1)
@@ -213,7 +213,7 @@ def paired(target: str, drafts: list[str]):
     def check(r, tmp):
         import jsonschema
 
-        from resispec_gguf.surfaces import pairs
+        from resispec_gguf.bench import pairs
 
         lines = r.stdout.strip().splitlines()
         assert lines[0].split()[:3] == ["pair", "T", "tok/s"], r.stdout

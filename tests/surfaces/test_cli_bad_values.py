@@ -137,7 +137,7 @@ def test_an_out_of_range_value_is_one_line(cmd, action, value, needle, tiny_pair
 def test_plot_without_matplotlib_is_refused_before_the_run(monkeypatch, capsys, tmp_path):
     """Checked before the model loads (here: a target that does not exist would be the next
     error) and before the library's benchmark runs (here: no engine to run on)."""
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import measure as bench
     from resispec_gguf.errors import UserError
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError

@@ -1,14 +1,15 @@
 """``bench``'s command: plain and speculative decoding measured on this machine, or instead
 ``--pairs`` (every target/draft pair), ``--concurrency`` (clients at once) or ``--against
-llama.cpp DIR`` (the same runs beside llama.cpp's own binaries: ``surfaces.compare``).  Only
+llama.cpp DIR`` (the same runs beside llama.cpp's own binaries: ``bench.compare``).  Only
 the command line's modules import this one."""
 
 from __future__ import annotations
 
 import sys
 
-from .. import agent_workload, flags
+from .. import flags
 from ... import config
+from ...bench.workloads import agent as agent_workload
 from ...config import DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ...errors import UserError
 from .commands import _constraint_args, _load, _note
@@ -28,7 +29,7 @@ _AGAINST_MODEL = ("target", "draft", "n_ctx", "n_threads")
 
 
 def _cmd_bench(args) -> int:
-    from .. import bench
+    from ...bench import inputs, measure
 
     if args.against is not None:
         return _bench_against(args)
@@ -41,16 +42,16 @@ def _cmd_bench(args) -> int:
         return _bench_pairs(args)
     if args.concurrency is not None:
         return _bench_concurrency(args)
-    methods = bench.parse_methods(args.methods or _BENCH_METHODS)
+    methods = inputs.parse_methods(args.methods or _BENCH_METHODS)
     prompts, sp = _bench_inputs(args)
     model = flags.from_args(ModelParams, args)
     dp = flags.from_args(DraftParams, args)
     schema = _constraint_args(args).get("json_schema")
     if args.plot:  # before the run, not after minutes of it
-        bench.require_pyplot()
+        measure.require_pyplot()
     reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
-        bench.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
+        measure.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
                             json_path=args.json, plot_path=args.plot, json_schema=schema, sweep=args.sweep,
                             reasoning=reasoning)
     return 0
@@ -59,20 +60,20 @@ def _cmd_bench(args) -> int:
 def _bench_inputs(args):
     """bench's ``(workloads, SamplingParams)``: ``-n`` for every item when given, else
     ``_BENCH_TOKENS`` for the items that do not ask their own."""
-    from .. import bench
+    from ...bench import inputs
 
-    prompts = bench.select_prompts(args.prompts, args.workload)
+    prompts = inputs.select_prompts(args.prompts, args.workload)
     if args.n_prompts is not None:  # a quick try: the first N of each workload
         prompts = {name: items[:args.n_prompts] for name, items in prompts.items()}
     if args.max_tokens is not None:
-        prompts = bench.without_max_tokens(prompts)
+        prompts = inputs.without_max_tokens(prompts)
     sp = flags.from_args(SamplingParams, args, temperature=args.temperature[0],
                          max_tokens=args.max_tokens or _BENCH_TOKENS)
     return prompts, sp
 
 
 def _bench_pairs(args) -> int:
-    from .. import bench, pairs
+    from ...bench import measure, pairs
     from ...llama import buildcheck
 
     if not args.pairs:
@@ -86,7 +87,7 @@ def _bench_pairs(args) -> int:
     model = flags.from_args(ModelParams, args)
     dp = flags.from_args(DraftParams, args)
     if args.plot:  # before the run, not after minutes of it
-        bench.require_pyplot()
+        measure.require_pyplot()
     buildcheck.require_working_build(note=lambda line: _note(f"note: {line}"))
     pairs.pairs_command(model, prompts, args.temperature, sp, dp, repeat=args.repeat, reference=args.reference,
                         json_path=args.json, plot_path=args.plot, reasoning=flags.from_args(ReasoningParams, args))
@@ -96,12 +97,12 @@ def _bench_pairs(args) -> int:
 def _bench_concurrency(args) -> int:
     import json
 
-    from .. import bench, concurrency
+    from ...bench import concurrency, inputs, measure
 
     if args.sweep is not None or args.plot or args.json_schema is not None:
         raise UserError("--concurrency runs --methods only: no --sweep, --plot or --json-schema")
     levels = args.concurrency
-    methods = bench.parse_methods(args.methods or "none,auto")
+    methods = inputs.parse_methods(args.methods or "none,auto")
     model = flags.from_args(ModelParams, args)
     model = model.replace(n_slots=max(model.n_slots, max(levels)))
     prompts, sp = _bench_inputs(args)
@@ -110,7 +111,7 @@ def _bench_concurrency(args) -> int:
     with _load(model, announce=True) as engine:
         rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp, reasoning)
     print(concurrency.format_concurrency(rows))
-    rss = bench._peak_rss_mb()
+    rss = measure._peak_rss_mb()
     print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -122,8 +123,8 @@ def _bench_concurrency(args) -> int:
 
 def _bench_against(args) -> int:
     """``--against llama.cpp DIR`` (the parser checked its first value): the comparison of
-    ``surfaces.compare`` with bench's flags, after refusing those it does not read."""
-    from ..compare import common, runner
+    ``bench.compare`` with bench's flags, after refusing those it does not read."""
+    from ...bench.compare import common, runner
     from ...llama import buildcheck
 
     given = [flag for flag, value in (("--sweep", args.sweep is not None), ("--pairs", args.pairs),

@@ -279,13 +279,13 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_analyze(args) -> int:
-    from .. import bench
+    from ...bench import inputs, measure
 
-    prompts = [p for items in bench.select_prompts(args.prompts, args.workload).values() for p in items]
+    prompts = [p for items in inputs.select_prompts(args.prompts, args.workload).values() for p in items]
     model = flags.from_args(ModelParams, args)
     sp = flags.from_args(SamplingParams, args)
     with _load(model) as engine:
-        bench.analyze_command(engine, model, prompts, args.temperature, args.k, max_tokens=sp.max_tokens,
+        measure.analyze_command(engine, model, prompts, args.temperature, args.k, max_tokens=sp.max_tokens,
                               cap=args.draft_support, seed=sp.seed, rrs_samples=args.rrs_samples, json_path=args.json)
     return 0
 

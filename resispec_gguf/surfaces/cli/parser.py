@@ -10,7 +10,7 @@ import argparse
 import os
 
 from .. import flags
-from ..compare import common as compare_common
+from ...bench.compare import common as compare_common
 from ...config import DraftParams, ModelParams, ReasoningParams, SamplingParams, ServerParams, WorkerParams
 from ...errors import UserError
 from . import bench_cmd, commands
@@ -62,7 +62,7 @@ def _output_file(text: str) -> str:
 
 def _levels(text: str) -> list[int]:
     """bench's ``--concurrency`` list (``concurrency.parse_levels``), an error naming the flag."""
-    from ..concurrency import parse_levels
+    from ...bench.concurrency import parse_levels
 
     try:
         return parse_levels(text)
@@ -71,14 +71,14 @@ def _levels(text: str) -> list[int]:
 
 
 def _checked_by(parser_name: str):
-    """An argparse type that checks its text with ``bench.<parser_name>`` and keeps the text,
+    """An argparse type that checks its text with ``bench.inputs.<parser_name>`` and keeps the text,
     so that a bad list is an error naming the flag (bench is imported only when used)."""
 
     def check(text: str) -> str:
-        from .. import bench
+        from ...bench import inputs
 
         try:
-            getattr(bench, parser_name)(text)
+            getattr(inputs, parser_name)(text)
         except UserError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
         return text

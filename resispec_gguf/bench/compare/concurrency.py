@@ -51,7 +51,7 @@ def run_concurrency(a, cfg) -> int:
     number of client threads; odd rounds reverse the order.  Medians over the rounds."""
     from ...config import DraftParams
     from ...engine import Engine
-    from .. import bench, concurrency
+    from .. import concurrency, inputs
 
     llama, levels, methods, workloads, target, draft, sp0 = (
         cfg[k] for k in ("llama", "levels", "methods", "workloads", "target", "draft", "sp0"))
@@ -61,7 +61,7 @@ def run_concurrency(a, cfg) -> int:
     slots = max(levels)
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads, n_slots=slots) as engine:
         threads = a.threads or engine.n_threads
-        prompts = bench.planned_prompts(engine, workloads, None)
+        prompts = inputs.planned_prompts(engine, workloads, None)
         sp = sp0.replace(temperature=temp)
         first = next(iter(prompts.values()))[0][0]
         for m in methods:  # warm-up, as in the single-request mode

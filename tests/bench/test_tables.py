@@ -2,7 +2,7 @@
 by depth, auto's predicted against measured step times per kind of step, and one sentence
 explaining the auto row from the measured costs."""
 
-from resispec_gguf.surfaces import bench_tables
+from resispec_gguf.bench import tables as bench_tables
 
 
 def _method(**extra) -> dict:

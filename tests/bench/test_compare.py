@@ -1,4 +1,4 @@
-"""``bench --against llama.cpp DIR`` (surfaces/compare/) without llama.cpp or a model: the pure
+"""``bench --against llama.cpp DIR`` (bench/compare/) without llama.cpp or a model: the pure
 parsers on output captured from llama.cpp's llama-speculative-simple, llama-bench and
 llama-server (build 0c1e570, the version vendored by llama-cpp-python 0.3.36), the tables,
 the flags chosen from each binary's --help (fake binaries that print it), the command line's
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from resispec_gguf.surfaces import cli
-from resispec_gguf.surfaces.compare import agent, binaries, common, concurrency, runner
+from resispec_gguf.bench.compare import agent, binaries, common, concurrency, runner
 from script_loader import load_script
 from servers import write_fake_llama_cpp
 
@@ -417,7 +417,7 @@ def test_an_agent_comparison_runs_every_system_through_the_sequence(tmp_path, ti
     from types import SimpleNamespace
 
     from resispec_gguf.config import SamplingParams
-    from resispec_gguf.surfaces import bench
+    from resispec_gguf.bench import inputs as bench
 
     exe = write_fake_llama_cpp(tmp_path / "llama-server")  # a llama-server logging the seeds it was sent to --log
     log = tmp_path / "requests.log"

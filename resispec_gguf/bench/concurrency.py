@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import DraftParams, ReasoningParams, SamplingParams
 from ..errors import UserError
-from .bench import planned_prompts, as_run
+from .inputs import as_run, planned_prompts
 
 __all__ = ["format_concurrency", "parse_levels", "run_concurrency"]
 
@@ -41,7 +41,7 @@ def parse_levels(text: str) -> list[int]:
 
 
 def _request(engine, item, sp: SamplingParams, dp: DraftParams) -> dict:
-    """Send one prompt (``(index, (tokens, plan))``, ``bench.prompt_plan``; prompt i seeded
+    """Send one prompt (``(index, (tokens, plan))``, ``inputs.prompt_plan``; prompt i seeded
     ``seed + i``) and read it to its end: its ``ttft``, ``e2e`` and ``tokens``."""
     i, (tokens, plan) = item
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def shared_clients(items: Sequence, clients: int, send) -> tuple[list, float]:
 
 
 def run_level(engine, prompts: list, clients: int, sp: SamplingParams, dp: DraftParams) -> dict:
-    """One level: ``clients`` threads sharing ``prompts`` (``(tokens, plan)``, ``bench.prompt_plan``);
+    """One level: ``clients`` threads sharing ``prompts`` (``(tokens, plan)``, ``inputs.prompt_plan``);
     its figures."""
     records, wall = shared_clients(list(enumerate(prompts)), clients, lambda item: _request(engine, item, sp, dp))
     return level_figures(records, wall, clients)

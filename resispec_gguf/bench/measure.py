@@ -25,23 +25,15 @@ import sys
 
 import numpy as np
 
-from ..config import METHODS, DraftParams, ModelParams, ReasoningParams, SamplingParams
+from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..engine import Stats
 from ..errors import UserError
 # the inputs (and the built-in workloads), importable from here as before
-from .bench_prompts import (as_run, forget, is_sequential, parse_prompts, parse_workloads,  # noqa: F401
-                            planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts,
-                            without_max_tokens)
-from .bench_tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
+from .inputs import (as_run, forget, is_sequential, parse_methods, parse_prompts, parse_workloads,  # noqa: F401
+                     planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts, without_max_tokens)
+from .tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
 from .workloads import WORKLOADS  # noqa: F401
 
-
-def parse_methods(text: str) -> list[str]:
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in names if m not in METHODS]
-    if bad:
-        raise UserError(f"unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
-    return ["none"] + [m for m in dict.fromkeys(names) if m != "none"]
 
 # --------------------------------------------------------------------------- bench
 

@@ -1,4 +1,4 @@
-"""``surfaces.bench_prompts``: prompt files with tool requests, the order a workload's items
+"""``bench.inputs``: prompt files with tool requests, the order a workload's items
 run in (a tool loop method by method), a sequence started cold, ``-n`` against
 the items' own budgets, and a plan's own constraint when bench adds none."""
 
@@ -9,7 +9,9 @@ import json
 import pytest
 
 from resispec_gguf.errors import UserError
-from resispec_gguf.surfaces import bench, bench_prompts, workloads
+from resispec_gguf.bench import inputs as bench_prompts
+from resispec_gguf.bench import measure as bench
+from resispec_gguf.bench import workloads
 
 ITEMS = workloads.WORKLOADS["agent"]
 

@@ -120,7 +120,7 @@ def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
     ``{"blocks", "server_cmds", "threads"}``; ``blocks``: ``{"temperature", "rows": {name:
     summary}, "runs": {name: [record]}}``."""
     from ...engine import Engine
-    from .. import bench
+    from .. import measure
 
     llama, methods, target, draft, sp0 = (cfg[k] for k in ("llama", "methods", "target", "draft", "sp0"))
     items = cfg["workloads"]["agent"]
@@ -133,7 +133,7 @@ def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
         for temp in a.temperature:
             runs = run_servers(rows, items, a, temp, note)
             t0 = time.perf_counter()
-            ours = bench.run_variants(engine, {"agent": items}, variants, [temp], sp0.replace(temperature=temp),
+            ours = measure.run_variants(engine, {"agent": items}, variants, [temp], sp0.replace(temperature=temp),
                                       progress=False)[0]
             note(f"ours T={temp}: {len(variants)} x {len(items)} requests in {time.perf_counter() - t0:.0f} s")
             for name, _, _ in variants:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from resispec_gguf.surfaces import bench, workloads
-from resispec_gguf.surfaces.workloads import WORKLOADS
+from resispec_gguf.bench import measure as bench
+from resispec_gguf.bench import workloads
+from resispec_gguf.bench.workloads import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,9 +65,9 @@ def test_a_text_of_several_lines_is_a_list_of_lines_each_ending_in_a_newline():
 def test_the_data_file_is_package_data():
     """Read through importlib.resources (so an installed wheel finds it too), and declared in
     pyproject.toml so that a non-editable install ships it."""
-    data = json.loads(resources.files("resispec_gguf.surfaces").joinpath("workloads.json").read_text(encoding="utf-8"))
+    data = json.loads(resources.files("resispec_gguf.bench.workloads").joinpath("workloads.json").read_text(encoding="utf-8"))
     assert [workloads._text(t) for t in data["infill_files"]] == workloads._INFILL_FILES
     assert len(data["code"]) == len(WORKLOADS["code"]) and len(data["chat"]) == len(WORKLOADS["chat"])
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "workloads.json" in pyproject["tool"]["setuptools"]["package-data"]["resispec_gguf.surfaces"]
+    assert "workloads.json" in pyproject["tool"]["setuptools"]["package-data"]["resispec_gguf.bench.workloads"]

@@ -134,19 +134,19 @@ def _setup(a, prepare=None) -> dict:
     _check_args(a)
     llama = LlamaCpp(a.llama_cpp_bin)
 
-    from .. import bench, concurrency
+    from .. import concurrency, inputs
     from ...config import SamplingParams
     from ...llama import models
 
     levels = a.concurrency
     if isinstance(levels, str):
         levels = concurrency.parse_levels(levels)
-    methods = bench.parse_methods(a.methods or ("none,auto" if levels else "none,resispec,auto"))
-    workloads = {w: ps[: a.n_prompts] for w, ps in bench.select_prompts(a.prompts, a.workload).items()}
+    methods = inputs.parse_methods(a.methods or ("none,auto" if levels else "none,resispec,auto"))
+    workloads = {w: ps[: a.n_prompts] for w, ps in inputs.select_prompts(a.prompts, a.workload).items()}
     if a.max_tokens is not None:  # for every item; else the agent items ask their own
-        workloads = bench.without_max_tokens(workloads)
+        workloads = inputs.without_max_tokens(workloads)
     a.max_tokens = a.max_tokens or DEFAULT_TOKENS
-    sequential = [w for w, items in workloads.items() if bench.is_sequential(items)]
+    sequential = [w for w, items in workloads.items() if inputs.is_sequential(items)]
     if sequential and (len(workloads) > 1 or levels):
         raise CompareError(f"--workload {sequential[0]} (a tool loop) runs alone, without --concurrency")
     if prepare is not None:

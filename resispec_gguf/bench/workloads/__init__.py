@@ -8,15 +8,15 @@
   through ``/infill`` (needs a model with fill-in-the-middle tokens).
 * ``agent`` — a coding agent's requests: chat requests with tools, each holding a source file
   of the running Python's standard library read by a tool call, an edit answered as JSON
-  with the whole file in a string (``agent_workload``); they run in sequence
-  (``bench_prompts.run_order``).  ``agent-tools``: the same, edits answered by a
+  with the whole file in a string (``agent``); they run in sequence
+  (``inputs.run_order``).  ``agent-tools``: the same, edits answered by a
   ``write_file`` call (for targets that call tools).
 
 Each item is ``{"prompt": str}``, ``{"messages": [...]}`` or ``{"infill": {"input_prefix": str,
 "input_suffix": str}}``, as in a ``--prompts`` file.  The texts live in ``workloads.json``
 beside this module (package data), the agent's files in the standard library; this module
 only shapes them into items.  Data only:
-nothing here is tuned on by the engine.
+nothing here is tuned on by the engine.  Imports only the standard library.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import random
 from importlib import resources
 
-from .agent_workload import agent_items
+from .agent import agent_items
 
 __all__ = ["WORKLOADS", "infill_items"]
 

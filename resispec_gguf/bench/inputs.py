@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 
-from ..config import ReasoningParams
+from ..config import METHODS, ReasoningParams
 from ..errors import FieldError, UserError
 from .workloads import WORKLOADS
 
-__all__ = ["parse_prompts", "parse_workloads", "select_prompts", "without_max_tokens", "prompt_tokens", "prompt_plan",
+__all__ = ["parse_methods", "parse_prompts", "parse_workloads", "select_prompts", "without_max_tokens", "prompt_tokens", "prompt_plan",
            "planned_prompts", "as_run", "is_sequential", "run_order", "forget"]
 
 _CHAT_FIELDS = ("tools", "tool_choice", "response_format")
@@ -88,6 +88,14 @@ def _check_chat(obj: dict, where: str) -> None:
         check_chat_options(**{k: obj.get(k) for k in _CHAT_FIELDS})
     except FieldError as e:
         raise UserError(f"{where}: {e}") from None
+
+
+def parse_methods(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad:
+        raise UserError(f"unknown method {bad[0]!r}; choose from {', '.join(METHODS)}")
+    return ["none"] + [m for m in dict.fromkeys(names) if m != "none"]
 
 
 def parse_workloads(text: str) -> list[str]:

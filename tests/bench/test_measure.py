@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from resispec_gguf.surfaces import bench
+from resispec_gguf.bench import measure as bench
 from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.engine import Stats
 from resispec_gguf.errors import UserError

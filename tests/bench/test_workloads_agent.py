@@ -17,8 +17,9 @@ from resispec_gguf.assist.tools import check_tool_messages
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Stats
 from resispec_gguf.errors import UserError
-from resispec_gguf.surfaces import agent_workload as aw
-from resispec_gguf.surfaces import bench, workloads
+from resispec_gguf.bench import measure as bench
+from resispec_gguf.bench import workloads
+from resispec_gguf.bench.workloads import agent as aw
 
 ITEMS = workloads.WORKLOADS["agent"]
 

@@ -6,7 +6,7 @@ from law_harness import PROMPT, slotted_pair
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.engine import Engine
 from resispec_gguf.errors import UserError
-from resispec_gguf.surfaces import concurrency
+from resispec_gguf.bench import concurrency
 
 
 def test_levels_parse_and_refuse_nonsense():

@@ -31,7 +31,7 @@ import numpy as np
 from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..errors import UserError
 from ..progress import bar as progress_bar
-from . import bench
+from . import inputs, measure
 
 # --------------------------------------------------------------------------- inputs
 
@@ -153,12 +153,12 @@ def _engines(pool, target: str, drafts: list[str]):
 
 def _interleaved(variants, prompts, temperatures, sp: SamplingParams, dp: DraftParams, repeat, bar):
     """``{temperature: {draft: summary}}``: every variant on every prompt in turn, per
-    temperature, repeat and prompt (``bench.run_variants``' order and seeds), after one
+    temperature, repeat and prompt (``measure.run_variants``' order and seeds), after one
     warm-up each; plain is each summary's baseline."""
     modes = [(d, engine, dp.replace(method="none" if d is None else "auto")) for d, engine in variants]
     first, plan = prompts[0]
     for _, engine, mode in modes:
-        engine.generate(first, sp.replace(max_tokens=8, seed=0), mode, constraint=bench.as_run(plan, None))
+        engine.generate(first, sp.replace(max_tokens=8, seed=0), mode, constraint=inputs.as_run(plan, None))
     out = {}
     for t in temperatures:
         runs: dict = {d: [] for d, _, _ in modes}
@@ -167,11 +167,11 @@ def _interleaved(variants, prompts, temperatures, sp: SamplingParams, dp: DraftP
                 seed = (sp.seed or 0) + 1000 * r + i
                 for d, engine, mode in modes:
                     res = engine.generate(pt, sp.replace(temperature=t, seed=seed), mode,
-                                          constraint=bench.as_run(plan, None))
+                                          constraint=inputs.as_run(plan, None))
                     runs[d].append(((r, i), res.stats))
                     bar.update(1)
         baseline = {key: s.tokens_per_s for key, s in runs[None]}
-        out[t] = {d: bench.summarise(runs[d], baseline) for d in runs}
+        out[t] = {d: measure.summarise(runs[d], baseline) for d in runs}
     return out
 
 
@@ -185,7 +185,7 @@ def reference_sequences(pool, reference: str, items: list[dict], max_tokens: int
     greedy = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, seed=0)
     out = []
     for item in items:
-        pt = bench.prompt_tokens(ref, item)
+        pt = inputs.prompt_tokens(ref, item)
         res = ref.generate(pt, greedy, DraftParams(method="none"))
         out.append((pt + list(res.tokens), len(pt) - 1))
         bar.update(1)
@@ -242,7 +242,7 @@ def _target_rows(pool, target: str, drafts: list[str], run: dict, bar) -> tuple[
     try:
         if variants:
             plain = variants[0][1]
-            prompts = [tp for ps in bench.planned_prompts(plain, run["workloads"], run["reasoning"]).values()
+            prompts = [tp for ps in inputs.planned_prompts(plain, run["workloads"], run["reasoning"]).values()
                        for tp in ps]
             summaries = _interleaved(variants, prompts, run["temperatures"], run["sp"], run["dp"], run["repeat"], bar)
             rss = peak_rss_mb(source)
@@ -412,7 +412,7 @@ def format_pairs(report: dict) -> str:
 def plot_pairs(report: dict, path: str) -> None:
     """Speed (tokens/s) against KL(reference || target), a point per pair and temperature,
     each temperature's Pareto front joined by a line."""
-    plt = bench.require_pyplot()
+    plt = measure.require_pyplot()
     rows = [r for r in report["pairs"] if "error" not in r and r["kl_mean"] is not None]
     names = _names(rows)
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -446,7 +446,7 @@ def pairs_command(model: ModelParams, workloads: dict, temperatures, sp: Samplin
     from ..llama.loading import ModelPool
 
     if plot_path:
-        bench.require_pyplot()
+        measure.require_pyplot()
         if reference is None:
             raise UserError("--pairs --plot draws speed against fidelity: give --reference")
     targets = parse_models(model.target)

@@ -1,7 +1,7 @@
 """bench's tables in words a person can read: per workload a row per temperature and method,
 where a request's time went, ``auto``'s predicted against measured step times per kind of
 step, and one sentence that explains the ``auto`` row from the measured costs; a legend
-under the tables labels every column once.  Pure formatting of ``bench.run_bench``'s
+under the tables labels every column once.  Pure formatting of ``measure.run_bench``'s
 results (``format_table``) and of a sweep's best settings (``format_sweep``)."""
 
 from __future__ import annotations

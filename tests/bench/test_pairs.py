@@ -19,7 +19,8 @@ from resispec_gguf.config import DraftParams, ModelParams, SamplingParams
 from resispec_gguf.errors import UserError
 from resispec_gguf.llama import backend
 from resispec_gguf.llama.loading import ModelPool
-from resispec_gguf.surfaces import cli, pairs
+from resispec_gguf.bench import pairs
+from resispec_gguf.surfaces import cli
 
 SMALL = dict(n_ctx=256, n_threads=1, flash_attn=False)
 
@@ -122,7 +123,7 @@ def test_peak_rss_sees_memory_touched_after_the_reset():
     import subprocess
     import sys
 
-    code = ("import numpy as np\nfrom resispec_gguf.surfaces import pairs\n"
+    code = ("import numpy as np\nfrom resispec_gguf.bench import pairs\n"
             "source = pairs.reset_peak_rss()\nassert source in ('VmHWM', 'ru_maxrss')\n"
             "before = pairs.peak_rss_mb(source)\nblock = np.ones(48 << 20, dtype=np.uint8)\n"
             "after = pairs.peak_rss_mb(source)\n"

@@ -1,4 +1,4 @@
-"""surfaces/compare/server_client.py (bench --against's llama-server) without llama.cpp: its
+"""bench/compare/server_client.py (bench --against's llama-server) without llama.cpp: its
 parsers on replies captured from llama.cpp's llama-server (build 0c1e570, vendored by
 llama-cpp-python 0.3.36), and the process handling (free port, /health, streamed requests,
 concurrent clients, stop) against a small fake llama-server written by the test."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from resispec_gguf.surfaces.compare import server_client as srv
+from resispec_gguf.bench.compare import server_client as srv
 
 # a non-streamed /completion reply of the real server, trimmed to the fields that matter
 REPLY = {
