@@ -4,10 +4,11 @@ items made into prompt tokens and plans, and the order the items run in.
 An item is ``{"prompt": str}``, ``{"messages": [...]}`` (a chat request, with ``tools``,
 ``tool_choice`` and ``response_format`` as the OpenAI API has them) or ``{"infill":
 {"input_prefix", "input_suffix"}}``; any of them may carry ``max_tokens`` (its reply's
-budget when the command line sets none) and ``kind``.  A workload whose items are all of
-kind ``agent`` is a tool loop: it runs in sequence per method (``run_order``).
+budget when the command line sets none) and ``kind``.  Items whose kind names a sequential
+workload (the agent's tool loop: ``workloads.is_sequential``) run in sequence per method
+(``run_order``).
 
-Only surfaces: the engine comes in as an argument.
+The engine comes in as an argument.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 
 from ..config import METHODS, ReasoningParams
 from ..errors import FieldError, UserError
-from .workloads import WORKLOADS
+from .workloads import all_items, is_sequential
 
 __all__ = ["parse_methods", "parse_prompts", "parse_workloads", "select_prompts", "without_max_tokens", "prompt_tokens", "prompt_plan",
            "planned_prompts", "as_run", "is_sequential", "run_order", "forget"]
@@ -99,12 +100,13 @@ def parse_methods(text: str) -> list[str]:
 
 
 def parse_workloads(text: str) -> list[str]:
+    known = all_items()
     names = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in names if w not in WORKLOADS]
+    bad = [w for w in names if w not in known]
     if bad or not names:
-        raise UserError(f"unknown workload {bad[0] if bad else text!r}; choose from {', '.join(WORKLOADS)}")
+        raise UserError(f"unknown workload {bad[0] if bad else text!r}; choose from {', '.join(known)}")
     names = list(dict.fromkeys(names))
-    empty = [w for w in names if not WORKLOADS[w]]
+    empty = [w for w in names if not known[w]]
     if empty:  # agent: a Python installed without its standard library's sources
         raise UserError(f"workload {empty[0]} has no items here (it reads the Python standard library's source files)")
     return names
@@ -114,7 +116,7 @@ def select_prompts(prompts_file: str | None, workload: str) -> dict[str, list[di
     """``{workload: prompts}``: the ``--prompts`` file as one workload, else the built-in sets."""
     if prompts_file:
         return {os.path.splitext(os.path.basename(prompts_file))[0] or "prompts": parse_prompts(prompts_file)}
-    return {w: WORKLOADS[w] for w in parse_workloads(workload)}
+    return {w: all_items()[w] for w in parse_workloads(workload)}
 
 
 def without_max_tokens(workloads: dict) -> dict:
@@ -157,10 +159,6 @@ def as_run(plan, constraint):
         return constraint
     return plan.constraint if constraint is None else plan.constrain(constraint)
 
-
-def is_sequential(items) -> bool:
-    """Whether a workload is a tool loop (every item of kind ``agent``), run in sequence."""
-    return bool(items) and all(item.get("kind") == "agent" for item in items)
 
 
 def run_order(n_items: int, n_variants: int, sequential: bool) -> list[tuple[int, int]]:

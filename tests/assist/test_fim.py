@@ -105,20 +105,21 @@ def test_engine_infill_tokens(fim_engine):
 
 def test_infill_workload_is_held_back_files_cut_deterministically():
     from resispec_gguf.bench import workloads
+    from resispec_gguf.bench.workloads import infill
 
     items = workloads.WORKLOADS["infill"]
-    assert len(items) == 2 * len(workloads._INFILL_FILES) == 10
-    assert workloads.infill_items(workloads._INFILL_FILES) == items  # same seed, same cuts
-    assert workloads.infill_items(workloads._INFILL_FILES, seed=1) != items
+    assert len(items) == 2 * len(infill.files()) == 10
+    assert infill.infill_items(infill.files()) == items  # same seed, same cuts
+    assert infill.infill_items(infill.files(), seed=1) != items
     for i, item in enumerate(items):
         pre, suf = item["infill"]["input_prefix"], item["infill"]["input_suffix"]
-        text = workloads._INFILL_FILES[i // 2]
+        text = infill.files()[i // 2]
         assert text.startswith(pre) and text.endswith(suf) and len(pre) + len(suf) < len(text)
         assert len(text) // 5 <= len(pre) < 4 * len(text) // 5
         middle = text[len(pre): len(text) - len(suf)]
         assert 1 <= middle.count("\n") <= 5 and (middle.endswith("\n") or not suf)
     others = repr([workloads.WORKLOADS[w] for w in ("code", "edit", "chat")])
-    assert not any(max(f.splitlines(), key=len) in others for f in workloads._INFILL_FILES)
+    assert not any(max(f.splitlines(), key=len) in others for f in infill.files())
 
 
 def test_bench_runs_infill_prompts(fim_engine, tmp_path):

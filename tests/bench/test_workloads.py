@@ -10,7 +10,7 @@ import pytest
 
 from resispec_gguf.bench import measure as bench
 from resispec_gguf.bench import workloads
-from resispec_gguf.bench.workloads import WORKLOADS
+from resispec_gguf.bench.workloads import WORKLOADS, infill, text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_the_prompts_are_the_ones_the_python_strings_held():
     assert edit.startswith("This function crashes on lines without '=' and on keys before any section. Fix both "
                            "bugs and return the corrected function.\n\ndef parse_config(lines):\n    result = {}\n")
     assert edit.endswith("        result[section][key.strip()] = value.strip()\n    return result\n")
-    assert workloads._INFILL_FILES[3].startswith("#include <stdlib.h>\n#include <string.h>\n\ntypedef struct {\n")
+    assert infill.files()[3].startswith("#include <stdlib.h>\n#include <string.h>\n\ntypedef struct {\n")
 
 
 def test_items_read_back_from_a_prompt_file_unchanged(tmp_path):
@@ -57,17 +57,42 @@ def test_edit_prompts_quote_whole_code_after_the_ask():
 
 
 def test_a_text_of_several_lines_is_a_list_of_lines_each_ending_in_a_newline():
-    assert workloads._text("one line") == "one line"
-    assert workloads._text(["a", "", "  b"]) == "a\n\n  b\n"
-    assert workloads._text([]) == ""
+    assert text.joined("one line") == "one line"
+    assert text.joined(["a", "", "  b"]) == "a\n\n  b\n"
+    assert text.joined([]) == ""
 
 
 def test_the_data_file_is_package_data():
     """Read through importlib.resources (so an installed wheel finds it too), and declared in
     pyproject.toml so that a non-editable install ships it."""
     data = json.loads(resources.files("resispec_gguf.bench.workloads").joinpath("workloads.json").read_text(encoding="utf-8"))
-    assert [workloads._text(t) for t in data["infill_files"]] == workloads._INFILL_FILES
+    assert [text.joined(t) for t in data["infill_files"]] == infill.files()
     assert len(data["code"]) == len(WORKLOADS["code"]) and len(data["chat"]) == len(WORKLOADS["chat"])
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "workloads.json" in pyproject["tool"]["setuptools"]["package-data"]["resispec_gguf.bench.workloads"]
+
+
+def test_each_workload_is_a_registration_that_says_whether_it_runs_in_sequence():
+    assert workloads.names() == list(WORKLOADS)
+    assert [n for n in workloads.names() if workloads.lookup(n).sequential] == ["agent", "agent-tools"]
+    assert workloads.lookup("no-such-workload") is None
+    assert workloads.is_sequential(WORKLOADS["agent-tools"]) and not workloads.is_sequential(WORKLOADS["code"])
+    assert not workloads.is_sequential([]) and not workloads.is_sequential([{"kind": "other", "prompt": "a"}])
+    with pytest.raises(ValueError, match="registered already"):
+        workloads.register(workloads.Workload("code", list))
+
+
+def test_a_new_workload_is_one_registration(monkeypatch):
+    """Registered, it is listed, selected by name and, sequential, its items run in sequence."""
+    from resispec_gguf.bench import inputs
+    from resispec_gguf.bench.workloads import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    monkeypatch.setattr(registry, "_ITEMS", dict(registry.all_items()))
+    loop = [{"kind": "loop", "prompt": "a"}, {"kind": "loop", "prompt": "b"}]
+    workloads.register(workloads.Workload("loop", lambda: loop, sequential=True))
+    assert inputs.select_prompts(None, "code,loop")["loop"] == loop and workloads.WORKLOADS["loop"] == loop
+    assert inputs.is_sequential(loop) and not inputs.is_sequential(loop + WORKLOADS["chat"])
+    with pytest.raises(Exception, match="choose from code, edit, chat, infill, agent, agent-tools, loop"):
+        inputs.parse_workloads("nope")

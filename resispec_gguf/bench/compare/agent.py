@@ -114,6 +114,12 @@ def run_servers(rows, items, a, temp, note) -> dict[str, list]:
     return out
 
 
+def sequence(cfg) -> tuple[str, list[dict]]:
+    """``(name, items)`` of the sequential workload this mode runs: the only one, as ``runner``
+    lets a sequential workload (``workloads.Workload.sequential``) run alone."""
+    return next(iter(cfg["workloads"].items()))
+
+
 def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
     """The comparison (module docstring): llama-server's rows, then our methods, per
     temperature.  ``method_params(method, a)``: our ``DraftParams`` for a method.  Returns
@@ -123,7 +129,7 @@ def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
     from .. import measure
 
     llama, methods, target, draft, sp0 = (cfg[k] for k in ("llama", "methods", "target", "draft", "sp0"))
-    items = cfg["workloads"]["agent"]
+    workload, items = sequence(cfg)
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads) as engine:
         threads = a.threads or engine.n_threads
         rows = server_rows(llama, target, draft, ctx=a.ctx, threads=threads, draft_max=(a.draft_max or [None])[0],
@@ -133,8 +139,8 @@ def run_agent(a, cfg, method_params=_method_params, note=_note) -> dict:
         for temp in a.temperature:
             runs = run_servers(rows, items, a, temp, note)
             t0 = time.perf_counter()
-            ours = measure.run_variants(engine, {"agent": items}, variants, [temp], sp0.replace(temperature=temp),
-                                      progress=False)[0]
+            ours = measure.run_variants(engine, {workload: items}, variants, [temp], sp0.replace(temperature=temp),
+                                        progress=False)[0]
             note(f"ours T={temp}: {len(variants)} x {len(items)} requests in {time.perf_counter() - t0:.0f} s")
             for name, _, _ in variants:
                 runs[name] = [ours_record(s) for _, s in ours["runs"][name]]
@@ -149,7 +155,7 @@ def run_mode(a, cfg) -> int:
     out = run_agent(a, cfg)
     llama = cfg["llama"]
     print(format_agent_table(out["blocks"]))
-    print(f"llama.cpp {llama.version}; threads {out['threads']}; {len(cfg['workloads']['agent'])} agent requests in "
+    print(f"llama.cpp {llama.version}; threads {out['threads']}; {len(sequence(cfg)[1])} agent requests in "
           f"sequence per system (a fresh llama-server per row, ours started cold per method); top-k {a.top_k} "
           f"top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
     print("seconds are totals over the sequence; prompt s: prompt processing (ours: tgt s target, dft s draft); "

@@ -164,7 +164,7 @@ def _setup(a, prepare=None) -> dict:
         raise CompareError(str(e)) from None
     note(f"llama.cpp {llama.version} from {Path(a.llama_cpp_bin).expanduser().resolve()}")
     return dict(llama=llama, levels=levels, methods=methods, workloads=workloads, target=target, draft=draft,
-                sp0=sp0, agent=bool(sequential))
+                sp0=sp0, sequential=bool(sequential))
 
 
 def run(a: Options, prepare=None) -> int:
@@ -176,7 +176,7 @@ def run(a: Options, prepare=None) -> int:
         cfg = _setup(a, prepare)
         if cfg["levels"]:
             return concurrency.run_concurrency(a, cfg)
-        if cfg["agent"]:
+        if cfg["sequential"]:
             return agent.run_mode(a, cfg)
         return run_single(a, cfg)
 

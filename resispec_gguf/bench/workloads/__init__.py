@@ -14,60 +14,36 @@
 
 Each item is ``{"prompt": str}``, ``{"messages": [...]}`` or ``{"infill": {"input_prefix": str,
 "input_suffix": str}}``, as in a ``--prompts`` file.  The texts live in ``workloads.json``
-beside this module (package data), the agent's files in the standard library; this module
-only shapes them into items.  Data only:
-nothing here is tuned on by the engine.  Imports only the standard library.
+beside these modules (package data: ``text``, ``infill``), the agent's files in the standard
+library (``agent``); the modules only shape them into items.  ``registry`` holds what each
+workload is (its items, whether it runs in sequence); the registrations are below, one per
+workload.  ``WORKLOADS`` (``{name: items}``) is built when first read.
+
+A new workload: a module here with a function that returns its items, and one ``register``
+line below (``sequential=True`` if its items build on one another's history).
+
+Data only: nothing here is tuned on by the engine.  The modules import only the standard
+library and one another.
 """
 
 from __future__ import annotations
 
-import json
-import random
-from importlib import resources
+import functools
 
-from .agent import agent_items
+from . import agent, infill, text
+from .registry import Workload, all_items, is_sequential, lookup, names, register
 
-__all__ = ["WORKLOADS", "infill_items"]
+__all__ = ["WORKLOADS", "Workload", "all_items", "is_sequential", "lookup", "names", "register"]
 
-
-def _text(value) -> str:
-    """A text of the data file: a string, or a list of lines each ending in a newline."""
-    return value if isinstance(value, str) else "".join(line + "\n" for line in value)
-
-
-_DATA = json.loads(resources.files(__package__).joinpath("workloads.json").read_text(encoding="utf-8"))
-_QUOTED = {name: _text(lines) for name, lines in _DATA["quoted"].items()}
-
-# held back: the infill set's files appear nowhere else
-_INFILL_FILES = [_text(lines) for lines in _DATA["infill_files"]]
+register(Workload("code", text.code_items))
+register(Workload("edit", text.edit_items))
+register(Workload("chat", text.chat_items))
+register(Workload("infill", infill.items))
+register(Workload("agent", agent.agent_items, sequential=True))
+register(Workload("agent-tools", functools.partial(agent.agent_items, tool_calls=True), sequential=True))
 
 
-def infill_items(files, cuts: int = 2, seed: int = 0) -> list[dict]:
-    """Each file cut ``cuts`` times: the cursor at a random character between a fifth and four
-    fifths of the file, the held-back middle running from it to the end of a line one to five
-    lines further.  Deterministic in ``seed``."""
-    rng = random.Random(seed)
-    items = []
-    for text in files:
-        for _ in range(cuts):
-            start = rng.randrange(len(text) // 5, 4 * len(text) // 5)
-            end = start
-            for _ in range(rng.randint(1, 5)):
-                nl = text.find("\n", end)
-                end = len(text) if nl < 0 else nl + 1
-            items.append({"infill": {"input_prefix": text[:start], "input_suffix": text[end:]}})
-    return items
-
-
-def _user(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
-
-
-WORKLOADS: dict[str, list[dict]] = {
-    "code": [{"prompt": _text(lines)} for lines in _DATA["code"]],
-    "edit": [_user(item["ask"] + "\n\n" + _QUOTED[item["quote"]]) for item in _DATA["edit"]],
-    "chat": [_user(text) for text in _DATA["chat"]],
-    "infill": infill_items(_INFILL_FILES),
-    "agent": agent_items(),
-    "agent-tools": agent_items(tool_calls=True),
-}
+def __getattr__(name: str):
+    if name == "WORKLOADS":  # {name: items}, built on first use (``registry.all_items``)
+        return all_items()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
