@@ -7,22 +7,24 @@ same work; the engine's slots step the running requests together.  Per method (p
 level's wall time), the mean per-request tokens/s, and the time to first token and the
 end-to-end time of the requests (p50, p95).
 
-Only a surface: it calls the engine and prints a table.
+It calls the engine, prints a table and writes the JSON report (``report``).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Sequence
 
 import numpy as np
 
-from ..config import DraftParams, ReasoningParams, SamplingParams
+from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..errors import UserError
 from .inputs import as_run, planned_prompts
+from .report import peak_rss_mb, write_report
 
-__all__ = ["format_concurrency", "parse_levels", "run_concurrency"]
+__all__ = ["format_concurrency", "parse_levels", "report_concurrency", "run_concurrency"]
 
 # the most clients a level may have (each needs a slot: config.MAX_SLOTS)
 MAX_LEVEL = 32
@@ -138,3 +140,13 @@ def format_concurrency(rows: list[dict]) -> str:
                      f"{r['per_request_tokens_per_s']:>9.2f} {r['ttft_p50']:>8.2f}s {r['ttft_p95']:>8.2f}s "
                      f"{r['e2e_p50']:>7.2f}s {r['e2e_p95']:>7.2f}s")
     return "\n".join(lines)
+
+
+def report_concurrency(rows: list[dict], levels: list[int], model: ModelParams, json_path: str | None = None) -> dict:
+    """Print the table and the peak memory; write the JSON report (the levels, the engine's
+    slots and context, the rows) when ``json_path`` is given; returns the report."""
+    print(format_concurrency(rows))
+    rss = peak_rss_mb()
+    print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
+    report = {"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "peak_rss_mb": rss, "rows": rows}
+    return write_report(report, json_path)

@@ -6,20 +6,19 @@ engine's memory of past answers emptied, its prompt caches dropped: no method fi
 prompt, or another method's answer to it, left by the run before); a tool loop (the
 ``agent`` workload) runs method by method instead, each method's sequence started cold, so
 that every method sees the same history.  Beside the decode speed it reports the
-end-to-end speed and where a request's time went (its tables, in words: ``bench_tables``).  ``analyze`` samples answers with
+end-to-end speed and where a request's time went (its tables, in words: ``tables``).  ``analyze`` samples answers with
 the target, records p and q at every position and prints the *exact* expected first-level
 acceptance per method and K (the residual drift of ``docs/verification.md``, "The methods"),
 with the optimum alpha*.
 
-Only surfaces: they call the engine and the verify module, print tables, write JSON.
+They call the engine and the verify module, print tables (``tables``) and write the JSON report
+(``report``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import resource
 import statistics
 import sys
 
@@ -32,15 +31,12 @@ from ..errors import UserError
 from .inputs import (as_run, forget, is_sequential, parse_methods, parse_prompts, parse_workloads,  # noqa: F401
                      planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts, without_max_tokens)
 from .tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
+from .report import peak_rss_mb, require_pyplot, write_report  # noqa: F401  (require_pyplot: re-exported)
 from .workloads import WORKLOADS  # noqa: F401
 
 
 # --------------------------------------------------------------------------- bench
 
-
-def _peak_rss_mb() -> float:
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
 
 
 def summarise(runs: list, baseline: dict, e2e_baseline: dict | None = None) -> dict:
@@ -354,9 +350,24 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
     ceiling = copy_ceiling_line(engine)
     if ceiling:
         print(ceiling)
-    print(f"peak RSS {_peak_rss_mb():.0f} MB", file=sys.stderr)
+    print(f"peak RSS {peak_rss_mb():.0f} MB", file=sys.stderr)
+    report = bench_report(engine, model, workloads, methods, temperatures, sp, dp, results, repeat=repeat,
+                          json_schema=json_schema, reasoning=reasoning)
+    if sweep is not None:
+        report["config"]["sweep"] = sweep
+        report["config"]["settings"] = {name: _draft_fields(d) for name, d in params.items()}
+        for block in results:
+            block["best"]["command"] = reproduce_command(model, sp, params[block["best"]["setting"]],
+                                                         block["temperature"])
+    return write_report(report, json_path, plot_path, lambda path: plot(results, path))
+
+
+def bench_report(engine, model: ModelParams, workloads: dict, methods, temperatures, sp: SamplingParams,
+                 dp: DraftParams, results, *, repeat: int, json_schema, reasoning: ReasoningParams | None) -> dict:
+    """``bench``'s JSON report: the settings it ran with, the machine, the models' files, the
+    peak memory and the ``results``; ``methods``: the first block's summaries."""
     info = engine.info()
-    report = {
+    return {
         "config": {
             "target": model.target, "draft": model.draft, "methods": list(methods), "temperatures": list(temperatures),
             "max_tokens": sp.max_tokens, "seed": sp.seed, "repeat": repeat, "prompts": workloads,
@@ -369,35 +380,11 @@ def bench_command(engine, model: ModelParams, workloads: dict, methods, temperat
         "machine": machine_info(engine),
         "copy_ceiling": _copy_ceiling(engine),
         "models": {role: model_info(m["path"]) if m else None for role, m in info.items()},
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "results": results,
         "methods": results[0]["methods"],
     }
-    if sweep is not None:
-        report["config"]["sweep"] = sweep
-        report["config"]["settings"] = {name: _draft_fields(d) for name, d in params.items()}
-        for block in results:
-            block["best"]["command"] = reproduce_command(model, sp, params[block["best"]["setting"]],
-                                                         block["temperature"])
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-    if plot_path:
-        plot(results, plot_path)
-    return report
 
-
-def require_pyplot():
-    """matplotlib's pyplot drawing to files only, or a ``UserError`` naming the extra that
-    brings it: called before a benchmark that is to be plotted, not after it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install -e '.[plot]'") from None
-    return plt
 
 
 def plot(results, path: str) -> None:
@@ -522,7 +509,4 @@ def analyze_command(engine, model: ModelParams, prompts, temperatures, ks, *, ma
         "machine": machine_info(engine),
         "results": results,
     }
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-    return report
+    return write_report(report, json_path)

@@ -15,15 +15,13 @@ each prompt (teacher-forced: the same tokens for every target, so targets compar
 often the two models' most likely tokens agree.  ``pareto_front`` marks the rows that no
 other row beats on both speed and KL.
 
-Only a surface: it calls the engine, prints a table, writes JSON and the plot; the
+It calls the engine, prints a table, writes JSON and the plot (``report``); the
 computations (``fidelity``, ``fidelity_summary``, ``pareto_front``) are pure functions.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import resource
 import sys
 
 import numpy as np
@@ -32,6 +30,8 @@ from ..config import DraftParams, ModelParams, ReasoningParams, SamplingParams
 from ..errors import UserError
 from ..progress import bar as progress_bar
 from . import inputs, measure
+from .report import peak_rss_mb as process_peak_rss_mb
+from .report import require_pyplot, write_report
 
 # --------------------------------------------------------------------------- inputs
 
@@ -126,8 +126,7 @@ def peak_rss_mb(source: str) -> float:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+    return process_peak_rss_mb()
 
 
 # --------------------------------------------------------------------------- runs
@@ -412,7 +411,7 @@ def format_pairs(report: dict) -> str:
 def plot_pairs(report: dict, path: str) -> None:
     """Speed (tokens/s) against KL(reference || target), a point per pair and temperature,
     each temperature's Pareto front joined by a line."""
-    plt = measure.require_pyplot()
+    plt = require_pyplot()
     rows = [r for r in report["pairs"] if "error" not in r and r["kl_mean"] is not None]
     names = _names(rows)
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -446,7 +445,7 @@ def pairs_command(model: ModelParams, workloads: dict, temperatures, sp: Samplin
     from ..llama.loading import ModelPool
 
     if plot_path:
-        measure.require_pyplot()
+        require_pyplot()
         if reference is None:
             raise UserError("--pairs --plot draws speed against fidelity: give --reference")
     targets = parse_models(model.target)
@@ -461,9 +460,4 @@ def pairs_command(model: ModelParams, workloads: dict, temperatures, sp: Samplin
         pool.close()
     print(format_pairs(report))
     print(f"RSS: {'VmHWM per target' if report['rss'] == 'VmHWM' else 'ru_maxrss (process peak)'}", file=sys.stderr)
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-    if plot_path:
-        plot_pairs(report, plot_path)
-    return report
+    return write_report(report, json_path, plot_path, lambda path: plot_pairs(report, path))

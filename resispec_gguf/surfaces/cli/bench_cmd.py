@@ -5,8 +5,6 @@ the command line's modules import this one."""
 
 from __future__ import annotations
 
-import sys
-
 from .. import flags
 from ... import config
 from ...bench.workloads import agent as agent_workload
@@ -29,7 +27,7 @@ _AGAINST_MODEL = ("target", "draft", "n_ctx", "n_threads")
 
 
 def _cmd_bench(args) -> int:
-    from ...bench import inputs, measure
+    from ...bench import inputs, measure, report
 
     if args.against is not None:
         return _bench_against(args)
@@ -48,7 +46,7 @@ def _cmd_bench(args) -> int:
     dp = flags.from_args(DraftParams, args)
     schema = _constraint_args(args).get("json_schema")
     if args.plot:  # before the run, not after minutes of it
-        measure.require_pyplot()
+        report.require_pyplot()
     reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
         measure.bench_command(engine, model, prompts, methods, args.temperature, sp, dp, repeat=args.repeat,
@@ -73,7 +71,7 @@ def _bench_inputs(args):
 
 
 def _bench_pairs(args) -> int:
-    from ...bench import measure, pairs
+    from ...bench import pairs, report
     from ...llama import buildcheck
 
     if not args.pairs:
@@ -87,7 +85,7 @@ def _bench_pairs(args) -> int:
     model = flags.from_args(ModelParams, args)
     dp = flags.from_args(DraftParams, args)
     if args.plot:  # before the run, not after minutes of it
-        measure.require_pyplot()
+        report.require_pyplot()
     buildcheck.require_working_build(note=lambda line: _note(f"note: {line}"))
     pairs.pairs_command(model, prompts, args.temperature, sp, dp, repeat=args.repeat, reference=args.reference,
                         json_path=args.json, plot_path=args.plot, reasoning=flags.from_args(ReasoningParams, args))
@@ -95,9 +93,7 @@ def _bench_pairs(args) -> int:
 
 
 def _bench_concurrency(args) -> int:
-    import json
-
-    from ...bench import concurrency, inputs, measure
+    from ...bench import concurrency, inputs
 
     if args.sweep is not None or args.plot or args.json_schema is not None:
         raise UserError("--concurrency runs --methods only: no --sweep, --plot or --json-schema")
@@ -110,15 +106,8 @@ def _bench_concurrency(args) -> int:
     reasoning = flags.from_args(ReasoningParams, args)
     with _load(model, announce=True) as engine:
         rows = concurrency.run_concurrency(engine, prompts, levels, methods, sp, dp, reasoning)
-    print(concurrency.format_concurrency(rows))
-    rss = measure._peak_rss_mb()
-    print(f"peak RSS {rss:.0f} MB", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"levels": levels, "n_slots": model.n_slots, "n_ctx": model.n_ctx, "peak_rss_mb": rss,
-                       "rows": rows}, f, indent=2)
+    concurrency.report_concurrency(rows, levels, model, json_path=args.json)
     return 0
-
 
 
 def _bench_against(args) -> int:
