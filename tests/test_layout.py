@@ -1,6 +1,7 @@
 """The package's layering, read from its source: each sub-package imports only the layers
-below it, imports form no cycle, one package imports llama_cpp, surfaces use the engine's
-public API only, every module has a test file, and the docs stand alone."""
+below it, imports form no cycle, one package imports llama_cpp, surfaces and benchmarks use
+the engine's public API only, only surfaces import the benchmarks, every module has a test
+file, and the docs stand alone."""
 
 import ast
 import re
@@ -25,6 +26,9 @@ ALLOWED = {
     "decoding": BASE | {"resispec_gguf.kernels"},
     "assist": BASE | {"resispec_gguf.kernels", "resispec_gguf.decoding.protocol"},
     "llama": BASE | {"resispec_gguf.kernels", "resispec_gguf.decoding"},
+    # the benchmarks: a layer above the engine, beside the surfaces (which import it); never a surface
+    "bench": BASE | {"resispec_gguf.engine", "resispec_gguf.assist", "resispec_gguf.kernels", "resispec_gguf.decoding",
+                     "resispec_gguf.llama.loading", "resispec_gguf.llama.models", "resispec_gguf.llama.presets"},
 }
 
 
@@ -141,9 +145,19 @@ def test_only_the_backend_imports_llama_cpp():
     assert users and all(_layer(n) == "llama" for n in users), users
 
 
+def test_only_surfaces_import_the_benchmarks():
+    """``bench`` sits above the engine: the surfaces (the command line, ``display``) import it,
+    nothing below them does, and it imports no surface (``ALLOWED``)."""
+    importers = sorted(n for n, deps in GRAPH.items()
+                       if _layer(n) != "bench" and any(d.startswith("resispec_gguf.bench") for d in deps))
+    assert importers and all(_layer(n) == "surfaces" for n in importers), importers
+    assert not any(d.startswith("resispec_gguf.surfaces") for n, deps in GRAPH.items() if _layer(n) == "bench"
+                   for d in deps)
+
+
 def test_surfaces_never_touch_the_models_behind_the_engine():
     for name, path in MODULES.items():
-        if _layer(name) != "surfaces":
+        if _layer(name) not in ("surfaces", "bench"):
             continue
         hits = re.findall(r"\bengine\.(?:target|draft)\b", path.read_text(encoding="utf-8"))
         assert hits == [], (name, hits)
@@ -164,7 +178,8 @@ def test_docs_stand_alone():
 
 def test_every_module_has_a_test_file_where_its_package_is():
     """``resispec_gguf/PKG/MOD.py`` is tested in ``tests/PKG/test_MOD*.py`` (a module of a
-    sub-package such as ``surfaces/server/app.py`` by ``tests/surfaces/test_server*.py``);
+    sub-package such as ``surfaces/server/app.py`` by ``tests/surfaces/test_server*.py``,
+    ``bench/workloads/agent.py`` by ``tests/bench/test_workloads*.py``);
     a top-level module in ``tests/test_MOD*.py``."""
     tests = ROOT / "tests"
     missing = []

@@ -76,8 +76,10 @@ output), ``server_client`` (a ``llama-server`` process and its requests), ``runn
 one-request-at-a-time mode, its table, and ``run``, which picks the mode), ``concurrency``
 (``--concurrency``) and ``agent`` (``--workload agent``).  They import the standard library,
 the settings (``config``, ``errors``), ``llama.models`` (to resolve the model specs into the
-files llama.cpp opens), the ``Engine``'s public API and the ``bench`` and ``concurrency``
-surfaces, whose prompts and client threads they reuse; the heavy ones only inside the
+files llama.cpp opens), the ``Engine``'s public API and the benchmark modules ``inputs``,
+``measure`` and ``concurrency``, whose prompts, runs and client threads they reuse (a
+sequential workload, ``workloads.Workload.sequential``, runs in the agent mode, alone);
+the heavy ones only inside the
 functions that run, so that ``common`` stays cheap for the command line's parser.  Only the
 command line imports this package.
 """

@@ -66,12 +66,7 @@ def run_concurrency(a, cfg) -> int:
         first = next(iter(prompts.values()))[0][0]
         for m in methods:  # warm-up, as in the single-request mode
             engine.generate(first, sp.replace(max_tokens=8), DraftParams(method=m))
-        cmds = {f"llama.cpp server -np {slots}": llama.server_cmd(target, parallel=slots, ctx=a.ctx, threads=threads)}
-        for dm in a.draft_max or [None]:
-            n_max = dm if dm is not None else llama.server_draft_max_default
-            cmds[f"llama.cpp server -np {slots} +draft n_max={n_max if n_max is not None else '?'}"] = llama.server_cmd(
-                target, draft=draft, draft_max=dm, parallel=slots, ctx=a.ctx, threads=threads,
-                backend_sampling=a.llama_backend_sampling)
+        cmds = server_cmds(a, llama, target, draft, slots, threads)
         rows = []
         with contextlib.ExitStack() as stack:
             servers = {name: stack.enter_context(srv.LlamaServer(cmd, request_timeout=a.timeout))
@@ -95,7 +90,26 @@ def run_concurrency(a, cfg) -> int:
                         for name, level in systems[::-1] if rnd % 2 else systems:
                             rows.append({"workload": workload, "system": name, "round": rnd, **level(c)})
                             _note_level(rows[-1])
+    _report(a, cfg, rows, cmds, prompts, threads, temp)
+    return 0
 
+
+def server_cmds(a, llama, target, draft, slots: int, threads: int) -> dict[str, list]:
+    """``{row name: command}``: llama-server ``-np slots`` without its draft, then with it per
+    ``--draft-max``."""
+    cmds = {f"llama.cpp server -np {slots}": llama.server_cmd(target, parallel=slots, ctx=a.ctx, threads=threads)}
+    for dm in a.draft_max or [None]:
+        n_max = dm if dm is not None else llama.server_draft_max_default
+        cmds[f"llama.cpp server -np {slots} +draft n_max={n_max if n_max is not None else '?'}"] = llama.server_cmd(
+            target, draft=draft, draft_max=dm, parallel=slots, ctx=a.ctx, threads=threads,
+            backend_sampling=a.llama_backend_sampling)
+    return cmds
+
+
+def _report(a, cfg, rows: list[dict], cmds: dict, prompts: dict, threads: int, temp: float) -> None:
+    """The table of medians and its notes; the ``--json`` report with every round's rows."""
+    llama, levels = cfg["llama"], cfg["levels"]
+    slots = max(levels)
     print(format_concurrency_table(median_rows(rows)))
     print(f"llama.cpp {llama.version}; threads {threads}; slots {slots} (llama-server -np {slots}, unified KV); "
           f"prompts per workload: {', '.join(f'{w} {len(p)}' for w, p in prompts.items())}; max tokens "
@@ -106,7 +120,6 @@ def run_concurrency(a, cfg) -> int:
     if a.json:
         write_json(a, cfg, threads, {"llama_cpp": {"version": llama.version, "server_cmds": cmds}, "levels": levels,
                                       "rows": rows})
-    return 0
 
 
 def _note_level(r: dict) -> None:

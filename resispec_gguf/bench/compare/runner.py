@@ -200,73 +200,94 @@ def _stop_on_sigterm(signum, _frame):
 def run_single(a, cfg) -> int:
     """One request at a time: per temperature and prompt, llama.cpp's speculative-simple,
     llama-bench tg (depth 0 and the prompt's depth), llama-server, then our methods."""
-    from ...config import DraftParams
     from ...engine import Engine
 
-    llama, methods, workloads, target, draft, sp0 = (cfg[k] for k in ("llama", "methods", "workloads", "target",
-                                                                      "draft", "sp0"))
+    target, draft = cfg["target"], cfg["draft"]
     with Engine.load(str(target), str(draft), n_ctx=a.ctx, n_threads=a.threads) as engine:
-        threads = a.threads or engine.n_threads
-        texts = {w: [engine.render_chat(p["messages"]) if "messages" in p else p["prompt"] for p in ps]
-                 for w, ps in workloads.items()}
-        toks = {w: [engine.text_tokens(t) for t in ts] for w, ts in texts.items()}
-        first_text, first_toks = next(iter(texts.values()))[0], next(iter(toks.values()))[0]
-        # warm-up: Numba kernels, auto's cost curves, page cache for llama.cpp's mmap
-        for m in methods:
-            engine.generate(first_toks, sp0.replace(max_tokens=8), DraftParams(method=m))
-        spec_common = dict(top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, threads=threads, ctx=a.ctx,
-                           backend_sampling=a.llama_backend_sampling)
-        spec_names = {}
-        for dm in [] if a.no_spec_simple else a.draft_max or [None]:
-            w = llama.run_spec(llama.spec_cmd(target, draft, first_text, n=8, temp=a.temperature[0], seed=a.seed,
-                                              draft_max=dm, **spec_common), a.timeout)
-            spec_names[dm] = f"llama.cpp spec-simple n_max={w.get('n_draft', dm if dm is not None else '?')}"
-        server_cmd = llama.server_cmd(target, parallel=1, ctx=a.ctx, threads=threads)
+        run = _single_setup(a, cfg, engine)
         results, records = [], []
-        total = len(a.temperature) * sum(len(t) for t in texts.values())
+        total = len(a.temperature) * sum(len(t) for t in run["texts"].values())
         done = 0
-        with srv.LlamaServer(server_cmd, request_timeout=a.timeout) as server:
-            server.complete(server_body(a, first_toks, temp=a.temperature[0], seed=a.seed) | {"n_predict": 8})
-            for workload in texts:
+        with srv.LlamaServer(run["server_cmd"], request_timeout=a.timeout) as server:
+            server.complete(server_body(a, run["first_toks"], temp=a.temperature[0], seed=a.seed) | {"n_predict": 8})
+            for workload in run["texts"]:
                 for temp in a.temperature:
-                    per: dict[str, list] = {**{f"ours {m}": [] for m in methods}, **{n: [] for n in spec_names.values()},
+                    per: dict[str, list] = {**{f"ours {m}": [] for m in cfg["methods"]},
+                                            **{n: [] for n in run["spec_names"].values()},
                                             BENCH_D0: [], BENCH_AT: [], SERVER_ROW: []}
-                    for i, (text, pt) in enumerate(zip(texts[workload], toks[workload])):
-                        seed = a.seed + i
+                    for i, (text, pt) in enumerate(zip(run["texts"][workload], run["toks"][workload])):
                         t0 = time.perf_counter()
-                        # llama.cpp first, then ours, per prompt: the same load conditions for all
-                        for dm, name in spec_names.items():
-                            cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed,
-                                                 draft_max=dm, **spec_common)
-                            s = llama.run_spec(cmd, a.timeout)
-                            per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
-                                              "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
-                        tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps,
-                                                             depths=(0, len(pt))), a.timeout)
-                        n_bench = a.max_tokens * a.bench_reps
-                        per[BENCH_D0].append({"tokens_per_s": tg.get(0), "tokens": n_bench, "depth": 0})
-                        per[BENCH_AT].append({"tokens_per_s": tg.get(len(pt)), "tokens": n_bench, "depth": len(pt)})
-                        r = server.complete(server_body(a, pt, temp=temp, seed=seed))
-                        if r["prompt_tokens"] != len(pt):  # e.g. a BOS added: then the depths differ
-                            note(f"note: llama-server decoded after {r['prompt_tokens']} prompt tokens, ours {len(pt)}")
-                        per[SERVER_ROW].append(r)
-                        for m in methods:
-                            res = engine.generate(pt, sp0.replace(temperature=temp, seed=seed), method_params(m, a))
-                            per[f"ours {m}"].append(_ours_record(res.stats))
+                        _single_prompt(a, cfg, run, engine, server, per, text, pt, temp, a.seed + i)
                         done += 1
                         note(f"[{done}/{total}] {workload} T={temp} prompt {i} ({len(pt)} tokens): "
-                              + ", ".join(f"{k} {fmt(v[-1]['tokens_per_s'], '.2f')}" for k, v in per.items())
-                              + f" tok/s ({time.perf_counter() - t0:.0f} s{load_note()})")
+                             + ", ".join(f"{k} {fmt(v[-1]['tokens_per_s'], '.2f')}" for k, v in per.items())
+                             + f" tok/s ({time.perf_counter() - t0:.0f} s{load_note()})")
                     base = {name: [r["tokens_per_s"] for r in per[row]]
                             for name, row in (("none", "ours none"), ("bench", BENCH_AT), ("server", SERVER_ROW))}
                     rows = {name: summarise(rs, base) for name, rs in per.items()}
                     results.append({"workload": workload, "temperature": temp, "rows": rows})
                     records.append({"workload": workload, "temperature": temp, "runs": per})
+    _single_report(a, cfg, run, results, records)
+    return 0
 
+
+def _single_setup(a, cfg, engine) -> dict:
+    """What every prompt of ``run_single`` shares: the prompts as text and as our tokens, the
+    threads, speculative-simple's settings and row names (one per ``--draft-max``, its warm-up
+    run), llama-server's command; our methods warmed up first."""
+    from ...config import DraftParams
+
+    llama, target, draft = cfg["llama"], cfg["target"], cfg["draft"]
+    threads = a.threads or engine.n_threads
+    texts = {w: [engine.render_chat(p["messages"]) if "messages" in p else p["prompt"] for p in ps]
+             for w, ps in cfg["workloads"].items()}
+    toks = {w: [engine.text_tokens(t) for t in ts] for w, ts in texts.items()}
+    first_text, first_toks = next(iter(texts.values()))[0], next(iter(toks.values()))[0]
+    # warm-up: Numba kernels, auto's cost curves, page cache for llama.cpp's mmap
+    for m in cfg["methods"]:
+        engine.generate(first_toks, cfg["sp0"].replace(max_tokens=8), DraftParams(method=m))
+    spec_common = dict(top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, threads=threads, ctx=a.ctx,
+                       backend_sampling=a.llama_backend_sampling)
+    spec_names = {}
+    for dm in [] if a.no_spec_simple else a.draft_max or [None]:
+        w = llama.run_spec(llama.spec_cmd(target, draft, first_text, n=8, temp=a.temperature[0], seed=a.seed,
+                                          draft_max=dm, **spec_common), a.timeout)
+        spec_names[dm] = f"llama.cpp spec-simple n_max={w.get('n_draft', dm if dm is not None else '?')}"
+    return {"threads": threads, "texts": texts, "toks": toks, "first_toks": first_toks, "spec_common": spec_common,
+            "spec_names": spec_names, "server_cmd": llama.server_cmd(target, parallel=1, ctx=a.ctx, threads=threads)}
+
+
+def _single_prompt(a, cfg, run, engine, server, per: dict, text: str, pt: list, temp: float, seed: int) -> None:
+    """One prompt on every system, llama.cpp first, then ours (the same load conditions for
+    all): each system's record appended to its row of ``per``."""
+    llama, target, draft = cfg["llama"], cfg["target"], cfg["draft"]
+    for dm, name in run["spec_names"].items():
+        cmd = llama.spec_cmd(target, draft, text, n=a.max_tokens, temp=temp, seed=seed, draft_max=dm,
+                             **run["spec_common"])
+        s = llama.run_spec(cmd, a.timeout)
+        per[name].append({"tokens_per_s": s["tokens_per_s"], "tokens": s["decoded_tokens"],
+                          "accepted": s.get("n_accept"), "drafted": s.get("n_drafted"), "raw": s})
+    tg = llama.run_bench(llama.bench_cmd(target, n=a.max_tokens, threads=run["threads"], reps=a.bench_reps,
+                                         depths=(0, len(pt))), a.timeout)
+    n_bench = a.max_tokens * a.bench_reps
+    per[BENCH_D0].append({"tokens_per_s": tg.get(0), "tokens": n_bench, "depth": 0})
+    per[BENCH_AT].append({"tokens_per_s": tg.get(len(pt)), "tokens": n_bench, "depth": len(pt)})
+    r = server.complete(server_body(a, pt, temp=temp, seed=seed))
+    if r["prompt_tokens"] != len(pt):  # e.g. a BOS added: then the depths differ
+        note(f"note: llama-server decoded after {r['prompt_tokens']} prompt tokens, ours {len(pt)}")
+    per[SERVER_ROW].append(r)
+    for m in cfg["methods"]:
+        res = engine.generate(pt, cfg["sp0"].replace(temperature=temp, seed=seed), method_params(m, a))
+        per[f"ours {m}"].append(_ours_record(res.stats))
+
+
+def _single_report(a, cfg, run, results: list[dict], records: list[dict]) -> None:
+    """``run_single``'s tables and notes; its ``--json`` report with llama.cpp's commands."""
+    llama, target, draft, threads = cfg["llama"], cfg["target"], cfg["draft"], run["threads"]
     print(format_table(results))
     print(plain_summary(records))
     print(f"llama.cpp {llama.version}; threads {threads}; prompts per workload: "
-          f"{', '.join(f'{w} {len(t)}' for w, t in texts.items())}; max tokens {a.max_tokens}; "
+          f"{', '.join(f'{w} {len(t)}' for w, t in run['texts'].items())}; max tokens {a.max_tokens}; "
           f"top-k {a.top_k} top-p {a.top_p} min-p {a.min_p}; seed {a.seed}+i")
     print("tok/s: median over prompts of decode speed (prompt processing excluded); ratios: median per-prompt ratio; "
           "bench@depth: llama-bench tg with the prompt's tokens in the KV cache (-d), where every system decodes.")
@@ -276,10 +297,10 @@ def run_single(a, cfg) -> int:
         write_json(a, cfg, threads, {
             "llama_cpp": {"version": llama.version, "bin": str(Path(a.llama_cpp_bin).expanduser().resolve()),
                           "spec_cmd_examples": [llama.spec_cmd(target, draft, "<PROMPT>", n=a.max_tokens, draft_max=dm,
-                                                               temp=a.temperature[0], seed=a.seed, **spec_common)
-                                                for dm in spec_names],
+                                                               temp=a.temperature[0], seed=a.seed,
+                                                               **run["spec_common"])
+                                                for dm in run["spec_names"]],
                           "bench_cmd": llama.bench_cmd(target, n=a.max_tokens, threads=threads, reps=a.bench_reps,
-                                                       depths=(0, len(first_toks))),
-                          "server_cmd": server_cmd},
+                                                       depths=(0, len(run["first_toks"]))),
+                          "server_cmd": run["server_cmd"]},
             "results": results, "runs": records})
-    return 0

@@ -8,7 +8,7 @@ and decode a quantized model here (a child process; cached per build).
 
 The modules: ``parser`` (``build_parser``: the sub-commands and their flags), ``commands``
 (the commands but bench, and the helpers they share) and ``bench_cmd`` (bench's modes,
-``--against llama.cpp DIR`` among them, which ``surfaces.compare`` runs).  They may import
+``--against llama.cpp DIR`` among them, which ``bench.compare`` runs).  They may import
 every other layer and surface; nothing in the package imports the command line but its own
 modules (and ``__main__``), and only they import ``flags``.
 """
