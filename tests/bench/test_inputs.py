@@ -9,7 +9,7 @@ import json
 import pytest
 
 from resispec_gguf.errors import UserError
-from resispec_gguf.bench import inputs as bench_prompts
+from resispec_gguf.bench import inputs
 from resispec_gguf.bench import measure as bench
 from resispec_gguf.bench import workloads
 
@@ -31,11 +31,11 @@ def test_a_prompt_file_may_hold_tool_requests(tmp_path):
 
 
 def test_run_order_interleaves_or_runs_each_variant_s_sequence():
-    assert bench_prompts.run_order(2, 2, False) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert bench_prompts.run_order(2, 2, True) == [(0, 0), (1, 0), (0, 1), (1, 1)]
-    assert bench_prompts.is_sequential(ITEMS) and not bench_prompts.is_sequential(workloads.WORKLOADS["chat"])
-    assert not bench_prompts.is_sequential([])
-    bench_prompts.forget(object())  # an engine without a memory: nothing to empty
+    assert inputs.run_order(2, 2, False) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert inputs.run_order(2, 2, True) == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert inputs.is_sequential(ITEMS) and not inputs.is_sequential(workloads.WORKLOADS["chat"])
+    assert not inputs.is_sequential([])
+    inputs.forget(object())  # an engine without a memory: nothing to empty
 
 
 def test_without_max_tokens_lets_the_command_line_set_every_reply():
@@ -56,7 +56,7 @@ def test_forget_starts_a_sequence_cold_on_the_tiny_pair(engine):
     ram.put("target", [1] * 64, b"state", 5)
     engine.prompt_cache, saved = ram, engine.prompt_cache
     try:
-        bench_prompts.forget(engine)  # the tiny pair's engine keeps no memory (yet): the rest still goes
+        inputs.forget(engine)  # the tiny pair's engine keeps no memory (yet): the rest still goes
     finally:
         engine.prompt_cache = saved
     assert len(ram) == 0 and ram.used_bytes == 0
@@ -70,6 +70,6 @@ def test_a_plan_s_own_constraint_runs_unless_bench_gives_one():
         def constrain(self, inner):
             return ("after thinking", inner)
 
-    assert bench_prompts.as_run(Plan(), None) == "tools grammar"
-    assert bench_prompts.as_run(Plan(), "schema") == ("after thinking", "schema")
-    assert bench_prompts.as_run(None, "schema") == "schema"
+    assert inputs.as_run(Plan(), None) == "tools grammar"
+    assert inputs.as_run(Plan(), "schema") == ("after thinking", "schema")
+    assert inputs.as_run(None, "schema") == "schema"

@@ -1,8 +1,8 @@
-"""bench_tables.py: every column labelled once in a legend under the tables, acceptance named
+"""tables.py: every column labelled once in a legend under the tables, acceptance named
 by depth, auto's predicted against measured step times per kind of step, and one sentence
 explaining the auto row from the measured costs."""
 
-from resispec_gguf.bench import tables as bench_tables
+from resispec_gguf.bench import tables
 
 
 def _method(**extra) -> dict:
@@ -20,7 +20,7 @@ def _results():
 
 def test_the_auto_row_is_explained_and_its_step_times_shown():
     outlook = "plain decoding likely: a 4-row decode costs 2.7x one row on this CPU"
-    table = bench_tables.format_table(_results(), outlook)
+    table = tables.format_table(_results(), outlook)
     assert "auto T=0.0: step time predicted/measured: plain 168.8/469.7 ms over 24 steps, " \
            "chain 259.6/4384.0 ms over 1 step" in table
     assert (f"auto T=0.0: decoded plainly in 96% of its steps, 0.98x plain decoding's speed; the measured costs "
@@ -28,25 +28,25 @@ def test_the_auto_row_is_explained_and_its_step_times_shown():
 
 
 def test_every_column_is_in_the_legend_and_depths_are_named():
-    table = bench_tables.format_table(_results())
+    table = tables.format_table(_results())
     head = table.splitlines()[1]
     assert head.rstrip().endswith("accepted at depth") and "1:0.13 2:0.50 3:1.00" in table
-    assert table.rstrip().endswith(bench_tables.LEGEND) and table.count("columns:") == 1
+    assert table.rstrip().endswith(tables.LEGEND) and table.count("columns:") == 1
     for column in ("tok/s", "vs none", "e2e tok/s", "e2e vs", "tau", "accept", "nodes", "draft ms", "target ms",
                    "overhead ms", "accepted at depth 1, 2", "prompt tok", "reused", "decode s"):
-        assert column in bench_tables.LEGEND, column
+        assert column in tables.LEGEND, column
 
 
 def test_a_loss_to_host_work_is_said():
     m = _method(speedup_vs_none=0.22, steps_by_kind={"draft": 13, "none": 9}, overhead_ms_per_step=0.63,
                 target_ms_per_step=0.2)
-    assert bench_tables.auto_sentence(m, None) == (
+    assert tables.auto_sentence(m, None) == (
         "speculated in 59% of its steps, 0.22x plain decoding's speed. Its host work per step (0.63 ms) outweighed "
         "the target's calls (0.20 ms), which the costs do not price.")
 
 
 def test_no_sentence_without_steps():
-    assert bench_tables.auto_sentence(_method(), "x") == ""
-    assert bench_tables.step_times_line({}) == ""
-    assert bench_tables.auto_sentence(_method(steps_by_kind={"draft": 3, "none": 1}, speedup_vs_none=None), None) \
+    assert tables.auto_sentence(_method(), "x") == ""
+    assert tables.step_times_line({}) == ""
+    assert tables.auto_sentence(_method(steps_by_kind={"draft": 3, "none": 1}, speedup_vs_none=None), None) \
         == "speculated in 75% of its steps."

@@ -228,7 +228,7 @@ def _spec_rows(text: str) -> list[str]:
 
 
 def _add_against(b) -> None:
-    """bench's ``--against llama.cpp DIR`` and the flags that only it reads (``surfaces.compare``);
+    """bench's ``--against llama.cpp DIR`` and the flags that only it reads (``bench.compare``);
     the rest of bench's flags that it reads keep their meaning."""
     g = b.add_argument_group("against llama.cpp (bench --against llama.cpp DIR)")
     g.add_argument("--against", nargs=2, action=_Against, default=None, metavar=("llama.cpp", "DIR"),
