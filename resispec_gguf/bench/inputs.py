@@ -160,7 +160,6 @@ def as_run(plan, constraint):
     return plan.constraint if constraint is None else plan.constrain(constraint)
 
 
-
 def run_order(n_items: int, n_variants: int, sequential: bool) -> list[tuple[int, int]]:
     """``(item, variant)`` in the order they run: each item by every variant in turn
     (interleaved, so that a noisy machine slows all alike), or, ``sequential``, each

@@ -30,13 +30,12 @@ from ..errors import UserError
 # the inputs (and the built-in workloads), importable from here as before
 from .inputs import (as_run, forget, is_sequential, parse_methods, parse_prompts, parse_workloads,  # noqa: F401
                      planned_prompts, prompt_plan, prompt_tokens, run_order, select_prompts, without_max_tokens)
-from .tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
 from .report import peak_rss_mb, require_pyplot, write_report  # noqa: F401  (require_pyplot: re-exported)
+from .tables import format_phases, format_table  # noqa: F401  (bench's tables: re-exported)
 from .workloads import WORKLOADS  # noqa: F401
 
 
 # --------------------------------------------------------------------------- bench
-
 
 
 def summarise(runs: list, baseline: dict, e2e_baseline: dict | None = None) -> dict:
@@ -384,7 +383,6 @@ def bench_report(engine, model: ModelParams, workloads: dict, methods, temperatu
         "results": results,
         "methods": results[0]["methods"],
     }
-
 
 
 def plot(results, path: str) -> None:
