@@ -32,7 +32,6 @@ import time
 
 from . import dialects, fields
 from .dialects import new_id as _new_id
-from .dialects import sse
 from .dialects import text as _text
 from .errors import ApiError, bad
 
