@@ -4,8 +4,10 @@ options), or refused with a 400 naming the field.
 
 Prompts that cannot fit the context whatever their text (more UTF-8 bytes than the limit)
 are refused here, before anything is tokenized, and so are the samplers this server does not
-run; ``logit_bias`` is checked against the vocabulary (``samplers``).  Ranges are the
-settings' own (``config``; a ``ConfigError`` names its field).  May import ``config``,
+run; ``logit_bias`` is checked against the vocabulary (``samplers``).  The fields that set a
+setting are not listed here: each setting a request may set says so in its metadata
+(``config.setting(request=...)``), which gives the field's name and type (``setting_fields``,
+``REQUEST_SETTINGS``); ranges are the settings' own (a ``ConfigError`` names its field).  May import ``config``,
 ``errors``, ``assist`` (message and option checks), ``server.errors`` and
 ``server.samplers``; never the engine, ``llama``, the worker or the app.
 """
