@@ -26,8 +26,8 @@ from ...errors import FieldError
 from . import samplers
 from .errors import ApiError, bad
 
-__all__ = ["Infill", "Request", "SETTINGS", "REQUEST_SETTINGS", "parse", "parse_json", "parse_tokenize",
-           "parse_detokenize", "integer", "number", "string", "boolean", "typed"]
+__all__ = ["Infill", "Request", "SETTINGS", "REQUEST_SETTINGS", "setting_fields", "parse", "parse_json",
+           "parse_tokenize", "parse_detokenize", "integer", "number", "string", "boolean", "typed"]
 
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
