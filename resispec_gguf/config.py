@@ -1,10 +1,12 @@
 """Settings: a few frozen, validated dataclasses, each setting described once.
 
-Every field carries in its ``metadata`` what a surface needs to offer it: its command-line
-flags, its help text and its check (a ``Range`` or ``OneOf``, or a function).  The CLI's
-flags (``flags.py``), chat's ``/set`` and the server's request fields are built from these
+Every field is a ``setting`` (``settings_schema``, which holds the schema: the field helper,
+the checks ``Range`` and ``OneOf``, type coercion and validation) and carries in its
+``metadata`` what a surface needs to offer it: its command-line flags, its help text, its
+check and, when a request may set it, its request field.  The CLI's flags (``flags.py``),
+chat's ``/set`` and the server's request fields (``server.fields``) are built from these
 fields, and ``__post_init__`` runs the same checks, so a default or a bound is written here
-and nowhere else.  ``parse_field`` turns a setting typed as text into its value.
+and nowhere else.  This module holds the settings themselves and their own checks.
 
 A bad value raises ``ConfigError``, whose ``field`` names the setting (the server reports it
 as the error's ``param``).
@@ -14,15 +16,14 @@ No model, no I/O, no llama_cpp here.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
-import types
-import typing
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 
-from .errors import UserError
+# the schema's names are read through this module too (``config.parse_field``, ``config.Range``...)
+from .settings_schema import (ConfigError, Kind, OneOf, Range, Settings, find_setting, kind,  # noqa: F401
+                              number_text, parse_field, request_fields, request_name, setting, settings, short_name)
+
 
 SPEC_METHODS = ("chain", "specinfer", "rrs", "resispec")
 METHODS = ("none",) + SPEC_METHODS + ("auto",)
@@ -54,51 +55,7 @@ MAX_MEMORY_TOKENS = 50_000_000
 MAX_CACHE_RAM_MIB = 1 << 20
 
 
-class ConfigError(UserError, ValueError):
-    """A setting with a value it may not take; ``field`` is the dataclass field's name."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
 # ---------------------------------------------------------------------------------- checks
-
-
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-@dataclass(frozen=True)
-class Range:
-    """``lo <= value <= hi`` (either end may be open or absent); ``why`` explains the bound."""
-
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-    why: str = ""
-
-    def __call__(self, name: str, value) -> None:
-        low = self.lo is None or (value > self.lo if self.lo_open else value >= self.lo)
-        high = self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
-        if not (low and high):  # NaN fails both
-            why = f" ({self.why})" if self.why else ""
-            raise ConfigError(name, f"{name} must be {self}{why}, got {_num(value)}")
-
-    def __str__(self) -> str:
-        if self.hi is None:
-            return f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
-        return f"in {'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.hi_open else ']'}"
-
-
-@dataclass(frozen=True)
-class OneOf:
-    values: tuple[str, ...]
-
-    def __call__(self, name: str, value) -> None:
-        if value not in self.values:
-            raise ConfigError(name, f"{name} must be one of {', '.join(self.values)}, got {value!r}")
 
 
 def _non_empty(name: str, value: str) -> None:
@@ -162,7 +119,7 @@ def _bias_entry(name: str, entry: tuple) -> None:
         raise ConfigError(name, f"{name}: a token id is >= 0, got {tid}")
     if not (-MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS or bias == -math.inf):
         raise ConfigError(name, f"{name}: a bias is in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}] or -inf (the token "
-                                f"banned), got {_num(bias)} for token {tid}")
+                                f"banned), got {number_text(bias)} for token {tid}")
 
 
 def _bias_pairs(value) -> tuple:
@@ -194,166 +151,11 @@ def _cors_origin(name: str, origin: str) -> None:
         raise ConfigError(name, f"a CORS origin is '*' or scheme://host[:port] without a path, got {origin!r}")
 
 
-def setting(default, *flags: str, help: str, check=None, unset: tuple[str, ...] = ("none",),
-            metavar: str | None = None):
-    """A dataclass field described for the surfaces.
-
-    ``flags``: its command-line flags (none: not on the command line).  ``help``: one line;
-    for a field whose default is None it says what None means.  ``check(name, value)``:
-    raises ``ConfigError`` for a value the field may not take (for a tuple field: per item).
-    ``unset``: the words that mean None when an optional setting is typed as text."""
-    meta = {"flags": flags, "help": help, "check": check, "unset": unset, "metavar": metavar}
-    return field(default=default, metadata=meta)
-
-
-# ---------------------------------------------------------------------------------- fields
-
-
-class Kind(typing.NamedTuple):
-    """A field's type: ``base`` (bool, int, float or str), whether None is allowed, and
-    whether it is a tuple of ``base`` items."""
-
-    base: type
-    optional: bool
-    many: bool
-
-
-@lru_cache(maxsize=None)
-def _kinds(cls) -> dict[str, Kind]:
-    out = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        args = typing.get_args(hint)
-        if typing.get_origin(hint) is tuple:
-            out[name] = Kind(args[0], False, True)
-        elif typing.get_origin(hint) in (typing.Union, types.UnionType):
-            out[name] = Kind(next(a for a in args if a is not type(None)), True, False)
-        else:
-            out[name] = Kind(hint, False, False)
-    return out
-
-
-def kind(cls, name: str) -> Kind:
-    return _kinds(cls)[name]
-
-
-def _field(cls, name: str) -> dataclasses.Field:
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(name)
-
-
-def settings(cls) -> list[dataclasses.Field]:
-    """The fields of ``cls`` that have command-line flags, in order."""
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("flags")]
-
-
-def find_setting(classes, name: str) -> tuple[type, str]:
-    """``(class, field name)`` of the setting called ``name``: a field name or one of its
-    flags, with or without dashes, ``-`` and ``_`` alike (``temp``, ``top-k``, ``K``)."""
-    key = name.strip().lstrip("-").lower().replace("-", "_")
-    for cls in classes:
-        for f in settings(cls):
-            names = {f.name} | {flag.lstrip("-").lower().replace("-", "_") for flag in f.metadata["flags"]}
-            if key in names:
-                return cls, f.name
-    known = ", ".join(short_name(f) for cls in classes for f in settings(cls))
-    raise ConfigError(name, f"unknown setting {name!r}; try one of {known}")
-
-
-def short_name(f: dataclasses.Field) -> str:
-    """A setting's name as a user types it: its first flag without dashes."""
-    return f.metadata["flags"][0].lstrip("-")
-
-
-def _typed(name: str, k: Kind, value):
-    """``value`` as the field's base type, or ConfigError."""
-    if k.base is bool:
-        if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
-            return bool(value)
-        raise ConfigError(name, f"{name} must be true or false, got {value!r}")
-    if k.base is int:
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return int(value)
-        raise ConfigError(name, f"{name} must be an integer, got {value!r}")
-    if k.base is float:
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(name, f"{name} must be a number, got {value!r}")
-    if not isinstance(value, k.base):
-        raise ConfigError(name, f"{name} must be a {k.base.__name__}, got {value!r}")
-    return value
-
-
-def _checked(cls, name: str, value):
-    """``value`` for field ``name`` normalised to the field's type and checked, or ConfigError."""
-    k = kind(cls, name)
-    check = _field(cls, name).metadata.get("check")
-    if k.many:
-        items = (value,) if isinstance(value, str) else tuple(value or ())
-        items = tuple(_typed(name, k, v) for v in items)
-        for v in items:
-            if check:
-                check(name, v)
-        return items
-    if value is None:
-        if k.optional:
-            return None
-        raise ConfigError(name, f"{name} must be set, got None")
-    value = _typed(name, k, value)
-    if check:
-        check(name, value)
-    return value
-
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def parse_field(cls, name: str, text: str):
-    """The value ``text`` stands for as field ``name`` of ``cls`` (typed after a flag or
-    ``/set``), checked by the field's own rule; ``ConfigError`` naming the field otherwise.
-    For a tuple field, ``text`` is one item."""
-    f = _field(cls, name)
-    k = kind(cls, name)
-    if k.optional and k.base is not str and text.strip().lower() in f.metadata.get("unset", ()):
-        return None
-    value: typing.Any = text
-    if k.base is bool:
-        word = text.strip().lower()
-        if word not in _TRUE + _FALSE:
-            raise ConfigError(name, f"{name} must be on or off, got {text!r}")
-        value = word in _TRUE
-    elif k.base is int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ConfigError(name, f"{name} must be an integer, got {text!r}") from None
-    elif k.base is float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(name, f"{name} must be a number, got {text!r}") from None
-    checked = _checked(cls, name, (value,) if k.many else value)
-    return checked[0] if k.many else checked
-
-
-class _Settings:
-    """Validation and ``replace`` for the settings dataclasses."""
-
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _checked(type(self), f.name, getattr(self, f.name)))
-
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-
 # ---------------------------------------------------------------------------------- the settings
 
 
 @dataclass(frozen=True)
-class SamplingParams(_Settings):
+class SamplingParams(Settings):
     """How tokens are sampled: identical for plain and speculative decoding.
 
     ``temperature`` 0 is greedy.  ``top_k`` 0 and ``top_p`` 1 and ``min_p`` 0 disable those
@@ -364,17 +166,19 @@ class SamplingParams(_Settings):
     """
 
     temperature: float = setting(0.8, "--temp", "--temperature", help="sampling temperature (0 = greedy)",
-                                 check=Range(0.0, 100.0))
-    top_k: int = setting(40, "--top-k", help="keep the k most likely tokens (0 = off)", check=Range(0))
-    top_p: float = setting(0.95, "--top-p", help="nucleus sampling mass (1 = off)", check=Range(0.0, 1.0, lo_open=True))
+                                 check=Range(0.0, 100.0), request=True)
+    top_k: int = setting(40, "--top-k", help="keep the k most likely tokens (0 = off)", check=Range(0), request=True)
+    top_p: float = setting(0.95, "--top-p", help="nucleus sampling mass (1 = off)", check=Range(0.0, 1.0, lo_open=True),
+                           request=True)
     min_p: float = setting(0.05, "--min-p", help="drop tokens below min_p x the top probability (0 = off)",
-                           check=Range(0.0, 1.0, hi_open=True))
-    max_tokens: int = setting(512, "--max-tokens", "-n", help="maximum tokens to generate", check=Range(1))
+                           check=Range(0.0, 1.0, hi_open=True), request=True)
+    max_tokens: int = setting(512, "--max-tokens", "-n", help="maximum tokens to generate", check=Range(1),
+                              request=True)
     seed: int | None = setting(None, "--seed", help="random seed (default: fresh each request)", check=Range(0),
-                               unset=("none", "random", "-"))
-    stop: tuple[str, ...] = setting((), "--stop", help="stop string (repeatable)", check=_non_empty)
+                               unset=("none", "random", "-"), request=True)
+    stop: tuple[str, ...] = setting((), "--stop", help="stop string (repeatable)", check=_non_empty, request=True)
     logit_bias: tuple[tuple, ...] = setting((), help="(token id, bias) pairs added to the logits (-inf: banned)",
-                                            check=_bias_entry)
+                                            check=_bias_entry, request=True)
 
     def __post_init__(self):
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
@@ -386,7 +190,7 @@ class SamplingParams(_Settings):
 
 
 @dataclass(frozen=True)
-class DraftParams(_Settings):
+class DraftParams(Settings):
     """How the draft tree is built and verified.
 
     ``method``: none (plain target decoding), chain, specinfer, rrs, resispec, or auto (the
@@ -408,14 +212,15 @@ class DraftParams(_Settings):
     it needs ``lookup``; auto considers lookup trees only); on the command line, ``--draft ''``.
     """
 
-    method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS))
+    method: str = setting("auto", "--method", help="verification method", check=OneOf(METHODS), request=True)
     draws: int = setting(4, "--draws", "-K", help="candidates drawn per expanded tree node (K; auto: at most)",
-                         check=Range(1, 64))
+                         check=Range(1, 64), request=True)
     depth: int | None = setting(None, "--depth", help=f"maximum draft tree depth (default: {DEFAULT_DEPTH}; auto: "
-                                                      f"up to {AUTO_DEPTH})", check=Range(1, 32), unset=("default",))
+                                                      f"up to {AUTO_DEPTH})", check=Range(1, 32), unset=("default",),
+                                request=True)
     budget: int | None = setting(None, "--budget", help=f"maximum draft tree nodes per step (default: {DEFAULT_BUDGET}; "
                                                         f"auto: up to {AUTO_BUDGET})",
-                                 check=Range(1, MAX_TREE_NODES), unset=("default",))
+                                 check=Range(1, MAX_TREE_NODES), unset=("default",), request=True)
     draft_support: int = setting(64, "--draft-support", help="cap the draft distribution to its top N tokens",
                                  check=Range(1, 4096))
     policy: str = setting("budget", "--policy", help="tree policy", check=OneOf(TREE_POLICIES))
@@ -424,9 +229,10 @@ class DraftParams(_Settings):
     use_draft: bool = setting(True, help="call the draft model when one is loaded (off: lookup chains alone)")
     lookup_k: int = setting(3, "--lookup-k", help="candidates per tree node from the context and from the memory of "
                                                   "past answers, each at most", check=Range(1, 8))
-    use_memory: bool = setting(True, help="read the engine's memory of past answers (off: this request's own context)")
+    use_memory: bool = setting(True, help="read the engine's memory of past answers (off: this request's own context)",
+                               request="memory")
     views: bool = setting(True, "--views", help="lookup also reads the prompt escaped as a JSON string, and its JSON "
-                                                "strings unescaped, as replies quote them")
+                                                "strings unescaped, as replies quote them", request=True)
 
     def __post_init__(self):
         super().__post_init__()
@@ -473,7 +279,7 @@ MAX_REASONING_BUDGET = 1_000_000
 
 
 @dataclass(frozen=True)
-class ReasoningParams(_Settings):
+class ReasoningParams(Settings):
     """What a reasoning model's thinking (a ``<think>…</think>`` block) becomes.
 
     ``reasoning_format``: ``auto`` returns the thinking apart from the answer (OpenAI-style
@@ -485,14 +291,15 @@ class ReasoningParams(_Settings):
 
     reasoning_format: str = setting("auto", "--reasoning-format", help="auto: return a reasoning model's thinking "
                                                                        "apart from the answer; none: leave it in "
-                                                                       "the text", check=OneOf(("none", "auto")))
+                                                                       "the text", check=OneOf(("none", "auto")),
+                                    request=True)
     reasoning_budget: int = setting(-1, "--reasoning-budget", help="end a reasoning model's thinking after N tokens "
                                                                    "(-1: no limit, 0: no thinking)",
-                                    check=Range(-1, MAX_REASONING_BUDGET), metavar="N")
+                                    check=Range(-1, MAX_REASONING_BUDGET), metavar="N", request=True)
 
 
 @dataclass(frozen=True)
-class ModelParams(_Settings):
+class ModelParams(Settings):
     """Which models to load and how (``Engine.load``).
 
     ``target``/``draft``: a path, ``hf:OWNER/REPO/FILE.gguf`` or a preset name.  ``draft``
@@ -546,7 +353,7 @@ class ModelParams(_Settings):
 
 
 @dataclass(frozen=True)
-class ServerParams(_Settings):
+class ServerParams(Settings):
     """How ``serve`` listens and whom it answers (``server.create_app``, ``server.serve``).
 
     ``api_key``: required on every route but ``/health`` when set, as ``Authorization: Bearer
@@ -579,7 +386,7 @@ class ServerParams(_Settings):
 
 
 @dataclass(frozen=True)
-class WorkerParams(_Settings):
+class WorkerParams(Settings):
     """How ``rpc-worker`` serves this machine's device to a remote target (``rpc.run_worker``).
 
     ggml's RPC protocol has neither authentication nor encryption, so ``host`` is loopback

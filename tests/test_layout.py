@@ -20,7 +20,8 @@ MODULES = {_dotted(p): p for p in PACKAGE.rglob("*.py")}
 PACKAGES = {name for name, p in MODULES.items() if p.name == "__init__.py"}
 
 # what each layer may import from the package, besides itself (a layer's own modules are free)
-BASE = {"resispec_gguf.config", "resispec_gguf.errors", "resispec_gguf.paths", "resispec_gguf.progress"}
+BASE = {"resispec_gguf.config", "resispec_gguf.errors", "resispec_gguf.paths", "resispec_gguf.progress",
+        "resispec_gguf.settings_schema"}
 ALLOWED = {
     "kernels": BASE,
     "decoding": BASE | {"resispec_gguf.kernels"},

@@ -45,11 +45,14 @@ on a pool of ``TOKENIZER_THREADS`` threads.  At most ``max_queue`` requests wait
 running one; more get 503 with ``Retry-After``.  A client that disconnects cancels its
 request at once (``worker``).
 
-The modules: ``fields`` (request bodies into requests), ``worker`` (jobs, the queue,
-cancellation), ``app`` (routes, responses), ``streams`` (SSE), ``errors`` (what an error
-becomes on the wire), ``auth`` (the key), ``anthropic`` and ``responses`` (the translations),
-``assistants`` (their routes), ``ops`` (llama.cpp's utility routes), ``samplers`` (the
-sampling fields beyond the settings) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
+The modules: ``app`` (the app, the server object every route uses, and ``create_app``, which
+registers each dialect's ``routes(srv)``), the dialects' routes ``openai`` (models, chat,
+completions, ``/infill``), ``assistants`` (Anthropic's and the Responses API's) and ``ops``
+(``/health`` and llama.cpp's utility routes), ``fields`` (request bodies into requests; the
+per-request settings come from the settings' metadata), ``anthropic`` and ``responses`` (the
+translations) over ``dialects`` (what both write), ``worker`` (jobs, the queue,
+cancellation), ``streams`` (SSE), ``errors`` (what an error becomes on the wire), ``auth``
+(the key), ``samplers`` (the sampling fields beyond the settings) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
 logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
 ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
 ``n_ctx``, ``n_vocab``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,

@@ -16,24 +16,24 @@ checks (``logit_bias`` honoured, penalties refused), as on the chat route.  ``im
 ``document`` blocks are refused: the model serves text only.  A bad field is a 400 naming
 it, in Anthropic's error shape (``error_body``).
 
-May import ``server.errors``, ``server.fields`` and ``server.samplers``; never the engine, the app or ``llama``.
+The helpers it shares with ``responses`` are ``dialects``'; the settings it passes as they are
+come from the settings' metadata (``dialects.passed``).
+
+May import ``server.dialects``, ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 
-from ...assist.chat_format import utf8_size
-from . import fields, samplers
-from .errors import ApiError, bad, renamed
-from .streams import sse as _sse
+from . import dialects, fields
+from .dialects import sse, text as _text
+from .errors import ApiError, bad
 
 __all__ = ["chat_body", "rename", "error_body", "message_object", "stop_reason", "MessageStream", "sse"]
 
 # fields passed to the chat request as they are
-_PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "memory", "views", "speculative", *samplers.FIELDS)
+_PASSED = dialects.passed("anthropic")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                 503: "overloaded_error"}
@@ -49,11 +49,6 @@ _STATIC_NAMES = [
 ]
 
 
-def sse(event: dict) -> bytes:
-    """One server-sent event, named by its type (the clients read the name)."""
-    return _sse(event, event["type"])
-
-
 def error_body(err: ApiError) -> dict:
     """``err`` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}`` (and
     the field it names, as ``param``)."""
@@ -67,17 +62,7 @@ def error_body(err: ApiError) -> dict:
 def rename(err: ApiError, where: list[str]) -> ApiError:
     """A chat-field error (``fields.parse``, planning) named as the Messages body spells it;
     ``where``: ``chat_body``'s map from chat message to Messages location."""
-    def message(m):
-        i = int(m.group(1))
-        return where[i] if i < len(where) else "messages"
-    return renamed(err, [(r"messages\[(\d+)\]", message), *_STATIC_NAMES])
-
-
-def _text(value, where: str) -> str:
-    if not isinstance(value, str):
-        raise bad(f"{where} must be a string", where, "invalid_type")
-    utf8_size(value, where, lambda m, w: bad(m, w, "invalid_value"))
-    return value
+    return dialects.rename(err, where, "messages", _STATIC_NAMES)
 
 
 def _blocks(content, where: str) -> list[dict]:
@@ -129,11 +114,7 @@ def _tool_result(b: dict, where: str, ids: set) -> dict:
 
 
 def _tool_use(b: dict, where: str, ids: set) -> dict:
-    cid, name, args = b.get("id"), b.get("name"), b.get("input", {})
-    if not isinstance(cid, str) or not cid:
-        raise bad(f"{where}.id must be a non-empty string", f"{where}.id", "invalid_value")
-    if not isinstance(name, str) or not name:
-        raise bad(f"{where}.name must be a non-empty string", f"{where}.name", "invalid_value")
+    cid, name, args = dialects.non_empty(b, "id", where), dialects.non_empty(b, "name", where), b.get("input", {})
     if not isinstance(args, dict):
         raise bad(f"{where}.input must be an object", f"{where}.input", "invalid_type")
     ids.add(cid)
@@ -207,33 +188,25 @@ def _messages(body: dict) -> tuple[list[dict], list[str]]:
     return out, where
 
 
-def _tools(body: dict) -> list | None:
-    """Anthropic's custom tools as OpenAI's, the tool objects the chat template is shown:
-    ``{"type": "function", "function": {"name", "description" (when given), "parameters"
-    (the ``input_schema``)}}``, in that order, as OpenAI lists them; Anthropic's other keys
+def _tool(t: dict, w: str) -> dict:
+    """One custom tool as OpenAI's function, in OpenAI's order (name, description when given,
+    parameters: the ``input_schema``): what the chat template is shown; Anthropic's other keys
     (``cache_control``...) are not shown."""
-    tools = body.get("tools")
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise bad("tools must be a list of tool objects", "tools", "invalid_type")
-    out = []
-    for i, t in enumerate(tools):
-        w = f"tools[{i}]"
-        if not isinstance(t, dict):
-            raise bad(f"{w} must be an object", w, "invalid_type")
-        if t.get("type", "custom") not in ("custom", None):
-            raise bad(f"{w}.type {str(t['type'])[:40]!r} is one of Anthropic's server tools, which this server does not "
-                      "run; give a custom tool (name, description, input_schema)", f"{w}.type", "unsupported_value")
-        if "input_schema" not in t:
-            raise bad(f"{w}.input_schema is required", f"{w}.input_schema", "missing_field")
-        # in OpenAI's order (name, description, parameters): what the template is shown
-        fn = {"name": t.get("name")}
-        if t.get("description") is not None:
-            fn["description"] = t["description"]
-        fn["parameters"] = t["input_schema"]
-        out.append({"type": "function", "function": fn})
-    return out
+    if t.get("type", "custom") not in ("custom", None):
+        raise bad(f"{w}.type {str(t['type'])[:40]!r} is one of Anthropic's server tools, which this server does not "
+                  "run; give a custom tool (name, description, input_schema)", f"{w}.type", "unsupported_value")
+    if "input_schema" not in t:
+        raise bad(f"{w}.input_schema is required", f"{w}.input_schema", "missing_field")
+    fn = {"name": t.get("name")}
+    if t.get("description") is not None:
+        fn["description"] = t["description"]
+    fn["parameters"] = t["input_schema"]
+    return fn
+
+
+def _tools(body: dict) -> list | None:
+    """Anthropic's custom tools as OpenAI's (``_tool``)."""
+    return dialects.tools(body, _tool)
 
 
 def _tool_choice(body: dict, tools: list | None) -> dict:
@@ -251,7 +224,7 @@ def _tool_choice(body: dict, tools: list | None) -> dict:
     kind = choice["type"]
     out = {"parallel_tool_calls": not disable}
     if kind in ("auto", "none"):
-        if tools:
+        if not dialects.unforced(kind, tools):
             out["tool_choice"] = kind
         return out
     if kind == "any":
@@ -260,7 +233,7 @@ def _tool_choice(body: dict, tools: list | None) -> dict:
         name = choice.get("name")
         if not isinstance(name, str):
             raise bad("tool_choice.name must name a tool", "tool_choice.name", "invalid_value")
-        out["tool_choice"] = {"type": "function", "function": {"name": name}}
+        out["tool_choice"] = dialects.function_choice(name)
     else:
         raise bad(f"tool_choice.type must be auto, any, tool or none, got {kind[:40]!r}", "tool_choice.type",
                   "invalid_value")
@@ -268,38 +241,34 @@ def _tool_choice(body: dict, tools: list | None) -> dict:
 
 
 def _thinking(body: dict) -> dict:
-    thinking = body.get("thinking")
+    thinking = dialects.object_field(body, "thinking")
     if thinking is None:
         return {}
-    if not isinstance(thinking, dict):
-        raise bad("thinking must be an object", "thinking", "invalid_type")
     kind = thinking.get("type")
     if kind == "enabled":
         budget = fields.integer(thinking, "budget_tokens")
         if budget is None:
             raise bad("thinking.budget_tokens is required when thinking is enabled", "thinking.budget_tokens",
                       "missing_field")
-        return {"reasoning_budget": budget}
+        return dialects.reasoning_budget(budget)
     if kind == "disabled":
-        return {"reasoning_budget": 0}
+        return dialects.reasoning_budget(0)
     if kind == "adaptive":
-        return {}
+        return dialects.reasoning_budget(None)
     raise bad("thinking.type must be enabled, disabled or adaptive", "thinking.type", "invalid_value")
 
 
 def _output_format(body: dict) -> dict:
-    config = body.get("output_config")
+    config = dialects.object_field(body, "output_config")
     if config is None:
         return {}
-    if not isinstance(config, dict):
-        raise bad("output_config must be an object", "output_config", "invalid_type")
     fmt = config.get("format")
     if fmt is None:
         return {}
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         raise bad("output_config.format must be {\"type\": \"json_schema\", \"schema\": {...}}",
                   "output_config.format", "invalid_value")
-    return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.get("schema")}}}
+    return {"response_format": dialects.json_schema_format(fmt.get("schema"))}
 
 
 def chat_body(body: dict, *, count: bool = False) -> tuple[dict, list[str]]:
@@ -322,8 +291,7 @@ def chat_body(body: dict, *, count: bool = False) -> tuple[dict, list[str]]:
     chat.update(_tool_choice(body, tools))
     chat.update(_thinking(body))
     chat.update(_output_format(body))
-    chat.update({k: body[k] for k in _PASSED if k in body})
-    chat.update({k: v for k, v in body.items() if k.startswith("speculative.")})
+    dialects.pass_through(body, chat, _PASSED)
     return chat, where
 
 
@@ -345,7 +313,7 @@ def stop_reason(result, made_calls: bool) -> str:
 
 
 def new_id() -> str:
-    return "msg_" + uuid.uuid4().hex[:24]
+    return dialects.new_id("msg")
 
 
 def message_object(chat: dict, result, *, msg_id: str, model: str, stop_sequence: str | None) -> dict:

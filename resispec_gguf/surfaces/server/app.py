@@ -1,14 +1,18 @@
-"""The Starlette app: routes, authentication, request bodies, server-sent events and error
-responses, over one ``Engine``; ``create_app``, ``listen`` and ``serve`` (uvicorn).
+"""The Starlette app over one ``Engine``: ``create_app``, ``listen`` and ``serve`` (uvicorn),
+and ``_Server``, the state and the machinery every route uses.
 
-A request's body is read (at most ``MAX_BODY_BYTES``) and parsed (``fields``), its prompt
-prepared on a tokenizer thread and its job queued on the engine's thread (``worker``); the
-answer is one JSON object or a stream of chunks (``chunks.ChunkStream``; llama.cpp's shape
-for ``/infill``).  Errors never kill the server: bad input gets a 4xx and anything
-unexpected a logged 500 with a generic message (``errors``).
+Every API dialect is a module exposing ``routes(srv)`` (``DIALECTS``: ``openai``,
+``assistants`` for Anthropic's and the Responses API, ``ops`` for llama.cpp's utility
+routes), whose handlers are functions of ``(srv, request)``; ``create_app`` registers them
+all.  What a handler has from ``srv``: ``endpoint`` (the key, JSON bodies, the 503 while
+loading, errors in the route's shape), ``read_body`` (at most ``MAX_BODY_BYTES``), ``parse``
+(``fields.parse`` with the server's settings), ``run`` (a job prepared on a tokenizer thread,
+queued on the engine's thread (``worker``) and answered from its first event) and
+``off_loop``.  Errors never kill the server: bad input gets a 4xx and anything unexpected a
+logged 500 with a generic message (``errors``).
 
-May import the other server modules, the shapes, chunks and logprobs surfaces, ``assist``,
-``config`` and ``errors``; it uses only the engine's public API, never ``llama``.
+May import the other server modules, ``assist``, ``config`` and ``errors``; it uses only the
+engine's public API, never ``llama``.
 """
 
 from __future__ import annotations
@@ -28,19 +32,15 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import Response
 
 from ...config import DraftParams, ReasoningParams, SamplingParams, ServerParams
 from ...errors import UserError
-from ..chunks import ChunkStream
-from ..logprobs import LogprobsFormatter
-from ..shapes import completion_object, infill_chunk, infill_object, nested_fields, new_meta
-from . import assistants, auth, fields, ops
-from .errors import ApiError, bad, cancelled, event_error, failure_body, internal, user_error
+from . import assistants, auth, fields, openai, ops
+from .errors import ApiError, bad, cancelled, event_error, internal, user_error
 from .metrics import Metrics
 from .responses import ResponseStore
-from .streams import OpenAISink, SSEResponse, events_from, relay, sse
+from .streams import SSEResponse
 from .worker import Job, Worker, prepare
 
 __all__ = ["create_app", "serve", "listen", "MAX_BODY_BYTES", "TOKENIZER_THREADS"]
@@ -89,6 +89,16 @@ class _Server:
         self.has_fim = engine.fim_tokens is not None
         self.meta = _meta(engine, self.n_ctx, self.worker.slots)
         self.engine = engine  # last: a request sees no engine or a ready one
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        """On shutdown: cancel the requests and wait until the engine is idle."""
+        try:
+            yield
+        finally:
+            self.tokenizer.shutdown(wait=False, cancel_futures=True)
+            if self.worker is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown)
 
     @staticmethod
     def _check_json(request: Request) -> None:
@@ -159,53 +169,10 @@ class _Server:
             return True, get.result()  # re-raises the awaitable's exception
         return False, None
 
-    async def health(self, request: Request) -> Response:
-        if self.engine is None:
-            return JSONResponse({"status": "loading model"}, status_code=503, headers={"Retry-After": "1"})
-        body = {"status": "ok", "slots": self.worker.load()}
-        ram = getattr(self.engine, "prompt_cache", None)
-        if ram is not None:  # the RAM prompt cache (--cache-ram); read racily, as a gauge
-            body["prompt_cache"] = {"entries": len(ram), "used_mib": round(ram.used_bytes / 2**20, 1),
-                                    "max_mib": ram.max_bytes >> 20, "hits": ram.hits, "hit_tokens": ram.hit_tokens}
-        return JSONResponse(body)
-
-    def _model_card(self) -> dict:
-        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "resispec-gguf",
-                "meta": self.meta}
-
-    async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [self._model_card()]})
-
-    async def model(self, request: Request) -> Response:
-        if request.path_params["model"] != self.model_name:
-            raise ApiError(404, f"the model {request.path_params['model']!r} does not exist; this server serves "
-                                f"{self.model_name!r}", param="model", code="model_not_found")
-        return JSONResponse(self._model_card())
-
-    async def chat(self, request: Request) -> Response:
-        return await self._complete(request, "chat")
-
-    async def completions(self, request: Request) -> Response:
-        return await self._complete(request, "completion")
-
-    async def infill(self, request: Request) -> Response:
-        return await self._complete(request, "infill")
-
-    def _check_fim(self, req: fields.Request) -> None:
-        if isinstance(req.prompt, fields.Infill) and not self.has_fim:
-            raise bad("this model has no fill-in-the-middle tokens (such as <|fim_prefix|>, <|fim_suffix|>, "
-                      "<|fim_middle|>), so it cannot fill in code between a prefix and a suffix",
-                      "suffix" if req.kind == "completion" else None, "unsupported_value")
-
     def parse(self, body: dict, kind: str) -> fields.Request:
         """``fields.parse`` with this server's settings."""
         return fields.parse(body, kind, self.sampling_defaults, self.draft_params, self.max_prompt_bytes, self.n_ctx,
                             self.reasoning, self.n_vocab)
-
-    async def _complete(self, request: Request, kind: str) -> Response:
-        req = self.parse(await self.read_body(request), kind)
-        self._check_fim(req)
-        return await self.run(request, req, self._answer)
 
     async def run(self, request: Request, req: fields.Request, answer: Callable) -> Response:
         """Queue ``req``'s job and answer with ``answer(job, first event)`` (a piece or the
@@ -251,61 +218,6 @@ class _Server:
         present, event = await self.unless_disconnect(job.events.get(), request)
         return event if present else None
 
-    def _answer(self, job: Job, event) -> Response:
-        """The response to a job whose first event is a piece or its result."""
-        req = job.req
-        meta = new_meta(self.model_name, chat=req.kind == "chat")
-        if req.stream:
-            events = self._infill_events(job, event) if req.kind == "infill" else self._events(job, meta, event)
-            return SSEResponse(events, job)
-        if req.kind == "infill":
-            return JSONResponse(self._infill_object(req, event[1]))
-        lp = self._logprobs_formatter(req)
-        return JSONResponse(completion_object(req.kind == "chat", meta, event[1], job.plan,
-                                              logprobs=lp and lp.format(event[1].logprobs)))
-
-    def _infill_object(self, req: fields.Request, result, *, final_chunk: bool = False) -> dict:
-        sp = req.sampling
-        settings = {"n_predict": sp.max_tokens, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
-                    "min_p": sp.min_p, "seed": result.seed, "stop": list(sp.stop), "stream": req.stream,
-                    "method": req.draft.method}
-        out = infill_object(result, self.model_name, truncated=req.prompt.truncated, settings=settings)
-        if final_chunk:
-            out["content"] = ""  # the pieces went before
-        elif req.response_fields is not None:
-            out = nested_fields(out, req.response_fields)
-        return out
-
-    async def _infill_events(self, job: Job, event):
-        """llama.cpp's ``/infill`` stream: ``data: {"content", "stop": false, ...}`` per piece, then
-        the final object with ``"stop": true`` (no ``[DONE]``)."""
-        try:
-            async for kind, value in events_from(job, event):
-                if kind == "piece":
-                    yield sse(infill_chunk(value))
-                elif kind == "done":
-                    yield sse(self._infill_object(job.req, value, final_chunk=True))
-                    if (failure := failure_body(value, job.req)) is not None:
-                        yield sse(failure)
-                else:
-                    yield sse(event_error(kind, value, job.req).body())
-        finally:
-            job.cancel()
-
-    def _logprobs_formatter(self, req: fields.Request) -> LogprobsFormatter | None:
-        if req.logprobs is None:
-            return None
-        return LogprobsFormatter(req.kind == "chat", self.engine.token_piece)
-
-    def _events(self, job: Job, meta: dict, event):
-        """OpenAI's stream: the chunks of ``chunks.ChunkStream``, an error object if the job
-        fails, then ``[DONE]``."""
-        req = job.req
-        chunks = ChunkStream(job.plan, meta, chat=req.kind == "chat", logprobs=self._logprobs_formatter(req),
-                             usage="chunk" if req.include_usage else "none")
-        return relay(job, event, chunks, OpenAISink())
-
-
 def _meta(engine, n_ctx: int, slots: int) -> dict:
     """``/v1/models``' ``meta`` (llama.cpp's server's per-model figures): the target's own
     (``n_vocab``, ``n_ctx_train``, ``n_params``, ``size``, ...), the context each request gets
@@ -314,6 +226,25 @@ def _meta(engine, n_ctx: int, slots: int) -> dict:
     target, draft = info.get("target") or {}, info.get("draft")
     return {**target.get("meta", {}), "n_ctx": n_ctx, "n_slots": slots,
             "draft": draft.get("meta", {}) if draft else None}
+
+
+#: the modules whose ``routes(srv)`` make the app's routes: one per API dialect
+DIALECTS = (openai, assistants, ops)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", code=code,
+                    headers=exc.headers).response()
+
+
+def _middleware(params: ServerParams) -> list:
+    """CORS for ``params.cors_origins`` (none: no CORS headers at all)."""
+    if not params.cors_origins:
+        return []
+    return [Middleware(CORSMiddleware, allow_origins=list(params.cors_origins), allow_methods=["GET", "POST"],
+                       allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
+                       max_age=600)]
 
 
 def _server_params(params: ServerParams | None, settings: dict) -> ServerParams:
@@ -355,39 +286,9 @@ def create_app(
     srv = _Server(params, draft_params, sampling_defaults, reasoning or ReasoningParams())
     if engine is not None:
         srv.attach(engine)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        try:
-            yield
-        finally:
-            srv.tokenizer.shutdown(wait=False, cancel_futures=True)
-            if srv.worker is not None:
-                await asyncio.get_running_loop().run_in_executor(None, srv.worker.shutdown)
-
-    async def http_error(request: Request, exc: HTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", code=code,
-                        headers=exc.headers).response()
-
-    routes = [
-        Route("/health", srv.endpoint(srv.health, needs_key=False, loading=True), methods=["GET"]),
-        Route("/v1/models", srv.endpoint(srv.models), methods=["GET"]),
-        Route("/v1/models/{model:path}", srv.endpoint(srv.model), methods=["GET"]),
-        Route("/v1/chat/completions", srv.endpoint(srv.chat), methods=["POST"]),
-        Route("/v1/completions", srv.endpoint(srv.completions), methods=["POST"]),
-        Route("/infill", srv.endpoint(srv.infill), methods=["POST"]),
-        *assistants.routes(srv),
-        *ops.routes(srv),
-    ]
-    middleware = []
-    if params.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(params.cors_origins),
-                                     allow_methods=["GET", "POST"],
-                                     allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
-                                     max_age=600))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                    exception_handlers={HTTPException: http_error})
+    routes = [route for dialect in DIALECTS for route in dialect.routes(srv)]
+    app = Starlette(routes=routes, lifespan=srv.lifespan, middleware=_middleware(params),
+                    exception_handlers={HTTPException: _http_error})
     app.state.resispec = srv
     return app
 

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from ..chunks import ChunkStream
 from ..shapes import completion_object, new_meta, stats_dict, timings
-from . import anthropic, responses
+from . import anthropic, dialects, responses
 from .errors import ApiError
 from .streams import SSEResponse, relay
 from .worker import prepare
@@ -151,18 +151,18 @@ class _ResponseSink:
         self.srv, self.stream, self.turn = srv, stream, turn
 
     def begin(self) -> list[bytes]:
-        return [responses.sse(e) for e in self.stream.start()]
+        return [dialects.sse(e) for e in self.stream.start()]
 
     def chunks(self, chunks: list) -> list[bytes]:
-        return [responses.sse(e) for e in self.stream.chunks(chunks)]
+        return [dialects.sse(e) for e in self.stream.chunks(chunks)]
 
     def done(self, result) -> list[bytes]:
         events = self.stream.finish(result, {"timings": timings(result), "speculative": stats_dict(result)})
         _store(self.srv, self.turn, events[-1]["response"], self.stream.items)
-        return [responses.sse(e) for e in events]
+        return [dialects.sse(e) for e in events]
 
     def error(self, err: ApiError) -> list[bytes]:
-        return [responses.sse(e) for e in self.stream.error(responses.rename(err, self.turn.where))]
+        return [dialects.sse(e) for e in self.stream.error(responses.rename(err, self.turn.where))]
 
     def close(self) -> list[bytes]:
         return []

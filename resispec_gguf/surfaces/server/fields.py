@@ -4,15 +4,16 @@ options), or refused with a 400 naming the field.
 
 Prompts that cannot fit the context whatever their text (more UTF-8 bytes than the limit)
 are refused here, before anything is tokenized, and so are the samplers this server does not
-run; ``logit_bias`` is checked against the vocabulary (``samplers``).  Ranges are the
-settings' own (``config``; a ``ConfigError`` names its field).  May import ``config``,
+run; ``logit_bias`` is checked against the vocabulary (``samplers``).  The fields that set a
+setting are not listed here: each setting a request may set says so in its metadata
+(``config.setting(request=...)``), which gives the field's name and type (``setting_fields``,
+``REQUEST_SETTINGS``); ranges are the settings' own (a ``ConfigError`` names its field).  May import ``config``,
 ``errors``, ``assist`` (message and option checks), ``server.errors`` and
 ``server.samplers``; never the engine, ``llama``, the worker or the app.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -20,13 +21,13 @@ from typing import Any
 
 from ...assist.chat_format import Messages, check_messages, utf8_size
 from ...assist.plan import ChatOptions, check_chat_options
-from ...config import ConfigError, DraftParams, ReasoningParams, SamplingParams
+from ...config import ConfigError, DraftParams, ReasoningParams, SamplingParams, kind, request_fields, request_name
 from ...errors import FieldError
 from . import samplers
 from .errors import ApiError, bad
 
-__all__ = ["Infill", "Request", "parse", "parse_json", "parse_tokenize", "parse_detokenize", "integer", "number",
-           "string", "boolean", "typed"]
+__all__ = ["Infill", "Request", "SETTINGS", "REQUEST_SETTINGS", "setting_fields", "parse", "parse_json",
+           "parse_tokenize", "parse_detokenize", "integer", "number", "string", "boolean", "typed"]
 
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_STOP_STRINGS = 16
@@ -36,6 +37,12 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's bound on chat's top_logprobs; the same for com
 # settings' own bounds are the dataclasses' (config.py), checked after these.
 _INT32 = 2**31 - 1
 _SEED_LIMIT = 2**64 - 1
+_SIZE_LIMITS = {"seed": _SEED_LIMIT, "max_tokens": MAX_TOKENS_LIMIT}  # a setting's, else _INT32
+
+#: the settings dataclasses a request may override, and every request field that sets one
+#: (``config.setting(request=...)``): its name -> ``(class, setting)``
+SETTINGS = (SamplingParams, DraftParams, ReasoningParams)
+REQUEST_SETTINGS = {request_name(f): (cls, f.name) for cls in SETTINGS for f in request_fields(cls)}
 
 
 @dataclass
@@ -283,28 +290,42 @@ def _input_extra(body: dict, limit: int, n_ctx: int) -> tuple:
     return tuple(out)
 
 
-def _sampling_fields(body: dict, n_vocab: int | None) -> dict:
-    """The sampling settings a request may set (None: not given), type-checked; their ranges
-    are the settings' own."""
-    return {
-        "logit_bias": samplers.logit_bias(body, n_vocab),
-        "temperature": _number(body, "temperature"),
-        "top_p": _number(body, "top_p"),
-        "min_p": _number(body, "min_p"),
-        "top_k": _integer(body, "top_k"),
-        "seed": _integer(body, "seed", _SEED_LIMIT),
-        "stop": _stop(body),
-    }
+def _setting(body: dict, cls, f, n_vocab: int | None):
+    """The request's value of setting ``f`` of ``cls`` (None: not given), type-checked as its
+    type says; its range is the setting's own, checked when the settings are made."""
+    name, k = request_name(f), kind(cls, f.name)
+    if f.name == "logit_bias":  # OpenAI's map or llama.cpp's pairs, against the vocabulary
+        return samplers.logit_bias(body, n_vocab)
+    if f.name == "stop":  # a string or a list of them, each of bounded length
+        return _stop(body)
+    if k.base is bool:
+        return _boolean(body, name)
+    if k.base is int:
+        return _integer(body, name, _SIZE_LIMITS.get(f.name, _INT32))
+    if k.base is float:
+        return _number(body, name)
+    return _string(body, name)
+
+
+def setting_fields(body: dict, cls, n_vocab: int | None = None, skip=()) -> tuple[dict, dict]:
+    """The settings of ``cls`` the request may set (``config.setting(request=...)``; those in
+    ``skip`` are the route's own to spell), each None when not given, and the request field
+    behind each setting not named as the setting."""
+    values, renamed = {}, {}
+    for f in request_fields(cls):
+        if f.name in skip:
+            continue
+        values[f.name] = _setting(body, cls, f, n_vocab)
+        if request_name(f) != f.name:
+            renamed[f.name] = request_name(f)
+    return values, renamed
 
 
 def _draft_fields(body: dict) -> tuple[dict, dict]:
     """The speculation settings a request may override (None: not given), and the request
     field behind each setting not named as the setting (``speculative.n_max``)."""
-    draft = {"method": _string(body, "method"), "draws": _integer(body, "draws"), "depth": _integer(body, "depth"),
-             "budget": _integer(body, "budget"), "use_memory": _boolean(body, "memory"),
-             "views": _boolean(body, "views")}
+    draft, renamed = setting_fields(body, DraftParams)
     spec = _speculative(body)
-    renamed = {"use_memory": "memory"}
     n_max = _integer(spec, "speculative.n_max")
     if n_max is not None:
         if draft["depth"] is not None:
@@ -329,7 +350,7 @@ def _draft_fields(body: dict) -> tuple[dict, dict]:
 
 
 _SPECULATIVE = ("n_max", "n_min", "p_min")
-_DEPTH = next(f for f in dataclasses.fields(DraftParams) if f.name == "depth").metadata["check"]  # a Range
+_DEPTH = next(f for f in request_fields(DraftParams) if f.name == "depth").metadata["check"]  # a Range
 
 
 def _speculative(body: dict) -> dict:
@@ -382,8 +403,7 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     chat = kind == "chat"
     _refuse_unsupported(body, chat)
     prompt = _chat_prompt(body, limit, n_ctx) if chat else _completion_prompt(body, limit, n_ctx)
-    sampling = {**_sampling_fields(body, n_vocab), "max_tokens": _integer(body, "max_tokens", MAX_TOKENS_LIMIT)}
-    renamed = {}
+    sampling, renamed = setting_fields(body, SamplingParams, n_vocab)
     if chat and (mct := _integer(body, "max_completion_tokens", MAX_TOKENS_LIMIT)) is not None:
         sampling["max_tokens"] = mct
         renamed["max_tokens"] = "max_completion_tokens"
@@ -391,12 +411,11 @@ def _parse_request(body: dict, kind: str, sp0: SamplingParams, dp0: DraftParams,
     sp, dp = _settings(sp0, dp0, sampling, draft, {**renamed, **renamed_draft})
     stream, include_usage = _stream_fields(body)
     options = None
-    if chat:
+    if chat:  # the reasoning settings are chat's alone
+        reasoning, _ = setting_fields(body, ReasoningParams)
         options = check_chat_options(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"),
                                      body.get("response_format"), body.get("functions"), body.get("function_call"),
-                                     reasoning=rp0, reasoning_format=_string(body, "reasoning_format"),
-                                     reasoning_budget=_integer(body, "reasoning_budget"),
-                                     chat_template_kwargs=body.get("chat_template_kwargs"))
+                                     reasoning=rp0, chat_template_kwargs=body.get("chat_template_kwargs"), **reasoning)
     return Request(kind, prompt, sp, dp, stream, include_usage, options, logprobs=_logprobs_option(body, chat))
 
 
@@ -418,7 +437,8 @@ def _parse_infill(body: dict, sp0: SamplingParams, dp0: DraftParams, limit: int,
     fields = body.get("response_fields")
     if fields is not None and not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
         raise bad("response_fields must be a list of strings", "response_fields", "invalid_type")
-    sampling = {**_sampling_fields(body, n_vocab), "max_tokens": n_ctx if n_predict == -1 else n_predict}
+    sampling, _ = setting_fields(body, SamplingParams, n_vocab, skip=("max_tokens",))  # spelled n_predict here
+    sampling["max_tokens"] = n_ctx if n_predict == -1 else n_predict
     draft, renamed = _draft_fields(body)
     sp, dp = _settings(sp0, dp0, sampling, draft, {"max_tokens": "n_predict", **renamed})
     prompt = Infill(prefix, suffix, middle, extra, repo_level=True)

@@ -1,4 +1,5 @@
-"""llama.cpp server's utility routes, for the tools that use them: ``POST /tokenize``
+"""llama.cpp server's utility routes, for the tools that use them: ``GET /health`` (no key
+needed; 503 ``{"status": "loading model"}`` while the models load), ``POST /tokenize``
 (``content``, ``add_special``, ``parse_special``, ``with_pieces``), ``POST /detokenize``
 (``tokens``), ``POST /apply-template`` (a chat body's ``messages``, ``tools`` and template
 fields to the prompt text it renders), ``GET /props`` (the chat template, context, default
@@ -35,9 +36,22 @@ def routes(srv) -> list[Route]:
     def route(path, fn, method):
         return Route(path, srv.endpoint(lambda r: fn(srv, r)), methods=[method])
 
-    return [route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
+    return [Route("/health", srv.endpoint(lambda r: health(srv, r), needs_key=False, loading=True), methods=["GET"]),
+            route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
             route("/apply-template", apply_template, "POST"), route("/props", props, "GET"),
             route("/slots", slots, "GET"), route("/metrics", metrics, "GET")]
+
+
+async def health(srv, request: Request) -> Response:
+    """Ready or loading, the slots' load and the RAM prompt cache's figures (``--cache-ram``)."""
+    if srv.engine is None:
+        return JSONResponse({"status": "loading model"}, status_code=503, headers={"Retry-After": "1"})
+    body = {"status": "ok", "slots": srv.worker.load()}
+    ram = getattr(srv.engine, "prompt_cache", None)
+    if ram is not None:  # read racily, as a gauge
+        body["prompt_cache"] = {"entries": len(ram), "used_mib": round(ram.used_bytes / 2**20, 1),
+                                "max_mib": ram.max_bytes >> 20, "hits": ram.hits, "hit_tokens": ram.hit_tokens}
+    return JSONResponse(body)
 
 
 def _piece(engine, token: int):

@@ -18,7 +18,10 @@ the fields ``samplers`` checks (``logit_bias`` honoured, penalties refused).  Ho
 files, images (``input_image``, ``input_file``: the model serves text only),
 ``conversation``, ``prompt`` and ``background`` are refused with a 400 naming the field.
 
-May import ``server.errors``, ``server.fields`` and ``server.samplers``; never the engine, the app or ``llama``.
+The helpers it shares with ``anthropic`` are ``dialects``'; the settings it passes as they are
+come from the settings' metadata (``dialects.passed``).
+
+May import ``server.dialects``, ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
 """
 
 from __future__ import annotations
@@ -26,19 +29,17 @@ from __future__ import annotations
 import collections
 import json
 import time
-import uuid
 
-from ...assist.chat_format import utf8_size
-from . import fields, samplers
-from .errors import ApiError, bad, renamed
-from .streams import sse as _sse
+from . import dialects, fields
+from .dialects import new_id as _new_id
+from .dialects import text as _text
+from .errors import ApiError, bad
 
 __all__ = ["STORED_RESPONSES", "ResponseStore", "Turn", "chat_body", "rename", "output_items", "response_object",
            "ResponseStream"]
 
 STORED_RESPONSES = 256
-_PASSED = ("temperature", "top_p", "top_k", "min_p", "seed", "stream", "method", "draws", "depth", "budget",
-           "memory", "views", "speculative", "parallel_tool_calls", *samplers.FIELDS)
+_PASSED = dialects.passed("responses", "parallel_tool_calls")
 _REFUSED = {"conversation": "conversations are not kept here; chain turns with previous_response_id",
             "prompt": "stored prompt templates are not supported", "background": "background responses are not supported"}
 _STATIC_NAMES = [
@@ -49,10 +50,6 @@ _STATIC_NAMES = [
     (r"max_tokens", "max_output_tokens"),
     (r"reasoning_budget", "reasoning.effort"),
 ]
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 class ResponseStore:
@@ -94,13 +91,6 @@ class Turn:
         self.store = body.get("store") is not False
 
 
-def _text(value, where: str) -> str:
-    if not isinstance(value, str):
-        raise bad(f"{where} must be a string", where, "invalid_type")
-    utf8_size(value, where, lambda m, w: bad(m, w, "invalid_value"))
-    return value
-
-
 def _parts(content, where: str) -> str:
     """A message's content (a string or text parts) as one string."""
     if isinstance(content, str):
@@ -123,18 +113,11 @@ def _parts(content, where: str) -> str:
     return "".join(texts)
 
 
-def _string_field(item: dict, name: str, where: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str) or not value:
-        raise bad(f"{where}.{name} must be a non-empty string", f"{where}.{name}", "invalid_value")
-    return value
-
-
 def _call(item: dict, where: str, out: list, ids: set) -> None:
     """A ``function_call`` item: a call on the assistant turn before it (a new turn if none)."""
-    ids.add(_string_field(item, "call_id", where))
+    ids.add(dialects.non_empty(item, "call_id", where))
     call = {"id": item["call_id"], "type": "function",
-            "function": {"name": _string_field(item, "name", where), "arguments": item.get("arguments", "{}")}}
+            "function": {"name": dialects.non_empty(item, "name", where), "arguments": item.get("arguments", "{}")}}
     if not isinstance(call["function"]["arguments"], str):
         raise bad(f"{where}.arguments must be a string of JSON", f"{where}.arguments", "invalid_type")
     if out and out[-1]["role"] == "assistant":
@@ -156,7 +139,7 @@ def _item(item, where: str, out: list, locations: list, ids: set) -> None:
     elif kind == "function_call":
         _call(item, where, out, ids)
     elif kind == "function_call_output":
-        if _string_field(item, "call_id", where) not in ids:
+        if dialects.non_empty(item, "call_id", where) not in ids:
             raise bad(f"{where}.call_id names no earlier function_call", f"{where}.call_id", "invalid_value")
         out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _parts(item.get("output", ""),
                                                                                          f"{where}.output")})
@@ -186,75 +169,58 @@ def _input(body: dict, ids: set) -> tuple[list, list]:
     return out, where
 
 
+def _tool(t: dict, where: str) -> dict:
+    """One flat function tool as the chat's function: ``name``, ``description`` and
+    ``parameters`` (those given, in that order, as OpenAI lists them), what the chat template
+    is shown; other keys (``strict``) are not shown."""
+    if t.get("type") != "function":
+        raise bad(f"{where}.type {str(t.get('type'))[:40]!r} is not supported: only function tools run here",
+                  f"{where}.type", "unsupported_value")
+    return {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
+
+
 def _tools(body: dict) -> list | None:
-    """The Responses API's flat function tools as the chat's, the tool objects the chat
-    template is shown: ``{"type": "function", "function": {"name", "description",
-    "parameters"}}`` (those given, in that order, as OpenAI lists them); other keys
-    (``strict``) are not shown."""
-    tools = body.get("tools")
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise bad("tools must be a list of tool objects", "tools", "invalid_type")
-    out = []
-    for i, t in enumerate(tools):
-        if not isinstance(t, dict):
-            raise bad(f"tools[{i}] must be an object", f"tools[{i}]", "invalid_type")
-        if t.get("type") != "function":
-            raise bad(f"tools[{i}].type {str(t.get('type'))[:40]!r} is not supported: only function tools run here",
-                      f"tools[{i}].type", "unsupported_value")
-        fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
-        out.append({"type": "function", "function": fn})
-    return out
+    """The Responses API's flat function tools as the chat's (``_tool``)."""
+    return dialects.tools(body, _tool)
 
 
 def _tool_choice(choice, tools: list | None):
     """The chat's ``tool_choice`` (None: not set)."""
-    if choice is None or (choice in ("auto", "none") and not tools):
+    if choice is None or dialects.unforced(choice, tools):
         return None
     if isinstance(choice, str):
         return choice
     if not isinstance(choice, dict):
         raise bad("tool_choice must be a string or an object", "tool_choice", "invalid_type")
     if choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
+        return dialects.function_choice(choice.get("name"))
     if choice.get("type") == "allowed_tools":
         named = choice.get("tools")
         if not isinstance(named, list):
             raise bad("tool_choice.tools must be a list of {type: function, name}", "tool_choice.tools", "invalid_type")
         return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": [
-            {"type": "function", "function": {"name": t.get("name") if isinstance(t, dict) else None}} for t in named]}}
+            dialects.function_choice(t.get("name") if isinstance(t, dict) else None) for t in named]}}
     raise bad(f"tool_choice.type {str(choice.get('type'))[:40]!r} is not supported: only function tools run here",
               "tool_choice.type", "unsupported_value")
 
 
 def _format(body: dict) -> dict | None:
     """``text.format`` as the chat's ``response_format`` (None: text)."""
-    text = body.get("text")
-    if text is None:
-        return None
-    if not isinstance(text, dict):
-        raise bad("text must be an object", "text", "invalid_type")
-    fmt = text.get("format")
+    text = dialects.object_field(body, "text")
+    fmt = None if text is None else dialects.object_field(text, "format", "text.format")
     if fmt is None:
         return None
-    if not isinstance(fmt, dict):
-        raise bad("text.format must be an object", "text.format", "invalid_type")
     if fmt.get("type") == "json_schema":
-        spec = {"name": fmt.get("name", "output"), "schema": fmt.get("schema", True)}
-        if "strict" in fmt:
-            spec["strict"] = fmt["strict"]
-        return {"type": "json_schema", "json_schema": spec}
+        strict = {"strict": fmt["strict"]} if "strict" in fmt else {}
+        return dialects.json_schema_format(fmt.get("schema", True), fmt.get("name", "output"), **strict)
     return {"type": fmt.get("type")}
 
 
 def _reasoning(body: dict) -> dict:
-    reasoning = body.get("reasoning")
+    reasoning = dialects.object_field(body, "reasoning")
     if reasoning is None:
         return {}
-    if not isinstance(reasoning, dict):
-        raise bad("reasoning must be an object", "reasoning", "invalid_type")
-    return {"reasoning_budget": 0} if reasoning.get("effort") == "none" else {}
+    return dialects.reasoning_budget(0 if reasoning.get("effort") == "none" else None)
 
 
 # the request fields a Response repeats
@@ -305,17 +271,13 @@ def chat_body(body: dict, store: ResponseStore) -> tuple[dict, Turn]:
     if fmt is not None:
         chat["response_format"] = fmt
     chat.update(_reasoning(body))
-    chat.update({k: body[k] for k in _PASSED if k in body})
-    chat.update({k: v for k, v in body.items() if k.startswith("speculative.")})
+    dialects.pass_through(body, chat, _PASSED)
     return chat, turn
 
 
 def rename(err: ApiError, where: list[str]) -> ApiError:
     """A chat-field error named as the Responses body spells it (``where``: ``Turn.where``)."""
-    def message(m):
-        i = int(m.group(1))
-        return where[i] if i < len(where) else "input"
-    return renamed(err, [(r"messages\[(\d+)\]", message), *_STATIC_NAMES])
+    return dialects.rename(err, where, "input", _STATIC_NAMES)
 
 
 def _message_item(text: str, status: str, item_id: str | None = None) -> dict:
@@ -502,8 +464,3 @@ class ResponseStream:
         response = response_object(self.turn, self.model, self.items, status="failed", error=error)
         return [self._event("error", code=err.code, message=err.message, param=err.param),
                 self._event("response.failed", response=response)]
-
-
-def sse(event: dict) -> bytes:
-    """One server-sent event, named by its type (the clients read the name)."""
-    return _sse(event, event["type"])
