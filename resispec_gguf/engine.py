@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .assist import formats, reasoning
+from .assist.chatmodel import ChatFormats
 from .assist.grammar import Grammars
 from .assist.prompts import Prompts
 from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, SamplingParams
@@ -88,9 +88,9 @@ class Engine:
         self.grammars = Grammars(target)  # constraints compiled against the target's vocabulary
         if tool_format is not None:
             OneOf(TOOL_FORMATS)("tool_format", tool_format)  # ConfigError, as ModelParams'
-        self._tool_format_name = tool_format
-        self._tool_format = None
-        self._reasoning = False  # not looked for yet
+        # its tool format and thinking markers; with ``prompts`` and ``grammars``, what chat
+        # planning reads (``assist.chatmodel.ChatModel``: the engine is handed to it as one)
+        self.chat_formats = ChatFormats(target, chat_template, self.grammars.tokenizer, tool_format)
         if cache_ram_mib < 0:
             raise ValueError(f"cache_ram_mib must be >= 0, got {cache_ram_mib}")
         # one RAM prompt cache for every batch of this engine (they share the models' slots),
@@ -362,28 +362,15 @@ class Engine:
         self.grammars.check(json_schema)
 
     def tool_format(self):
-        """How this model writes tool calls (``formats.detect_format``, or the format named at
-        load; found once)."""
-        if self._tool_format is None:
-            self._tool_format = formats.detect_format(self.chat_template, self.target, self.grammars.tokenizer(),
-                                                      self._tool_format_name)
-            self._show(self._tool_format.special.values())  # the reply's text shows the format's markers
-        return self._tool_format
+        """How this model writes tool calls (``ChatFormats.tool_format``: the format read from
+        the chat template, or the one named at load; found once)."""
+        return self.chat_formats.tool_format()
 
     def reasoning_format(self):
-        """The target's thinking markers (``reasoning.detect_reasoning`` on its vocabulary and
-        chat template; found once), None for a model that does not think in a marked block."""
-        if self._reasoning is False:
-            self._reasoning = reasoning.detect_reasoning(self.target, self.chat_template)
-            if self._reasoning is not None:
-                self._show(self._reasoning.shown)  # markers that are control tokens show in the text
-        return self._reasoning
-
-    def _show(self, tokens) -> None:
-        """Special tokens whose text the reply's text shows (``LlamaModel.shown_specials``),
-        added to those shown already (a tool format's markers, a reasoning model's)."""
-        if hasattr(self.target, "shown_specials"):
-            self.target.shown_specials = self.target.shown_specials | frozenset(int(t) for t in tokens)
+        """The target's thinking markers (``ChatFormats.reasoning_format``, read from its
+        vocabulary and chat template; found once), None for a model that does not think in a
+        marked block."""
+        return self.chat_formats.reasoning_format()
 
     def grammar_tokenizer(self):
         return self.grammars.tokenizer()

@@ -209,3 +209,63 @@ def test_no_module_reaches_600_lines():
     assert len(files) > 100
     long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) >= 600}
     assert long == {}
+
+
+def _chat_model_members() -> set[str]:
+    """The members of ``assist.chatmodel.ChatModel``, read from its class body."""
+    tree = ast.parse(MODULES["resispec_gguf.assist.chatmodel"].read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ChatModel")
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+
+
+def test_assist_never_calls_back_into_the_engine():
+    """``assist`` is handed a model as ``chatmodel.ChatModel`` (the engine is one) and reads only
+    its three parts, assist's own objects: no assist code names an engine, and a parameter
+    typed ``ChatModel`` is never called and has no attribute read but the protocol's members
+    (so ``model.chat_tokens(...)``, a call back into whatever was handed, fails here)."""
+    members = _chat_model_members()
+    assert members == {"prompts", "grammars", "chat_formats"}
+    typed = set()
+    for name, path in sorted(MODULES.items()):
+        if _layer(name) != "assist":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            named = (node.id if isinstance(node, ast.Name) else node.arg if isinstance(node, ast.arg)
+                     else node.attr if isinstance(node, ast.Attribute) else None)
+            assert named is None or named.lower() not in ("engine", "engines", "_engine"), (name, node.lineno)
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            handed = {a.arg for a in args if a.annotation is not None and "ChatModel" in ast.unparse(a.annotation)}
+            if handed:
+                typed.add(f"{name}.{node.name}")
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in handed:
+                    assert inner.attr in members, (name, node.name, inner.attr, inner.lineno)
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in handed:
+                    raise AssertionError((name, node.name, "calls the model it is handed", inner.lineno))
+    # the check is not empty: chat planning's entry points take the model typed so
+    assert {"resispec_gguf.assist.plan.plan_chat", "resispec_gguf.assist.plan.chat_text"} <= typed, typed
+
+
+# Functions of the surfaces still over 60 lines on this branch: other branches split them
+# (the server's app factory, the benchmark's single and concurrent runs).  Empty this list
+# once those are merged (a name whose function was split fails the test until it is removed
+# here); nothing may be added to it.
+LONG_FUNCTIONS_BEING_SPLIT: set[str] = set()  # none left
+
+
+def test_no_function_is_longer_than_60_lines():
+    """Every function and method of the package, from its ``def`` to the end of its body
+    (decorators left out), is at most 60 lines: a longer one is split into named steps."""
+    long = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 60:
+                    long[f"{path.relative_to(ROOT).as_posix()}:{node.name}"] = n
+    assert set(long) - LONG_FUNCTIONS_BEING_SPLIT == set(), long
+    # the allow-list names only functions still too long: a split one leaves it
+    assert LONG_FUNCTIONS_BEING_SPLIT <= set(long), sorted(LONG_FUNCTIONS_BEING_SPLIT - set(long))

@@ -11,10 +11,12 @@ a reasoning model's thinking block: its markers, the reply split into reasoning 
 and the constraint that lets it think before a grammar applies (``lazy.After``: a constraint
 that starts after a closing marker).  ``plan`` turns a chat request (tools, tool_choice,
 response_format, reasoning fields) into a prompt and a constraint; the surfaces then run it
-on the engine.
+on the engine.  ``chatmodel`` is what planning is handed of a model (``ChatModel``: the
+prompts, the grammars and ``ChatFormats``, the tool format and thinking markers found once),
+assist's own objects, which the engine holds and hands over.
 
-Everything here works on a model's vocabulary and text and asks the engine for nothing but
-what it is handed (the flow is surfaces → assist → engine, never back).  May import:
+Everything here works on a model's vocabulary and text and never calls a method of the engine
+(the flow is surfaces → assist → engine, never back).  May import:
 ``kernels`` (bit masks), ``decoding.protocol``, ``config``, ``errors``.  Never ``llama`` (the
 vocabulary comes in as an object), the engine or a surface.
 """

@@ -7,13 +7,13 @@ answer in that JSON (``CallsOrAnswer`` reads which); under "auto" with a text an
 after tool results, a reply that only makes the answered calls again is text (``FreshCalls``).
 
 ``check_chat_options`` checks the option fields without a model, so that a server can refuse
-a bad request before tokenizing anything; ``plan_chat`` takes its result.  The engine comes
-in as an argument and is used through its public methods only (``chat_tokens``, ``check_constraint``,
-``tool_format``, ``reasoning_format``, ``compile_constraint``); what a tool format is, is
-``formats``', and what a thinking block is, ``reasoning``'.
+a bad request before tokenizing anything; ``plan_chat`` takes its result.  The model comes
+in as a ``chatmodel.ChatModel`` (the engine is one): its ``prompts``, ``grammars`` and
+``chat_formats``, assist's own objects, are all that planning uses; it never calls a method
+of the object it is handed.  What a tool format is, is ``formats``', and what a thinking
+block is, ``reasoning``'.
 
-May import ``errors`` and its ``assist`` neighbours; never the engine (it is handed one),
-``llama`` or a surface.
+May import ``errors`` and its ``assist`` neighbours; never the engine, ``llama`` or a surface.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..errors import FieldError
 from . import reasoning as _reasoning
 from . import tools as _tools
+from .chatmodel import ChatModel
 from .formats import ToolFormat
 from .chat_format import check_messages
 from .grammar import GrammarError
@@ -278,11 +279,12 @@ def check_chat_options(tools=None, tool_choice=None, parallel_tool_calls=None, r
     return ChatOptions(req, schema, thinking)
 
 
-def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None, response_format=None,
-              functions=None, function_call=None, checked: ChatOptions | None = None, constraint=None,
-              **reasoning) -> ChatPlan:
-    """The prompt and constraint for a chat request on ``engine``.  ``checked``:
-    ``check_chat_options``' result when the caller has it already; ``messages`` may come
+def plan_chat(model: ChatModel, messages, *, tools=None, tool_choice=None, parallel_tool_calls=None,
+              response_format=None, functions=None, function_call=None, checked: ChatOptions | None = None,
+              constraint=None, **reasoning) -> ChatPlan:
+    """The prompt and constraint for a chat request on ``model`` (``chatmodel.ChatModel``, such
+    as the engine).  ``checked``: ``check_chat_options``' result when the caller has it
+    already; ``messages`` may come
     checked (``chat_format.Messages``): they are checked once per request.  ``constraint``: one
     the caller compiled (a command line's ``--json-schema`` or ``--grammar``), in place of the
     request's tools and ``response_format``.  ``reasoning``: ``check_chat_options``' reasoning
@@ -292,37 +294,39 @@ def plan_chat(engine, messages, *, tools=None, tool_choice=None, parallel_tool_c
                                             functions, function_call, **reasoning)
     req = options.tools
     msgs = checked_msgs = check_messages(messages)
-    fmt = _format(engine, msgs, req)
+    fmt = _format(model, msgs, req)
     # a call object alone answers the user, not a tool result: after one, JSON is the answer
     bare = not msgs or msgs[-1]["role"] != "tool"
     if constraint is None:  # first: a constraint that cannot work names its field
-        constraint = _constraint(engine, options, fmt, bare)
+        constraint = _constraint(model.grammars, options, fmt, bare)
     msgs, kw = _rendering(fmt, msgs, options)
-    prompt = engine.chat_tokens(msgs, **kw)
+    prompt = model.prompts.chat_tokens(msgs, **kw)
     plan = ChatPlan(prompt, constraint, req if req.active else None, fmt, options.final, bare_calls=bare)
     if req.active and req.choice == "auto" and not bare:
         plan.answered = answered_calls(_tools.check_tool_messages(checked_msgs))
-    thinks = engine.reasoning_format()
+    marks = model.chat_formats
+    thinks = marks.reasoning_format()
     if thinks is not None:
-        plan.phase = thinks.phase(prompt, engine.token_piece)
-        plan.thinking, plan.budget, plan.n_vocab = thinks, options.reasoning.budget, engine.n_vocab
+        plan.phase = thinks.phase(prompt, marks.token_piece)
+        plan.thinking, plan.budget, plan.n_vocab = thinks, options.reasoning.budget, marks.n_vocab
         plan.constraint = plan.constrain(constraint)
         plan.reasoning = thinks if options.reasoning.split else None
     return plan
 
 
-def chat_text(engine, messages, options: ChatOptions) -> str:
+def chat_text(model: ChatModel, messages, options: ChatOptions) -> str:
     """The prompt ``plan_chat`` would tokenize for these (checked) ``options``, as text: the
     chat template applied as it is for generation (tools, earlier calls and template
     variables included)."""
     msgs = check_messages(messages)
-    msgs, kw = _rendering(_format(engine, msgs, options.tools), msgs, options)
-    return engine.render_chat(msgs, **kw)
+    msgs, kw = _rendering(_format(model, msgs, options.tools), msgs, options)
+    return model.prompts.render_chat(msgs, **kw)
 
 
-def _format(engine, msgs, req):
+def _format(model: ChatModel, msgs, req):
     """The model's tool format when tools may be called or the messages hold calls or results."""
-    return engine.tool_format() if req.active or any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) else None
+    calls = any(m.get("tool_calls") or m["role"] == "tool" for m in msgs)
+    return model.chat_formats.tool_format() if req.active or calls else None
 
 
 def _rendering(fmt, msgs, options: ChatOptions) -> tuple[list, dict]:
@@ -340,28 +344,29 @@ def _rendering(fmt, msgs, options: ChatOptions) -> tuple[list, dict]:
     return msgs, kw
 
 
-def _constraint(engine, options: ChatOptions, fmt, bare: bool = True):
-    """The request's compiled constraint (None: free text); a ``GrammarError`` names the field."""
+def _constraint(grammars, options: ChatOptions, fmt, bare: bool = True):
+    """The request's constraint compiled by ``grammars`` (``chatmodel.ChatConstraints``; None:
+    free text); a ``GrammarError`` names the field."""
     req = options.tools
     if req.active:
         for i, f in enumerate(req.functions):  # each on its own: a call starts later in the reply
             if f["name"] in req.allowed:
                 try:
-                    engine.check_constraint(f["parameters"])
+                    grammars.check(f["parameters"])
                 except GrammarError as e:
                     raise e.naming(f"tools[{i}].function.parameters") from None
         if options.final is not None:  # the answer's schema on its own first, named as when alone
-            _compile_schema(engine, options, engine.check_constraint)
+            _compile_schema(options, grammars.check)
         try:
-            return engine.compile_constraint(grammar=fmt.grammar(req, options.final, bare))
+            return grammars.compile(grammar=fmt.grammar(req, options.final, bare))
         except GrammarError as e:
             raise e.naming("tools") from None
     if options.schema is not None:
-        return _compile_schema(engine, options, lambda schema: engine.compile_constraint(json_schema=schema))
+        return _compile_schema(options, lambda schema: grammars.compile(json_schema=schema))
     return None
 
 
-def _compile_schema(engine, options: ChatOptions, compile_):
+def _compile_schema(options: ChatOptions, compile_):
     """``compile_(options.schema)``, a ``GrammarError`` naming the response_format field."""
     try:
         return compile_(options.schema)

@@ -63,96 +63,32 @@ whose chain of candidates the draft writes first, for seconds its own curve pred
 all (the arm's probes and back-off, as above) are weighed like a draft arm's calls; at any
 other step the draft is not called.  All of it is fixed before the step draws.
 
-No model calls here: the cost curves are measured by ``costs``.  The per-request object the
+What each arm is priced at (its ``Arm`` figures, ``best_case``, ``expected_case``,
+``forced_case``, ``in_step_case``, the text draft's ``text_s`` and ``text_ask``) is ``arms``'
+(``ArmPrices``, which ``AutoTuner`` inherits); the choice and the learning are here.  No
+model calls here: the cost curves are measured by ``costs``.  The per-request object the
 generation holds (``Auto``: plans, candidate scores, what each verified node teaches the
 tuner) is in ``autorequest``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..config import DraftParams
+from .arms import TEXT_SYNC_ROWS, Arm, ArmPrices, draws_of, text_seconds  # noqa: F401  (TEXT_SYNC_ROWS: tests')
 from .calibration import FORCED_BIN, Calibration, lookup_bin  # noqa: F401  (lookup_bin: the generation's)
 from .costs import CostCurve, cost_table
-from .stepplan import TABLE_ROWS, Background, StepPlan, in_step_rate
+from .stepplan import TABLE_ROWS, Background, StepPlan
 
 # pending draft tokens past which the draft is brought up to date by one prefill (a re-sync)
 # instead of being fed them as a chain in the step's first draft call
 DRAFT_CATCH_UP = 32
 # output tokens a catch-up is judged over, at most (what it costs must be won back within them)
 CATCH_UP_HORIZON = 256
-# rows of the boundary window a draft of another vocabulary re-reads before its chain (the
-# token kept back and the new text's: ``textdraft.resync``), priced as one call of its own
-TEXT_SYNC_ROWS = 2
-
-# --------------------------------------------------------------------------- the arms
 
 
-@dataclass
-class _Arm:
-    """Speculation of one shape: its rate, its acceptance, when to try it again.
-
-    The rate is tokens per predicted second over its steps (decayed).  A step's tokens are
-    counted as its plan's expected tokens E times the arm's realised / expected ratio over
-    the whole request: that ratio corrects the model's bias, and E varies far less from step
-    to step than the tokens a step happens to yield, so arms are compared on fewer steps."""
-
-    tokens: float = 0.0  # decayed sums of expected tokens and predicted seconds over its steps
-    seconds: float = 0.0
-    real: float = 0.0  # realised and expected tokens over the request (not decayed)
-    expected: float = 0.0
-    steps: int = 0
-    backoff: int = 4  # plain steps to wait after a losing probe (doubles)
-    wait: int = 0  # steps left before the next probe
-    due: bool = False  # its wait ran out: to be tried again (or, if hopeless, to wait again)
-    accept: float = 0.6  # chance a reached, expanded node has a candidate accepted (decayed; prior)
-    acc_n: float = 2.0
-    children: float = 1.0  # distinct candidates per expanded node (decayed, over past steps)
-    k: int = 0  # draws per node of a draft arm (0: lookup)
-    exact: bool = False  # its acceptance and children are learnt exactly at every drafted node
-    promise: float = 0.0  # ``expected_case`` when its last step was planned (its rate was earned at that)
-    width: float = 0.0  # non-root target rows per draft call of its steps beside others (decayed; 0: none yet)
-
-    PRIOR_TOKENS = 12.0  # the realised / expected ratio starts at 1, worth this many tokens
-
-    @property
-    def rate(self) -> float:
-        if self.seconds <= 0:
-            return 0.0
-        return self.ratio * self.tokens / self.seconds
-
-    def learn(self, accept: float, decay: float, children: float | None = None) -> None:
-        """One more node's acceptance (and width) into the decayed means."""
-        w = self.acc_n * decay
-        self.accept = (self.accept * w + accept) / (w + 1.0)
-        if children is not None:
-            self.children = (self.children * w + children) / (w + 1.0)
-        self.acc_n = w + 1.0
-
-    @property
-    def ratio(self) -> float:
-        """Realised over expected tokens over the request (starting at 1)."""
-        return (self.real + self.PRIOR_TOKENS) / (self.expected + self.PRIOR_TOKENS)
-
-    def observe_width(self, width: float, keep: float = 0.7) -> None:
-        self.width = width if self.width <= 0.0 else keep * self.width + (1.0 - keep) * width
-
-    def observe(self, tokens: int, expected: float, seconds: float, decay: float) -> None:
-        self.tokens = self.tokens * decay + expected
-        self.seconds = self.seconds * decay + seconds
-        self.real += tokens
-        self.expected += expected
-        self.steps += 1
-
-
-def _draws_of(arm: str) -> int:
-    return 1 if arm == "chain" else int(arm[4:]) if arm.startswith("tree") else 0
-
-
-class AutoTuner:
+class AutoTuner(ArmPrices):
     """Per request: choose plain decoding or a ``StepPlan`` for each step (module docstring)."""
 
     # the draft may be left without the prompt at the start: ``choose`` brings it up to date
@@ -168,7 +104,7 @@ class AutoTuner:
         self.target, self.draft, self.text = target, draft, text
         self.target_s, self.draft_s = cost_table(target, TABLE_ROWS), cost_table(draft, TABLE_ROWS)
         # a draft of another vocabulary (``text``: its curve): the seconds of its chain by length
-        self.text_s = self._text_seconds(text, max(1, int(limits.max_depth)))
+        self.text_s = text_seconds(text, max(1, int(limits.max_depth)))
         self.row_s = row_s
         self.limits = limits
         self.overhead_s = overhead_s
@@ -184,13 +120,13 @@ class AutoTuner:
                                  if k > 1] + kinds
         if max_chain == 0:  # nothing can be undone: plain decoding
             kinds = []
-        self.arms = {k: _Arm(k=_draws_of(k)) for k in kinds
+        self.arms = {k: Arm(k=draws_of(k)) for k in kinds
                      if self.best_case(k) > self.plain_rate * max(margin, 1.05)}
         # a text draft's probe reads the whole text so far: tried only where it pays at its prior
         if "text" in self.arms and self.expected_case("text") <= self.plain_rate * max(margin, 1.05):
             del self.arms["text"]
         # grammar steps (module docstring): chosen by the forced run, not probed like an arm
-        self.grammar = _Arm() if kinds and self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
+        self.grammar = Arm() if kinds and self.best_case("lookup") > self.plain_rate * max(margin, 1.05) else None
         # the draft arms' K, in the order ``observe_draft_node`` takes their figures
         self.exact_ks = np.array([a.k for a in self.arms.values() if a.k], np.int64)
         self.current: str | None = None  # the arm of the step under way
@@ -205,16 +141,6 @@ class AutoTuner:
         self.check_scale = 1.0  # its scale when this tuner's curves were taken
         self.check_context = (0.0, 0)  # (alpha, context) its target curve was raised by (``CurveCheck``)
 
-    @staticmethod
-    def _text_seconds(text: CostCurve | None, depth: int) -> np.ndarray:
-        """``[0, s(1), .., s(depth)]``: the predicted seconds of the text draft's chain of n
-        tokens, one call re-reading the boundary window (``TEXT_SYNC_ROWS``) and one row per
-        token; zeros without one (its re-tokenizing is host work of a few tokens, left out)."""
-        if text is None:
-            return np.zeros(depth + 1)
-        n = np.arange(depth + 1)
-        return np.where(n > 0, text(TEXT_SYNC_ROWS) + n * text(1), 0.0)
-
     @property
     def drafts(self) -> bool:
         """Whether a step may call the draft model: on a machine where no draft arm could
@@ -228,77 +154,6 @@ class AutoTuner:
         if self.current in self.arms:
             return self.arms[self.current].accept
         return max((a.accept for a in self.arms.values()), default=0.6)
-
-    def best_case(self, kind: str) -> float:
-        """Tokens/s of the best chain of ``kind`` if every candidate were accepted."""
-        best = 0.0
-        for depth in range(1, self.limits.max_depth + 1):
-            t = self.target(depth + 1) + self.overhead_s + (depth + 1) * self.row_s
-            if kind == "text":
-                t += self.text_s[depth]
-            elif kind != "lookup":
-                t += depth * (self.draft(1) + self.row_s)
-            best = max(best, (depth + 1) / t)
-        return best
-
-    def expected_case(self, kind: str, pending: int = 1) -> float:
-        """Tokens/s of the best chain of ``kind`` at the acceptance learnt so far (a draft
-        arm: its acceptance per reached node; lookup: its best bin's rate; text: its bins'),
-        with the draft's catch-up on ``pending`` tokens."""
-        return float(np.max(self._chain_rates(kind, pending)))
-
-    def _chain_rates(self, kind: str, pending: int = 1) -> np.ndarray:
-        """``expected_case``'s tokens/s per depth 1 .. ``max_depth``."""
-        if kind == "lookup":
-            a = self.lookup_accept()
-        elif kind == "text":
-            a = self.calibration.text_draft()
-        else:  # a ResiSpec node accepts at least as often as a chain's draw: sum(min(p, F q)), F >= 1
-            a = max(self.arms[kind].accept, self.arms["chain"].accept if "chain" in self.arms else 0.0)
-        depth = np.arange(1, self.limits.max_depth + 1)
-        t = self.target_s[depth + 1] + self.overhead_s + (depth + 1) * self.row_s
-        if kind == "text":
-            t = t + self.text_s[depth]
-        elif kind != "lookup":
-            t = t + self.draft_s[min(pending, len(self.draft_s) - 1)] + (depth - 1) * self.draft_s[1] + depth * self.row_s
-        value = np.cumsum(a ** np.arange(self.limits.max_depth + 1))[1:]  # 1 + a + ... + a^depth
-        return value / t
-
-    def text_ask(self) -> int:
-        """How many tokens to ask the text draft for at a step of the "text" arm: the chain
-        length with the best ``expected_case`` at the acceptance its candidates have shown
-        up to the last step (its bins, ``Calibration.text_draft``), each token's seconds
-        from its curve.  Fixed before the step draws."""
-        return int(np.argmax(self._chain_rates("text"))) + 1
-
-    def lookup_accept(self) -> float:
-        """A level of a tree without draft rows: the chance that the context's and memory's
-        candidates at a node hold the emitted token (``Calibration.node_lookup``)."""
-        return self.calibration.node_lookup()
-
-    def footing(self) -> float:
-        """How far the best arm that ran beat its projection (its rate over ``expected_case``
-        when its last step was planned; at least 1).  An arm not yet run is projected on
-        this footing before it is compared with the rates of those that ran: under a
-        constraint their rates count the forced and certain tokens their steps took without
-        a draft call, which ``expected_case`` leaves out and any arm's steps would take
-        alike.  Never below 1: a rate short of its projection is the chain model's optimism,
-        which the projection compared shares, and one probe's shortfall is too noisy to stop
-        the others' probes at the start of a request."""
-        ran = [a for a in self.arms.values() if a.steps and a.promise > 0.0]
-        if not ran:
-            return 1.0
-        best = max(ran, key=lambda a: a.rate)
-        return max(1.0, best.rate / best.promise)
-
-    def forced_case(self, forced: int) -> float:
-        """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
-        forced bin's learnt chance (the best depth up to the run and the bounds)."""
-        depth = np.arange(1, max(1, min(forced, self.limits.max_depth)) + 1)
-        a = self.calibration.lookup(FORCED_BIN)
-        t = self.target_s[depth + 1] + self.overhead_s + (depth + 1) * self.row_s
-        value = np.cumsum(a ** np.arange(depth.shape[0] + 1))[1:]
-        return float(np.max(value / t))
 
     # -------------------------------------------------------------- choice per step
 
@@ -341,22 +196,37 @@ class AutoTuner:
             if not self.catch_up_pays(pending, remaining):
                 arms = {n: a for n, a in self.arms.items() if n in ("lookup", "text")}
             pending = 1
-        drafted = [a for n, a in arms.items() if n != "lookup"]
-        if forced and self.grammar is not None and (not drafted or any(a.steps for a in drafted)):
-            # against what the draft arms have shown (their rates, waiting or not: a draft tree
-            # continues past the forced run, through the free tokens after it); before any has
-            # run, the first probe goes first
-            rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
-            g = self.grammar  # its projection, corrected by what its steps realised of theirs
-            promise = self.forced_case(forced) * (g.real + g.PRIOR_TOKENS) / (g.expected + g.PRIOR_TOKENS)
-            if promise > rival:
-                return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
-                                                      f"> {rival:.2f}")
+        if forced and self.grammar is not None:
+            plan = self._grammar_step(arms, pending, forced)
+            if plan is not None:
+                return plan
         if self.background is not None and arms:
             return self._choose_in_step(pending, arms)
-        # at the start the first arm (the chain: it learns the draft's acceptance exactly at
-        # every node) is probed once; every other only if what has been learnt promises that
-        # it beats what ran
+        plan = self._first_probe(arms, pending)
+        return plan if plan is not None else self._choose_alone(arms, pending)
+
+    def _grammar_step(self, arms: dict, pending: int, forced: int) -> StepPlan | None:
+        """A grammar step along the ``forced`` tokens, when its projection (``forced_case``,
+        corrected by what its steps realised of theirs) beats plain decoding and what the
+        draft arms have shown (their rates, waiting or not: a draft tree continues past the
+        forced run, through the free tokens after it); None otherwise, and before any draft
+        arm has run (the first probe goes first)."""
+        drafted = [a for n, a in arms.items() if n != "lookup"]
+        if drafted and not any(a.steps for a in drafted):
+            return None
+        rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
+        g = self.grammar
+        promise = self.forced_case(forced) * (g.real + g.PRIOR_TOKENS) / (g.expected + g.PRIOR_TOKENS)
+        if promise > rival:
+            return self._plan("grammar", pending, f"grammar forces {forced} tokens: {promise:.2f} tokens/s "
+                                                  f"> {rival:.2f}")
+        return None
+
+    def _first_probe(self, arms: dict, pending: int) -> StepPlan | None:
+        """A request alone: the probe of an arm not yet run, or None.  At the start the first
+        arm (the chain: it learns the draft's acceptance exactly at every node) is probed
+        once; every other only if what has been learnt promises that it beats what ran (else
+        it waits, and is judged again when its wait runs out)."""
         ran = max([self.plain_rate * self.margin] + [a.rate for a in arms.values() if a.steps])
         first = next(iter(arms), None)
         for name, arm in arms.items():
@@ -364,8 +234,13 @@ class AutoTuner:
                 if name == first or self.expected_case(name, pending) * self.footing() > ran:
                     return self._plan(name, pending, f"probe {name}")
                 arm.wait = arm.backoff  # judged again when its wait runs out
-        # an arm that lost its last step waits a stretch (doubling after each loss) while the
-        # others, or plain decoding, run; then it is due to be tried again
+        return None
+
+    def _choose_alone(self, arms: dict, pending: int) -> StepPlan | None:
+        """A request alone, after ``_first_probe``: an arm that lost its last step waits a
+        stretch (doubling after each loss) while the others, or plain decoding, run; then it
+        is due to be tried again (``_reprobe``).  Otherwise the arm of the best rate that
+        beats plain decoding runs, and the others wait for their next try."""
         for arm in arms.values():
             if arm.wait > 0:
                 arm.wait -= 1
@@ -374,6 +249,22 @@ class AutoTuner:
         for name, arm in arms.items():
             if arm.wait == 0 and not arm.due and arm.rate > best_rate:
                 best, best_rate = name, arm.rate
+        plan = self._reprobe(arms, pending, best_rate)
+        if plan is not None:
+            return plan
+        for name, arm in arms.items():  # the losers wait for their next try
+            if name != best and arm.wait == 0:
+                arm.wait = arm.backoff
+        if best is not None:
+            return self._plan(best, pending, f"{best_rate:.2f} tokens/s against plain decoding's {self.plain_rate:.2f}")
+        self.current = None
+        self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
+        return None
+
+    def _reprobe(self, arms: dict, pending: int, best_rate: float) -> StepPlan | None:
+        """The re-probe of the first due arm whose promise beats its rival (``best_rate``, the
+        best ready arm's or plain decoding's), or None; a due arm that cannot win waits the
+        next, doubled, stretch out too."""
         for name, arm in arms.items():
             if not arm.due:
                 continue
@@ -394,43 +285,7 @@ class AutoTuner:
             arm.due = False  # what it has learnt says it cannot win: wait the next stretch out too
             arm.wait = arm.backoff
             arm.backoff = min(arm.backoff * 2, 256)
-        for name, arm in arms.items():  # the losers wait for their next try
-            if name != best and arm.wait == 0:
-                arm.wait = arm.backoff
-        if best is not None:
-            return self._plan(best, pending, f"{best_rate:.2f} tokens/s against plain decoding's {self.plain_rate:.2f}")
-        self.current = None
-        self.last_choice, self.reason = "none", "plain: speculation lost its last probe"
         return None
-
-    def in_step_case(self, kind: str | None, pending: int = 1) -> float:
-        """Beside the step's other requests (``background``), the whole step's projected
-        tokens/s with this request's next step of ``kind`` (None: plain), at the acceptance
-        learnt so far (``stepplan.in_step_rate``).  A chain's level is worth its acceptance
-        a; a K-draw tree's level its own acceptance a_K (its path going on through the
-        expanded child at about a chain's rate), for the rows per level its trees held in
-        past shared steps (before any: K, about what a tree's level holds beside others; its
-        distinct children per node would count half of it).  The acceptances are exact (learnt
-        at every drafted node); the arm's realised / expected tokens are not used here: over
-        the request (steps alone included), of the plan's E rather than of this path, and
-        several percent of noise, they would outweigh what sets arms apart in a shared step
-        (a percent or two).  Lookup: its bins' mean acceptance, no draft row."""
-        bg, lim = self.background, self.limits
-        price = dict(pending=pending, overhead_s=self.overhead_s, row_s=self.row_s)
-        if kind is None:
-            return in_step_rate(bg, self.target_s, self.draft_s, first=0.0, then=0.0, rows=1.0, depth=0, **price)
-        if kind == "lookup":
-            a = self.lookup_accept()
-            return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=lim.max_depth,
-                                is_draft=False, **price)
-        if kind == "text":  # a lookup path behind the text draft's chain, whose seconds the step pays
-            a, ask = self.calibration.text_draft(), self.text_ask()
-            price["overhead_s"] += float(self.text_s[ask])
-            return in_step_rate(bg, self.target_s, self.draft_s, first=a, then=a, rows=1.0, depth=ask,
-                                is_draft=False, **price)
-        arm, chain = self.arms[kind], self.arms.get("chain", self.arms[kind])
-        return in_step_rate(bg, self.target_s, self.draft_s, first=arm.accept, then=chain.accept,
-                            rows=max(1.0, arm.width or arm.k), depth=lim.max_depth, **price)
 
     def _choose_in_step(self, pending: int, arms: dict) -> StepPlan | None:
         """Beside other requests: the arm (or plain) with the best projected rate of the

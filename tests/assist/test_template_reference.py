@@ -113,11 +113,13 @@ PING = {"type": "function", "function": {"strict": False, "name": "ping", "x-not
 
 
 class _Engine:
-    """What ``plan.chat_text`` asks of an engine: a family's format and template."""
+    """What ``plan.chat_text`` reads of a model (``chatmodel.ChatModel``): a family's format
+    (``chat_formats``) and template (``prompts``)."""
 
     def __init__(self, family, native=True):
         self.fmt = formats.FORMATS[family](native=native)
         self.template = tf.FAMILIES[family][0]
+        self.prompts = self.chat_formats = self
 
     def tool_format(self):
         return self.fmt
