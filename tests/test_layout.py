@@ -249,13 +249,6 @@ def test_assist_never_calls_back_into_the_engine():
     assert {"resispec_gguf.assist.plan.plan_chat", "resispec_gguf.assist.plan.chat_text"} <= typed, typed
 
 
-# Functions of the surfaces still over 60 lines on this branch: other branches split them
-# (the server's app factory, the benchmark's single and concurrent runs).  Empty this list
-# once those are merged (a name whose function was split fails the test until it is removed
-# here); nothing may be added to it.
-LONG_FUNCTIONS_BEING_SPLIT: set[str] = set()  # none left
-
-
 def test_no_function_is_longer_than_60_lines():
     """Every function and method of the package, from its ``def`` to the end of its body
     (decorators left out), is at most 60 lines: a longer one is split into named steps."""
@@ -266,6 +259,4 @@ def test_no_function_is_longer_than_60_lines():
                 n = node.end_lineno - node.lineno + 1
                 if n > 60:
                     long[f"{path.relative_to(ROOT).as_posix()}:{node.name}"] = n
-    assert set(long) - LONG_FUNCTIONS_BEING_SPLIT == set(), long
-    # the allow-list names only functions still too long: a split one leaves it
-    assert LONG_FUNCTIONS_BEING_SPLIT <= set(long), sorted(LONG_FUNCTIONS_BEING_SPLIT - set(long))
+    assert long == {}
