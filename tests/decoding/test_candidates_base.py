@@ -53,25 +53,25 @@ def toy(monkeypatch):
 def test_the_built_in_sources_and_their_bins():
     assert [c.name for c in registered()][:4] == ["context", "views", "forced", "text draft"]
     lay = layout()
-    assert lay.offset["context"] == 0 and len(lay.priors) == 19
-    assert calibration.FORCED_BIN == lay.bin("forced", 0) == 15 and lay.priors[15] == 0.9
-    assert lay.leading == (0, 1, 2, 3, 4) and lay.source_of(12) == "context" and lay.source_of(15) == "forced"
-    assert lay.offset["text draft"] == 16 and lay.source_of(18) == "text draft"
-    assert not lay.copies[15] and all(lay.copies[:15]) and all(lay.copies[16:])
+    assert lay.offset["context"] == 0 and len(lay.priors) == 24
+    assert calibration.FORCED_BIN == lay.bin("forced", 0) == 20 and lay.priors[20] == 0.9
+    assert lay.leading == (0, 1, 2, 3, 4) and lay.source_of(19) == "context" and lay.source_of(20) == "forced"
+    assert lay.offset["text draft"] == 21 and lay.source_of(23) == "text draft"
+    assert not lay.copies[20] and all(lay.copies[:20]) and all(lay.copies[21:])
     with pytest.raises(ValueError):
         register(type("Other", (SourceDefaults,), {"name": "context", "priors": (), "arm": "lookup"}))
 
 
 def test_a_registered_source_gets_its_bins_and_is_built_and_merged_last(toy):
     lay = layout()
-    assert lay.offset["next token"] == 19 and lay.priors[19:] == (0.2, 0.4)
-    assert calibration.Calibration().lookup(20) == pytest.approx(0.4)
+    assert lay.offset["next token"] == 24 and lay.priors[24:] == (0.2, 0.4)
+    assert calibration.Calibration().lookup(25) == pytest.approx(0.4)
     assert calibration.FORCED_BIN == lay.bin("forced", 0)  # the built-ins' bins do not move
     sources = Sources.build(Request([1, 2, 3, 1, 2], DraftParams(method="auto")))
     assert [s.name for s, _ in sources.built] == ["context", "next token"]
     # the context proposes 3 after "1 2" (bin 0); the toy's 3 is a repeat, dropped
     assert sources.propose((), 0, None) == [(3, 0)]
-    assert sources.propose((3,), 0, None) == [(1, 0), (4, 20)]  # "1 2 3" was followed by 1; 3 is odd: bin 1
+    assert sources.propose((3,), 0, None) == [(1, 0), (4, 25)]  # "1 2 3" was followed by 1; 3 is odd: bin 1
     assert Sources.build(Request([1, 2], DraftParams(method="none"))).built == []
 
 

@@ -4,7 +4,7 @@ the calibration's layout)."""
 
 from resispec_gguf.decoding.calibration import FORCED_BIN, is_memory_bin, lookup_bin
 from resispec_gguf.decoding.candidates import Candidate, layout
-from resispec_gguf.decoding.candidates.context import ContextSource, alternate_bin, leading_bin, memory_bin
+from resispec_gguf.decoding.candidates.context import ContextSource, alternate_bin, anchor_bin, leading_bin, memory_bin
 from resispec_gguf.decoding.memory import Memory
 
 
@@ -60,10 +60,12 @@ def test_the_memory_adds_what_past_answers_continued_with():
 def test_its_bins_fill_its_range_and_are_apart_from_the_grammars():
     leading = {leading_bin(m, r) for m in (1, 2, 9) for r in (0, 1, 2, 3, 4, 8, 20)}
     memory = {memory_bin(m, s) for m in (2, 6) for s in (0.1, 0.5, 0.9)}
-    bins = leading | {alternate_bin(s) for s in (0.1, 0.5)} | memory
-    assert bins == set(range(len(ContextSource.priors))) == set(range(15))
+    anchored = {anchor_bin(r) for r in (0, 1, 2, 7, 8, 15, 16, 40)}
+    bins = leading | {alternate_bin(s) for s in (0.1, 0.5)} | memory | anchored
+    assert anchored == set(range(15, 20))
+    assert bins == set(range(len(ContextSource.priors))) == set(range(20))
     assert ContextSource.apart == memory
     lay = layout()  # the global bins: the context's first, the grammar's elsewhere
-    assert [lay.bin("context", b) for b in sorted(bins)] == list(range(15)) and FORCED_BIN not in range(15)
+    assert [lay.bin("context", b) for b in sorted(bins)] == list(range(20)) and FORCED_BIN not in range(20)
     assert {lay.bin("context", b) for b in bins if is_memory_bin(lay.bin("context", b))} == memory
     assert [lookup_bin(m, r) for m, r in ((1, 0), (2, 2), (2, 9), (5, 30))] == [4, 2, 13, 14]

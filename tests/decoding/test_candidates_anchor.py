@@ -1,0 +1,154 @@
+"""candidates/anchor.py: the copy anchor (which fixed sequence the reply is following, and
+where), its place at the head of the context source's candidates, and the law with it on."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_models import PathConstraint
+from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
+                         constrained_law, exact_law)
+from resispec_gguf.config import DraftParams
+from resispec_gguf.decoding.candidates import anchor as anchor_mod
+from resispec_gguf.decoding.candidates import views
+from resispec_gguf.decoding.candidates.anchor import MIN_SYNC, CopyAnchor
+from resispec_gguf.decoding.candidates.context import ContextSource, anchor_bin, leading_bin
+from resispec_gguf.engine import Engine
+
+NL = 9  # a line break
+# three "lines" of a file: 1 2 3 4 10 11 NL / 5 6 7 NL / 8 3 4 NL
+FILE = [1, 2, 3, 4, 10, 11, NL, 5, 6, 7, NL, 8, 3, 4, NL]
+
+
+def test_a_prompt_that_ends_inside_a_text_it_holds_is_followed_from_the_start():
+    prompt = [7, 7] + FILE + [0, 1, 2, 3]  # e.g. a completion prompt: the file, then its start again
+    a = CopyAnchor([prompt], prompt)
+    assert a.next_token() == (4, 0)  # not the prompt's own end, which continues with nothing
+    assert CopyAnchor([prompt], [8, 8, 8]).next_token() is None
+
+
+def test_the_anchor_is_found_after_enough_agreement_and_follows():
+    a = CopyAnchor([FILE])
+    a.commit([1, 2])
+    assert a.next_token() is None  # two tokens: fewer than a sync needs
+    a.commit([3])
+    assert MIN_SYNC == 3 and a.next_token() == (4, 0)
+    a.commit([4, 10, 11, NL])
+    assert a.next_token() == (5, 4)
+    # along a path it only follows: the anchor's tokens carry it on, any other leaves none
+    assert a.next_token((5, 6)) == (7, 6)
+    assert a.next_token((5, 8)) is None and a.next_token((5, 8, 6)) is None
+
+
+def test_after_an_edited_line_it_goes_on_at_the_next_line_of_the_same_text():
+    a = CopyAnchor([FILE])
+    a.commit([1, 2, 3, 4, 10, 11, NL])
+    a.commit([50])  # the second line rewritten: the copy breaks
+    assert a.next_token() is None  # 50 is nowhere: the anchor waits at the break
+    a.commit([51, NL])  # the line ends: the nearest line break after the break point
+    assert a.next_token() == (8, 0)
+    # the context's index alone, after one token of match (a line break), leads with 5
+    src = ContextSource(FILE, None)
+    src.commit([1, 2, 3, 4, 10, 11, NL, 50, 51, NL])
+    got = src.propose()
+    assert got[0][:2] == (8, anchor_bin(0)) and 5 in [c.token for c in got[1:]]
+
+
+def test_a_word_inserted_into_a_line_resumes_where_the_copy_broke():
+    a = CopyAnchor([FILE])
+    a.commit([1, 2, 3, 4, 10, 11, NL, 5])
+    a.commit([60])  # inserted before 6
+    a.commit([6])  # back at the break point: the nearest 6 at or after it
+    assert a.next_token() == (7, 0)
+
+
+def test_a_false_resync_does_not_carry_the_break_point_away():
+    text = [1, 2, 3, 4, 5, 6, 7, 3, 8, 9, 10]
+    a = CopyAnchor([text])
+    a.commit([1, 2, 3])  # found; next 4
+    a.commit([40])  # break at 4 (position 3)
+    a.commit([3])  # a common token: the nearest 3 after the break is the one at 7
+    assert a.next_token() == (8, 0)
+    a.commit([4])  # not 8: breaks again, and searches from the first break point again
+    assert a.next_token() == (5, 0)
+
+
+def test_the_text_the_reply_copies_wins_over_the_one_the_counts_prefer():
+    # the prompt holds "12 13" twice followed by 5 (a raw line break), a view once followed by
+    # 77 (its escaped one); the reply copies the view, but spells its escape 40 as 41 (a
+    # tokenization of its own), so the index matches no more than "12 13"
+    prompt = [1, 21, 12, 13, 5, 2, 21, 12, 13, 5, 3]
+    view = [20, 21, 22, 40, 12, 13, 77, 30]
+    src = ContextSource(prompt, None, sequences=[view])
+    src.commit([20, 21, 22, 41, 12, 13])
+    got = src.propose()
+    assert got[0][:2] == (77, anchor_bin(1))  # found again at 12 after the break, then followed 13
+    assert got[1][:2] == (5, leading_bin(2, 0))  # the index's leader: "12 13" -> 5 twice, 77 once
+    assert [c.token for c in src.propose((77,))][:1] == [30]
+
+
+def test_another_sequence_needs_more_agreement_than_the_broken_one():
+    a = CopyAnchor([[1, 2, 3, 4, 5, 6, 7, 8], [70, 71, 7, 8, 9]])
+    a.commit([1, 2, 3])
+    a.commit([7])  # a break; 7 in the same text after the break point: one token agrees
+    assert a.next_token() == (8, 0)
+    b = CopyAnchor([[1, 2, 3, 4, 5, 6], [70, 71, 72, 73]])
+    b.commit([1, 2, 3, 70, 71])  # the other text agrees on two tokens only
+    assert b.next_token() is None
+    b.commit([72])
+    assert b.next_token() == (73, 0)
+
+
+def test_its_answers_depend_on_the_committed_tokens_not_on_how_they_came():
+    one, two = CopyAnchor([FILE, FILE[::-1]]), CopyAnchor([FILE, FILE[::-1]])
+    reply = [1, 2, 3, 4, 10, 11, NL, 50, NL, 8, 3]
+    one.commit(reply)
+    for t in reply:
+        two.next_token((t,))  # paths asked on the way leave nothing behind
+        two.commit([t])
+    assert one.state == two.state and one.next_token() == two.next_token() == (4, 2)
+
+
+# a fixed sequence standing in for a tokenized view: it holds the prompt's last eight tokens
+# (``LOOKUP_PROMPT[3:]``), so every request starts anchored there, and a reply that follows it
+# stays anchored
+VIEW = [0, 4, 3, 1, 3, 2, 1, 0, 4, 3, 1, 2, 4, 0, 3, 1, 2, 0]
+CASES = {
+    "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),
+    "auto, no draft": ("none", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
+    "auto": ("draft", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
+}
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_anchor_keeps_the_law_exact(case, temp, constrained, monkeypatch):
+    """Through the engine on the Markov pair, a view beside the prompt: the anchor leads nodes
+    (counted) and the first tokens' law is the target's."""
+    kind, dp = CASES[case]
+    target, draft = _pair()
+    engine = Engine(target, draft if kind == "draft" else None,
+                    cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
+    monkeypatch.setattr(views, "prompt_views", lambda text, tokens: [VIEW])
+    led = []
+    original = anchor_mod.CopyAnchor.next_token
+
+    def counted(self, path=()):
+        got = original(self, path)
+        led.append(got is not None)
+        return got
+
+    monkeypatch.setattr(anchor_mod.CopyAnchor, "next_token", counted)
+    sp = TEMPERATURES[temp]
+    constraint = PathConstraint(V, EOG) if constrained else None
+    counts = {}
+    for seed in range(RUNS):
+        res = engine.generate(LOOKUP_PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        counts[seq] = counts.get(seq, 0) + 1
+    assert VIEW[3:11] == LOOKUP_PROMPT[3:]
+    assert sum(led) > RUNS, (sum(led), len(led))  # the anchor led nodes: at least once a run
+    law = (constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, constraint) if constrained
+           else exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS))
+    check_law(counts, law, f"anchor/{case}/{temp}/{'constrained' if constrained else 'free'}")
