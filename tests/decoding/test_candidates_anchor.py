@@ -112,6 +112,21 @@ def test_its_answers_depend_on_the_committed_tokens_not_on_how_they_came():
 # a fixed sequence standing in for a tokenized view: it holds the prompt's last eight tokens
 # (``LOOKUP_PROMPT[3:]``), so every request starts anchored there, and a reply that follows it
 # stays anchored
+def test_the_replay_script_counts_fewer_calls_with_the_anchor_where_two_texts_share_a_suffix():
+    from script_loader import load_script
+
+    replay = load_script("copy_replay").replay
+    # the raw text's "12 13" goes on with 5 eight times, the view's with 77 four times; the
+    # reply copies the view, spelling the escape before each "12 13" its own way (41, 42, ..)
+    prompt = [1, 12, 13, 5] * 8
+    view, reply = [20, 21], [20, 21]
+    for k in range(4):
+        view += [50 + k, 40, 12, 13, 77, 60 + k]
+        reply += [50 + k, 41 + k, 12, 13, 77, 60 + k]
+    plain, anchored = replay(prompt, [view], reply, 16, False), replay(prompt, [view], reply, 16, True)
+    assert anchored[0] < plain[0] and anchored[1] < plain[1]
+
+
 VIEW = [0, 4, 3, 1, 3, 2, 1, 0, 4, 3, 1, 2, 4, 0, 3, 1, 2, 0]
 CASES = {
     "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),

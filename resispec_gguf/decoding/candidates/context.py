@@ -106,7 +106,8 @@ class ContextSource(SourceDefaults):
     """One request's context source (module docstring): its prompt and output, the token
     sequences of the indexed sources (``sequences``: the prompt's views) beside them in its
     own index, and the engine's ``memory`` (None: its own context only).  ``k``: candidates per
-    node from each index, at most."""
+    node from each index, at most.  ``anchored``: the copy anchor leads (off only to measure
+    what it adds, ``scripts/copy_replay.py``)."""
 
     name = "context"
     priors = (0.3, 0.5, 0.6, 0.7, 0.15, 0.25, 0.08, 0.08, 0.2, 0.35, 0.15, 0.4, 0.7, 0.8, 0.85,
@@ -116,7 +117,7 @@ class ContextSource(SourceDefaults):
     apart = frozenset(range(_MEMORY, _LONG_RUN))
 
     def __init__(self, prompt: Sequence[int], memory: Memory | None = None, k: int = 3,
-                 sequences: Sequence[Sequence[int]] = ()):
+                 sequences: Sequence[Sequence[int]] = (), anchored: bool = True):
         self.k = int(k)
         self.memory = memory
         self.local = SuffixIndex(DEFAULT_DEPTH)
@@ -124,7 +125,8 @@ class ContextSource(SourceDefaults):
         self.local.add(0, self.tokens)
         for i, seq in enumerate(sequences, 1):  # beside it, fixed: the indexed sources' (the views)
             self.local.add(i, list(seq))
-        self.anchor = CopyAnchor([self.tokens[:], *sequences], self.tokens)
+        # the copy anchor over the prompt and the views (``anchored`` False: none, for comparisons)
+        self.anchor = CopyAnchor([self.tokens[:], *sequences] if anchored else [], self.tokens)
         self._cursors: dict[tuple, tuple] = {}  # path -> (local cursor, memory cursor), this state
         self._versions = (-1, -1)
 
