@@ -4,7 +4,7 @@ Routes: ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /in
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (both streaming as server-sent events
 and non-streaming); Anthropic's ``POST /v1/messages`` and ``/v1/messages/count_tokens`` and
 OpenAI's ``POST /v1/responses`` (``GET /v1/responses/{id}``), translated onto the chat path
-(``anthropic``, ``responses``, ``assistants``); llama.cpp's ``/tokenize``, ``/detokenize``,
+(``anthropic``, ``responses``); llama.cpp's ``/tokenize``, ``/detokenize``,
 ``/apply-template``, ``/props`` and ``/slots`` and Prometheus' ``/metrics`` (``ops``,
 ``metrics``).  Every completion carries llama.cpp's ``timings``; llama.cpp's
 ``speculative.n_max``/``n_min``/``p_min`` map onto the draft parameters or are refused
@@ -46,14 +46,15 @@ running one; more get 503 with ``Retry-After``.  A client that disconnects cance
 request at once (``worker``).
 
 The modules: ``app`` (the app, the server object every route uses, and ``create_app``, which
-registers each dialect's ``routes(srv)``), the dialects' routes ``openai`` (models, chat,
-completions, ``/infill``), ``assistants`` (Anthropic's and the Responses API's) and ``ops``
-(``/health`` and llama.cpp's utility routes), ``fields`` (request bodies into requests; the
-per-request settings come from the settings' metadata), ``anthropic`` and ``responses`` (the
-translations) over ``dialects`` (what both write), ``worker`` (jobs, the queue,
-cancellation), ``streams`` (SSE), ``errors`` (what an error becomes on the wire), ``auth``
-(the key), ``samplers`` (the sampling fields beyond the settings) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes, chunks and
-logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
+registers each dialect's ``routes(srv)``), the dialects, one module each: ``openai`` (models,
+chat, completions, ``/infill``), ``anthropic`` (Anthropic's Messages API) and ``responses``
+(OpenAI's Responses API), each translating its bodies onto the chat path over ``dialects``
+(what both write), and ``ops`` (``/health`` and llama.cpp's utility routes); ``fields``
+(request bodies into requests; the per-request settings come from the settings' metadata),
+``worker`` (jobs, the queue, cancellation), ``streams`` (SSE), ``errors`` (what an error
+becomes on the wire), ``auth`` (the key), ``samplers`` (the sampling fields beyond the
+settings) and ``metrics``.  May import ``assist``, ``config``, ``errors`` and the shapes,
+chunks and logprobs surfaces; it uses only the engine's public API (``stream``, ``stream_logprobs``,
 ``token_piece``, ``last_result``, ``chat_tokens``, ``text_tokens``, ``max_prompt_bytes``,
 ``n_ctx``, ``n_vocab``, ``check_draft_params``, ``fim_tokens``, ``infill_tokens``, ``tool_format``,
 ``reasoning_format``, ``compile_constraint``, ``tokenize``, ``detokenize``, ``render_chat``,

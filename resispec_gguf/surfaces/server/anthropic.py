@@ -1,8 +1,11 @@
-"""Anthropic's Messages API (``POST /v1/messages``, ``POST /v1/messages/count_tokens``) as a
-translation onto the chat path: a Messages body becomes a chat body (``chat_body``), which
-``fields.parse`` checks and the chat machinery runs (tools, reasoning, constraints, streaming),
-and its reply becomes a Message (``message_object``) or Anthropic's stream of events
-(``MessageStream``, fed the chat chunks).
+"""Anthropic's Messages API (``POST /v1/messages``, ``POST /v1/messages/count_tokens``), a
+dialect translated onto the chat path: a Messages body becomes a chat body (``chat_body``),
+which ``fields.parse`` checks and the app runs as it runs a chat (``_Server.run``: the same
+checks, queue, tools, reasoning, constraints and streaming), and its reply becomes a Message
+(``message_object``) or Anthropic's stream of events (``MessageStream``, fed the chat chunks,
+written through ``streams.relay`` by ``_MessageSink``).  Like every dialect module, it exposes
+``routes(srv)`` over the app's server object, and its handlers (``messages``,
+``count_tokens``) are functions of ``(srv, request)``.
 
 Request: ``max_tokens`` (required), ``messages`` (``user``/``assistant``; content a string or
 ``text``/``tool_use``/``tool_result`` blocks; ``thinking`` blocks of earlier turns are
@@ -14,23 +17,32 @@ dropped), ``system`` (a string or text blocks), ``tools`` (``name``, ``descripti
 own ``min_p``, ``seed``, draft fields and ``speculative.*``, and the fields ``samplers``
 checks (``logit_bias`` honoured, penalties refused), as on the chat route.  ``image`` and
 ``document`` blocks are refused: the model serves text only.  A bad field is a 400 naming
-it, in Anthropic's error shape (``error_body``).
+it, in Anthropic's error shape (``error_body``), as is every error of these routes.
 
 The helpers it shares with ``responses`` are ``dialects``'; the settings it passes as they are
 come from the settings' metadata (``dialects.passed``).
 
-May import ``server.dialects``, ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
+May import the other server modules but the app (which hands in its server object), and the
+shapes and chunks surfaces; never the engine's models or ``llama``.
 """
 
 from __future__ import annotations
 
 import json
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..chunks import ChunkStream
+from ..shapes import completion_object, new_meta, stats_dict, timings
 from . import dialects, fields
 from .dialects import sse, text as _text
 from .errors import ApiError, bad
+from .streams import SSEResponse, relay
+from .worker import prepare
 
-__all__ = ["chat_body", "rename", "error_body", "message_object", "stop_reason", "MessageStream", "sse"]
+__all__ = ["routes", "chat_body", "rename", "error_body", "message_object", "stop_reason", "MessageStream", "sse"]
 
 # fields passed to the chat request as they are
 _PASSED = dialects.passed("anthropic")
@@ -408,3 +420,76 @@ class MessageStream:
 
     def error(self, err: ApiError) -> list[bytes]:
         return [sse(error_body(err))]
+
+
+# ------------------------------------------------------------------------------------- routes
+
+
+def routes(srv) -> list[Route]:
+    """The routes, over the app's server object ``srv``; errors in Anthropic's shape."""
+    def shape(err: ApiError) -> Response:
+        return JSONResponse(error_body(err), status_code=err.status, headers=err.headers)
+
+    return [
+        Route("/v1/messages", srv.endpoint(lambda r: messages(srv, r), shape=shape), methods=["POST"]),
+        Route("/v1/messages/count_tokens", srv.endpoint(lambda r: count_tokens(srv, r), shape=shape),
+              methods=["POST"]),
+    ]
+
+
+async def messages(srv, request: Request) -> Response:
+    chat, where = chat_body(await srv.read_body(request))
+    msg_id = new_id()
+    try:
+        req = srv.parse(chat, "chat")
+        return await srv.run(request, req, lambda job, event: _message(srv, job, event, msg_id, where))
+    except ApiError as e:
+        raise rename(e, where) from None
+
+
+def _message(srv, job, event, msg_id: str, where: list) -> Response:
+    req = job.req
+    meta = new_meta(srv.model_name, chat=True)
+    if req.stream:
+        sink = _MessageSink(srv, req, MessageStream(msg_id, srv.model_name, len(job.plan.prompt)), where)
+        return SSEResponse(relay(job, event, ChunkStream(job.plan, meta, usage="none"), sink), job)
+    result = event[1]
+    chat = completion_object(True, meta, result, job.plan)
+    stop = dialects.stop_sequence(result, req.sampling.stop, srv.engine.token_piece)
+    return JSONResponse(message_object(chat, result, msg_id=msg_id, model=srv.model_name, stop_sequence=stop))
+
+
+class _MessageSink:
+    """Anthropic's events for ``streams.relay``."""
+
+    def __init__(self, srv, req, stream: MessageStream, where: list):
+        self.srv, self.req, self.stream, self.where = srv, req, stream, where
+
+    def begin(self) -> list[bytes]:
+        return self.stream.start()
+
+    def chunks(self, chunks: list) -> list[bytes]:
+        return self.stream.chunks(chunks)
+
+    def done(self, result) -> list[bytes]:
+        stop = dialects.stop_sequence(result, self.req.sampling.stop, self.srv.engine.token_piece)
+        return self.stream.finish(result, stop, {"timings": timings(result), "speculative": stats_dict(result)})
+
+    def error(self, err: ApiError) -> list[bytes]:
+        return self.stream.error(rename(err, self.where))
+
+    def close(self) -> list[bytes]:
+        return []
+
+
+async def count_tokens(srv, request: Request) -> Response:
+    """The prompt's tokens, as ``/v1/messages`` would tokenize it (tools and system included)."""
+    chat, where = chat_body(await srv.read_body(request), count=True)
+    try:
+        req = srv.parse(chat, "chat")
+        present, plan = await srv.off_loop(request, req, prepare, srv.engine, req)
+    except ApiError as e:
+        raise rename(e, where) from None
+    if not present:
+        return Response(status_code=499)
+    return JSONResponse({"input_tokens": len(plan.prompt)})

@@ -2,14 +2,14 @@
 and ``_Server``, the state and the machinery every route uses.
 
 Every API dialect is a module exposing ``routes(srv)`` (``DIALECTS``: ``openai``,
-``assistants`` for Anthropic's and the Responses API, ``ops`` for llama.cpp's utility
-routes), whose handlers are functions of ``(srv, request)``; ``create_app`` registers them
-all.  What a handler has from ``srv``: ``endpoint`` (the key, JSON bodies, the 503 while
-loading, errors in the route's shape), ``read_body`` (at most ``MAX_BODY_BYTES``), ``parse``
-(``fields.parse`` with the server's settings), ``run`` (a job prepared on a tokenizer thread,
-queued on the engine's thread (``worker``) and answered from its first event) and
-``off_loop``.  Errors never kill the server: bad input gets a 4xx and anything unexpected a
-logged 500 with a generic message (``errors``).
+``anthropic`` for Anthropic's Messages API, ``responses`` for OpenAI's Responses API, ``ops``
+for ``/health`` and llama.cpp's utility routes), whose handlers are functions of ``(srv,
+request)``; ``create_app`` registers them all.  What a handler has from ``srv``: ``endpoint``
+(the key, JSON bodies, the 503 while loading, errors in the route's shape), ``read_body`` (at
+most ``MAX_BODY_BYTES``), ``parse`` (``fields.parse`` with the server's settings), ``run`` (a
+job prepared on a tokenizer thread, queued on the engine's thread (``worker``) and answered
+from its first event) and ``off_loop``.  Errors never kill the server: bad input gets a 4xx
+and anything unexpected a logged 500 with a generic message (``errors``).
 
 May import the other server modules, ``assist``, ``config`` and ``errors``; it uses only the
 engine's public API, never ``llama``.
@@ -36,7 +36,7 @@ from starlette.responses import Response
 
 from ...config import DraftParams, ReasoningParams, SamplingParams, ServerParams
 from ...errors import UserError
-from . import assistants, auth, fields, openai, ops
+from . import anthropic, auth, fields, openai, ops, responses
 from .errors import ApiError, bad, cancelled, event_error, internal, user_error
 from .metrics import Metrics
 from .responses import ResponseStore
@@ -229,7 +229,7 @@ def _meta(engine, n_ctx: int, slots: int) -> dict:
 
 
 #: the modules whose ``routes(srv)`` make the app's routes: one per API dialect
-DIALECTS = (openai, assistants, ops)
+DIALECTS = (openai, anthropic, responses, ops)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

@@ -6,8 +6,8 @@ Responses (``responses``) each turn a body of their own into a chat body, which
 (``function_choice``, ``unforced``), the reasoning budget a dialect's thinking field sets
 (``reasoning_budget``), the JSON-schema output format (``json_schema_format``), the settings
 passed through as they are (``passed``, ``pass_through``), the renaming of a chat field's
-error back to the dialect's own field (``rename``), ids (``new_id``) and named server-sent
-events (``sse``).
+error back to the dialect's own field (``rename``), the stop sequence that ended a reply
+(``stop_sequence``), ids (``new_id``) and named server-sent events (``sse``).
 
 Which settings a dialect passes through is derived from the settings' metadata
 (``fields.REQUEST_SETTINGS``): every per-request setting, but those the dialect spells its own
@@ -27,7 +27,8 @@ from .errors import ApiError, bad, renamed
 from .streams import sse as _sse
 
 __all__ = ["OWN_SPELLING", "text", "object_field", "non_empty", "tools", "function_choice", "unforced",
-           "reasoning_budget", "json_schema_format", "passed", "pass_through", "rename", "new_id", "sse"]
+           "reasoning_budget", "json_schema_format", "passed", "pass_through", "rename", "stop_sequence", "new_id",
+           "sse"]
 
 #: the per-request settings the translated dialects spell their own way or do not offer, by
 #: dialect: setting -> its field there (None: not offered; the server's setting holds)
@@ -130,6 +131,16 @@ def rename(err: ApiError, where: list[str], fallback: str, names) -> ApiError:
         i = int(m.group(1))
         return where[i] if i < len(where) else fallback
     return renamed(err, [(r"messages\[(\d+)\]", message), *names])
+
+
+def stop_sequence(result, stops, token_piece) -> str | None:
+    """The stop string that ended ``result`` (its tokens run on through it), None if none did:
+    the one found first in the reply's whole text, as the engine looks for them."""
+    if result.finish_reason != "stop" or not stops:
+        return None
+    text = b"".join(token_piece(t) for t in result.tokens).decode("utf-8", "replace")
+    found = [(text.find(s), i) for i, s in enumerate(stops) if s in text]
+    return stops[min(found)[1]] if found else None
 
 
 def new_id(prefix: str) -> str:

@@ -5,7 +5,7 @@ which runs on the same completion path.  A body is parsed as it is (``fields``),
 ``infill_object`` for ``/infill``) or a stream of chunks (``chunks.ChunkStream`` through
 ``streams.relay``; llama.cpp's stream for ``/infill``).
 
-Like every dialect module (``assistants``, ``ops``), it exposes ``routes(srv)`` over the app's
+Like every dialect module (``anthropic``, ``responses``, ``ops``), it exposes ``routes(srv)`` over the app's
 server object, and its handlers are functions of ``(srv, request)``.
 
 May import the other server modules but the app (which hands in its server object), and the

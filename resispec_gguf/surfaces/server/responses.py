@@ -1,8 +1,11 @@
-"""OpenAI's Responses API (``POST /v1/responses``, ``GET /v1/responses/{id}``) as a translation
-onto the chat path: a Responses body becomes a chat body (``chat_body``), which
-``fields.parse`` checks and the chat machinery runs, and the reply becomes a Response
-(``output_items`` and ``response_object``) or the Responses stream of events
-(``ResponseStream``, fed the chat chunks).
+"""OpenAI's Responses API (``POST /v1/responses``, ``GET /v1/responses/{id}``), a dialect
+translated onto the chat path: a Responses body becomes a chat body (``chat_body``), which
+``fields.parse`` checks and the app runs as it runs a chat (``_Server.run``: the same checks,
+queue, tools, reasoning and constraints), and the reply becomes a Response (``output_items``
+and ``response_object``) or the Responses stream of events (``ResponseStream``, fed the chat
+chunks, written through ``streams.relay`` by ``_ResponseSink``).  Like every dialect module,
+it exposes ``routes(srv)`` over the app's server object, and its handlers
+(``create_response``, ``get_response``) are functions of ``(srv, request)``.
 
 Request: ``input`` (a string, or items: messages with ``input_text``/``output_text`` parts,
 ``function_call``, ``function_call_output``; ``reasoning`` items are dropped), ``instructions``,
@@ -21,7 +24,8 @@ files, images (``input_image``, ``input_file``: the model serves text only),
 The helpers it shares with ``anthropic`` are ``dialects``'; the settings it passes as they are
 come from the settings' metadata (``dialects.passed``).
 
-May import ``server.dialects``, ``server.errors`` and ``server.fields``; never the engine, the app or ``llama``.
+May import the other server modules but the app (which hands in its server object), and the
+shapes and chunks surfaces; never the engine's models or ``llama``.
 """
 
 from __future__ import annotations
@@ -30,13 +34,20 @@ import collections
 import json
 import time
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..chunks import ChunkStream
+from ..shapes import completion_object, new_meta, stats_dict, timings
 from . import dialects, fields
 from .dialects import new_id as _new_id
 from .dialects import text as _text
 from .errors import ApiError, bad
+from .streams import SSEResponse, relay
 
-__all__ = ["STORED_RESPONSES", "ResponseStore", "Turn", "chat_body", "rename", "output_items", "response_object",
-           "ResponseStream"]
+__all__ = ["routes", "STORED_RESPONSES", "ResponseStore", "Turn", "chat_body", "rename", "output_items",
+           "response_object", "ResponseStream"]
 
 STORED_RESPONSES = 256
 _PASSED = dialects.passed("responses", "parallel_tool_calls")
@@ -464,3 +475,76 @@ class ResponseStream:
         response = response_object(self.turn, self.model, self.items, status="failed", error=error)
         return [self._event("error", code=err.code, message=err.message, param=err.param),
                 self._event("response.failed", response=response)]
+
+
+# ------------------------------------------------------------------------------------- routes
+
+
+def routes(srv) -> list[Route]:
+    """The routes, over the app's server object ``srv``."""
+    return [
+        Route("/v1/responses", srv.endpoint(lambda r: create_response(srv, r)), methods=["POST"]),
+        Route("/v1/responses/{response_id}", srv.endpoint(lambda r: get_response(srv, r)), methods=["GET"]),
+    ]
+
+
+async def create_response(srv, request: Request) -> Response:
+    chat, turn = chat_body(await srv.read_body(request), srv.responses)
+    try:
+        req = srv.parse(chat, "chat")
+        return await srv.run(request, req, lambda job, event: _response(srv, job, event, turn))
+    except ApiError as e:
+        raise rename(e, turn.where) from None
+
+
+def _store(srv, turn: Turn, response: dict, items: list) -> None:
+    if turn.store:
+        srv.responses.put(response, turn.messages + [history_message(items)])
+
+
+def _response(srv, job, event, turn: Turn) -> Response:
+    req = job.req
+    meta = new_meta(srv.model_name, chat=True)
+    if req.stream:
+        sink = _ResponseSink(srv, ResponseStream(turn, srv.model_name), turn)
+        return SSEResponse(relay(job, event, ChunkStream(job.plan, meta, usage="none"), sink), job)
+    result = event[1]
+    chat = completion_object(True, meta, result, job.plan)
+    items = output_items(chat)
+    obj = response_object(turn, srv.model_name, items, result,
+                          extras={"timings": chat["timings"], "speculative": chat["speculative"]})
+    _store(srv, turn, obj, items)
+    return JSONResponse(obj)
+
+
+class _ResponseSink:
+    """The Responses events for ``streams.relay``; a finished response is stored (``store``)."""
+
+    def __init__(self, srv, stream: ResponseStream, turn: Turn):
+        self.srv, self.stream, self.turn = srv, stream, turn
+
+    def begin(self) -> list[bytes]:
+        return [dialects.sse(e) for e in self.stream.start()]
+
+    def chunks(self, chunks: list) -> list[bytes]:
+        return [dialects.sse(e) for e in self.stream.chunks(chunks)]
+
+    def done(self, result) -> list[bytes]:
+        events = self.stream.finish(result, {"timings": timings(result), "speculative": stats_dict(result)})
+        _store(self.srv, self.turn, events[-1]["response"], self.stream.items)
+        return [dialects.sse(e) for e in events]
+
+    def error(self, err: ApiError) -> list[bytes]:
+        return [dialects.sse(e) for e in self.stream.error(rename(err, self.turn.where))]
+
+    def close(self) -> list[bytes]:
+        return []
+
+
+async def get_response(srv, request: Request) -> Response:
+    resp_id = request.path_params["response_id"]
+    found = srv.responses.response(resp_id)
+    if found is None:
+        raise ApiError(404, f"no stored response {resp_id[:64]!r} (this server keeps the last {srv.responses.limit} "
+                            "made with store on, in memory)", param="response_id", code="not_found")
+    return JSONResponse(found)

@@ -1,8 +1,8 @@
 """Server-sent events: the response that carries them (``SSEResponse``, which cancels its job
 however it ends), the encoding (``sse``: OpenAI's ``data:`` lines, or named events), and
 ``relay``, which turns a job's events into a stream through a *sink*: what writes the chat
-chunks in one API's shape (``OpenAISink`` here; Anthropic's and the Responses API's in
-``assistants``).
+chunks in one API's shape (``OpenAISink`` here; Anthropic's in ``anthropic``, the Responses
+API's in ``responses``).
 
 May import ``server.errors``, ``server.worker`` and the chunks surface; never the app, the
 engine or ``llama``.
