@@ -1,8 +1,10 @@
 """Seeded outputs stay what they were: every configuration of ``seeded_grid`` (fixed methods
 with lookup, ``auto`` with and without a draft, constrained or not, with a filled memory or
 none, views on and off, two requests per pass) gives exactly the tokens recorded in
-``data/seeded_outputs.json`` before the candidate sources shared one interface.  A change
-that moves a uniform (which draw, in which order) changes them; a refactoring must not."""
+``data/seeded_outputs.json``, recorded before the candidate sources shared one interface and
+again when the copy anchor joined the context source (new candidates: the fixed methods' and
+the anchor-off grid's outputs were the old record's exactly).  A change that moves a uniform
+(which draw, in which order) changes them; a refactoring must not."""
 
 from __future__ import annotations
 
