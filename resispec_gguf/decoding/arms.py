@@ -186,6 +186,15 @@ class ArmPrices:
         best = max(ran, key=lambda a: a.rate)
         return max(1.0, best.rate / best.promise)
 
+    def copy_case(self, chances) -> float:
+        """Tokens/s of a lookup step along a chain whose nodes are accepted with ``chances``
+        in turn (each given the ones above it: the leading candidates' learnt chances), at
+        its best depth."""
+        value = np.cumsum(np.cumprod(np.asarray(chances, np.float64)))
+        depth = np.arange(1, value.shape[0] + 1)
+        t = self.target_s[np.minimum(depth + 1, len(self.target_s) - 1)] + self.overhead_s + (depth + 1) * self.row_s
+        return float(np.max((1.0 + value) / t))
+
     def forced_case(self, forced: int) -> float:
         """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
         forced bin's learnt chance (the best depth up to the run and the bounds)."""

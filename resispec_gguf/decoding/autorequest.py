@@ -13,6 +13,8 @@ No model calls here, and nothing that steers a choice by the clock.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..kernels import sampling
@@ -56,9 +58,9 @@ class Auto:
         return self.tuner.lazy_start
 
     def choose(self, pending: int, forced: int = 0, remaining: int = CATCH_UP_HORIZON,
-               stale: bool = False) -> StepPlan | None:
+               stale: bool = False, copy: Sequence[float] = ()) -> StepPlan | None:
         """The next step's plan, None for a plain step (``AutoTuner.choose``)."""
-        return self.tuner.choose(pending, forced, remaining, stale)
+        return self.tuner.choose(pending, forced, remaining, stale, copy)
 
     def share_step(self, background: Background | None) -> None:
         """The next plans grow their trees within a step that also serves the requests

@@ -73,6 +73,8 @@ tuner) is in ``autorequest``.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..config import DraftParams
@@ -86,6 +88,9 @@ from .stepplan import TABLE_ROWS, Background, StepPlan
 DRAFT_CATCH_UP = 32
 # output tokens a catch-up is judged over, at most (what it costs must be won back within them)
 CATCH_UP_HORIZON = 256
+# the learnt chance from which a leading lookup candidate at a step's root is a copy under way,
+# whose chain ``choose`` weighs node by node (``_copy_step``)
+COPY_SURE = 0.9
 
 
 class AutoTuner(ArmPrices):
@@ -183,9 +188,12 @@ class AutoTuner(ArmPrices):
         return horizon * (1.0 / without - 1.0 / best) > self.catch_up_s(pending)
 
     def choose(self, pending: int = 1, forced: int = 0, remaining: int = CATCH_UP_HORIZON,
-               stale: bool = False) -> StepPlan | None:
+               stale: bool = False, copy: Sequence[float] = ()) -> StepPlan | None:
         """The next step's plan, or None for a plain step.  ``forced``: the tokens the
-        constraint forces at the step's root (0: none, or no constraint).  ``pending``: the
+        constraint forces at the step's root (0: none, or no constraint).  ``copy``: the
+        learnt chances of the lookup sources' leading candidates along their chain from the
+        root, when the first is at least ``COPY_SURE`` (``Sources.leading_chain``): a copy
+        under way is taken where it pays (``_copy_step``), as a forced run is.  ``pending``: the
         tokens the draft has not read; past ``DRAFT_CATCH_UP`` (a long plain stretch), or
         when the draft holds another sequence (``stale``: a lazy start), a draft step first
         brings it up to date, so draft arms are considered only
@@ -200,10 +208,29 @@ class AutoTuner(ArmPrices):
             plan = self._grammar_step(arms, pending, forced)
             if plan is not None:
                 return plan
+        if copy and "lookup" in arms and self.background is None:
+            plan = self._copy_step(arms, pending, copy)
+            if plan is not None:
+                return plan
         if self.background is not None and arms:
             return self._choose_in_step(pending, arms)
         plan = self._first_probe(arms, pending)
         return plan if plan is not None else self._choose_alone(arms, pending)
+
+    def _copy_step(self, arms: dict, pending: int, copy: Sequence[float]) -> StepPlan | None:
+        """A lookup step along a copy under way (``choose``'s ``copy``), when its projection
+        (``copy_case``) beats plain decoding and the rates the draft arms have shown; None
+        otherwise, and before the first probe of a draft arm.  The lookup arm's average
+        acceptance (``expected_case``) would wait for a long stretch of plain steps to lift
+        it: this weighs the chain the step would grow, node by node."""
+        drafted = [a for n, a in arms.items() if n not in ("lookup", "text")]
+        if drafted and not any(a.steps for a in drafted):
+            return None
+        rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
+        promise = self.copy_case(copy)
+        if promise > rival:
+            return self._plan("lookup", pending, f"a copy under way: {promise:.2f} tokens/s > {rival:.2f}")
+        return None
 
     def _grammar_step(self, arms: dict, pending: int, forced: int) -> StepPlan | None:
         """A grammar step along the ``forced`` tokens, when its projection (``forced_case``,

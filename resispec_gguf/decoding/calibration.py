@@ -60,6 +60,7 @@ class Calibration:
     def __init__(self, decay: float = 0.98, prior_weight: float = 2.0):
         lay = layout()
         self._leading = np.array(lay.leading)  # ``mean_lookup``'s bins
+        self._below = lay.below  # each bin's lower neighbour on its source's ladder (``lookup``)
         self.decay = decay
         self.prior_weight = prior_weight
         self._draft: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # K -> (accepted, seen) per bin
@@ -90,7 +91,18 @@ class Calibration:
         seen[b] = seen[b] * self.decay + 1.0
 
     def lookup(self, b: int) -> float:
-        return float(self.look_acc[b] / self.look_seen[b])
+        """The acceptance chance of a candidate in bin ``b``: its learnt rate, and on a ladder
+        of copy runs (``candidates.base``) at least that of every bin below it: a copy that
+        has gone on longer is believed at least as much as a shorter one.  Without this a
+        chain's deeper nodes (longer runs, seldom seen at the start of a request) would be
+        scored on their priors until a long run had been decoded plainly."""
+        acc, seen = self.look_acc, self.look_seen
+        rate = acc[b] / seen[b]
+        b = self._below[b]
+        while b >= 0:
+            rate = max(rate, acc[b] / seen[b])
+            b = self._below[b]
+        return float(rate)
 
     def mean_lookup(self) -> float:
         """The acceptance chance of a context candidate that leads its node, over its bins as

@@ -565,3 +565,24 @@ def test_the_text_draft_is_an_arm_priced_by_its_curve():
     later = [tuner.choose() for _ in range(40)]
     assert all(p is None or p.ask == 0 for p in later[:3])  # plain (or lookup) steps ask nothing
     assert sum(p is not None and p.arm == "text" for p in later) <= 3  # re-probes only, backing off
+
+
+def test_a_copy_under_way_runs_a_lookup_step_where_its_chain_pays():
+    """``choose``'s ``copy`` (the leading candidates' chances along their chain, the first
+    sure): a lookup step once the first probe has run, where the chain's projection beats
+    plain decoding and the draft arms' rates; plain where the chain is short or unsure; never
+    on a machine where lookup steps cannot pay."""
+    tuner = autotune.AutoTuner(CPU_T, CPU_D, LIMITS)
+    sure = [0.97] * LIMITS.max_depth
+    assert tuner.copy_case(sure) > tuner.copy_case(sure[:2]) and tuner.copy_case(sure) > tuner.plain_rate
+    short = [0.2, 0.1]  # 2 rows cost 1.3 of one here: a root of chance 0.2 does not pay
+    assert tuner.copy_case(short) < tuner.plain_rate
+    probe = tuner.choose(1, copy=sure)
+    assert probe.arm == "chain"  # the first probe goes first
+    tuner.observe_step(probe, 1, probe.cost)  # a poor chain step
+    plan = tuner.choose(1, copy=sure)
+    assert plan.arm == "lookup" and "a copy under way" in tuner.reason
+    assert tuner.choose(1, copy=short) is None or "a copy under way" not in tuner.reason
+    linear = _curve(0.010, 0.0)
+    hopeless = autotune.AutoTuner(linear, linear, LIMITS)
+    assert hopeless.choose(1, copy=sure) is None

@@ -77,17 +77,17 @@ def test_the_grammars_forced_candidates_have_a_bin_of_their_own():
 def test_carried_lookup_counts_are_capped_so_a_request_still_moves_them():
     old = Calibration()
     for _ in range(200):
-        old.observe_lookup(3, 0.1)  # the context's long matches failed, many times
+        old.observe_lookup(4, 0.1)  # the context's one-token matches failed, many times
         old.observe_node_lookup(0.1)
     new = Calibration()
     new.carry_lookup(old.lookup_state(), weight=16.0)
-    assert new.lookup(3) == pytest.approx(old.lookup(3)) and new.look_seen[3] == pytest.approx(16.0)
+    assert new.lookup(4) == pytest.approx(old.lookup(4)) and new.look_seen[4] == pytest.approx(16.0)
     assert new.node_lookup() < 0.2 and new.node_seen == pytest.approx(16.0)
     assert new.lookup(0) == pytest.approx(old.lookup(0))  # a bin seen less keeps its weight
     for _ in range(16):
-        new.observe_lookup(3, 1.0)
-    assert new.lookup(3) > 0.5  # this request's own observations still count
-    assert old.lookup(3) < 0.11  # the state was copied, not shared
+        new.observe_lookup(4, 1.0)
+    assert new.lookup(4) > 0.5  # this request's own observations still count
+    assert old.lookup(4) < 0.11  # the state was copied, not shared
 
 
 def test_the_text_drafts_acceptance_is_its_bins_as_seen():
@@ -101,3 +101,24 @@ def test_the_text_drafts_acceptance_is_its_bins_as_seen():
     other = Calibration()
     other.observe_lookup(lookup_bin(8, 0), 1.0)  # another source's bin leaves it as it was
     assert other.text_draft() == pytest.approx(Calibration().text_draft())
+
+
+def test_a_longer_copy_run_is_believed_at_least_as_much_as_a_shorter_one():
+    from resispec_gguf.decoding.candidates import layout
+    from resispec_gguf.decoding.candidates.context import anchor_bin
+
+    cal = Calibration()
+    lay = layout()
+    short, longer, longest = (lay.bin("context", anchor_bin(r)) for r in (2, 8, 16))
+    assert lay.below[longer] == short and lay.below[longest] == longer and lay.below[lay.bin("context", 4)] == -1
+    before = cal.lookup(longest)
+    for _ in range(40):  # runs of 2-7 tokens, every one went on
+        cal.observe_lookup(short, 1.0)
+    assert cal.lookup(short) > 0.95
+    assert cal.lookup(longer) == cal.lookup(longest) == cal.lookup(short) > before  # never seen, lifted
+    for _ in range(40):  # the longest runs, seen, do better still: their own rate
+        cal.observe_lookup(longest, 1.0)
+        cal.observe_lookup(short, 0.5)
+    assert cal.lookup(longest) > cal.lookup(longer) >= cal.lookup(short)
+    # a bin on no ladder, and the raw counts, are untouched
+    assert cal.look_acc[longer] / cal.look_seen[longer] == pytest.approx(lay.priors[longer])

@@ -103,3 +103,17 @@ def test_the_reply_counts_candidates_per_source():
     offered, accepted = res.stats.candidates["context"]
     assert offered >= accepted > 0
     assert res.stats.as_dict()["candidates"]["context"] == {"offered": offered, "accepted": accepted}
+
+
+def test_the_leading_chain_follows_the_lookup_leaders_from_a_sure_root():
+    """``Sources.leading_chain``: the chances of the leaders along their own chain, at most
+    ``depth``; nothing unless the root's is sure; a mask that forbids a leader ends it."""
+    sources = Sources.build(Request([1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2], DraftParams(method="auto")))
+    chance = lambda b: 0.95  # noqa: E731
+    assert sources.leading_chain(0, None, 4, chance, 0.9) == [0.95] * 4  # 3 4 5 1 after "1 2"
+    assert sources.leading_chain(0, None, 4, chance, 0.99) == []
+    from resispec_gguf.kernels.masks import bitmask_from_ids
+
+    mask = bitmask_from_ids([t for t in range(16) if t != 5], 16)
+    no_five = lambda path: None if len(path) < 2 else mask  # noqa: E731
+    assert len(sources.leading_chain(0, no_five, 4, chance, 0.9)) == 2  # 3 4, then 5 forbidden

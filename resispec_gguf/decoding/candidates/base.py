@@ -19,8 +19,10 @@ A source is a class with
 * ``name`` (its registry key), ``priors`` (one prior acceptance chance per calibration bin it
   needs: ``Calibration`` allocates the range, ``layout``), ``arm`` ("lookup": its candidates
   make the chains of ``auto``'s lookup arm and continue copy runs; "grammar": the grammar arm's),
-  ``leading`` (its bins that make the lookup arm's prior, ``Calibration.mean_lookup``) and
-  ``apart`` (its bins ``auto`` keeps away from a draft's draws, ``Auto.lookup_worth``);
+  ``leading`` (its bins that make the lookup arm's prior, ``Calibration.mean_lookup``),
+  ``apart`` (its bins ``auto`` keeps away from a draft's draws, ``Auto.lookup_worth``) and
+  ``ladders`` (runs of its bins, each a copy run longer than the one before: ``auto`` believes
+  a bin at least as much as the bins below it on its ladder, ``Calibration.lookup``);
 * ``build(request)``: the request's instance, None when it has nothing to offer it;
 * ``propose(path, run)``: the ``Candidate``s after the committed tokens + ``path`` (``run``:
   the tokens in a row, ending there, that a lookup source's leading candidate predicted);
@@ -95,6 +97,7 @@ class CandidateSource(Protocol):
     arm: ClassVar[str]
     leading: ClassVar[tuple[int, ...]]
     apart: ClassVar[frozenset[int]]
+    ladders: ClassVar[tuple[tuple[int, ...], ...]]
 
     @classmethod
     def build(cls, request: Request) -> "CandidateSource | None": ...
@@ -117,6 +120,7 @@ class SourceDefaults:
     indexed: ClassVar[bool] = False
     leading: ClassVar[tuple[int, ...]] = ()
     apart: ClassVar[frozenset[int]] = frozenset()
+    ladders: ClassVar[tuple[tuple[int, ...], ...]] = ()
 
     def new_step(self) -> None:
         pass
@@ -166,7 +170,7 @@ class Layout:
     """The calibration bins of every registered source, one contiguous range each in
     registration order: ``offset[name]``, ``priors`` (all bins'), ``leading`` and ``apart``
     (global bin numbers), ``copies[b]`` (bin ``b`` is a lookup source's: its candidate continues
-    a copy run)."""
+    a copy run), ``below[b]`` (the bin under ``b`` on its source's ladder, -1 for none)."""
 
     def __init__(self, classes: Sequence[type]):
         self.offset: dict[str, int] = {}
@@ -175,6 +179,7 @@ class Layout:
         leading: list[int] = []
         apart: set[int] = set()
         copies: list[bool] = []
+        below: dict[int, int] = {}
         for cls in classes:
             base = self.offset[cls.name] = len(priors)
             priors += [float(p) for p in cls.priors]
@@ -182,10 +187,13 @@ class Layout:
             apart |= {base + b for b in cls.apart}
             copies += [cls.arm == "lookup"] * len(cls.priors)
             self.ranges[cls.name] = range(base, len(priors))
+            for ladder in getattr(cls, "ladders", ()):
+                below.update({base + hi: base + lo for lo, hi in zip(ladder, ladder[1:])})
         self.priors = tuple(priors)
         self.leading = tuple(leading)
         self.apart = frozenset(apart)
         self.copies = tuple(copies)
+        self.below = tuple(below.get(b, -1) for b in range(len(priors)))
 
     def bin(self, name: str, own: int) -> int:
         """The global bin of source ``name``'s bin ``own``."""

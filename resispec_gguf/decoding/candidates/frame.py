@@ -75,6 +75,25 @@ class Sources:
         or None), merged as ``propose`` merges them: what a copy run is counted against."""
         return _merge(self._lookup, path, run, None if mask is None else (lambda _path: mask))
 
+    def leading_chain(self, run: int, mask_of: Callable | None, depth: int, chance: Callable,
+                      sure: float) -> list[float]:
+        """The chances (``chance(global bin)``) of the lookup sources' leading candidates
+        along the chain that follows them from the root, at most ``depth`` of them; empty
+        unless the root's is at least ``sure``.  ``mask_of(path)``: the constraint's mask
+        (None: unconstrained).  What ``auto`` weighs a copy step on (``AutoTuner.choose``)."""
+        path: list[int] = []
+        out: list[float] = []
+        while len(out) < depth:
+            got = _merge(self._lookup, tuple(path), run + len(path), mask_of)
+            if not got:
+                break
+            c = chance(got[0][1])
+            if not out and c < sure:
+                return []
+            out.append(c)
+            path.append(got[0][0])
+        return out
+
     def plain_step(self, mask, sure: int, p_of, tok: int, run: int, auto) -> int:
         """A plain step emitted ``tok`` at the root (``sure``: the token its mask leaves
         alone, else -1): ``auto`` learns what its candidates would have been accepted with
