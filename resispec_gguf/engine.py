@@ -21,7 +21,7 @@ from .config import TOOL_FORMATS, ConfigError, DraftParams, ModelParams, OneOf, 
 from .errors import UserError
 from .kernels import warmup
 from .progress import slow_note, steps as progress_steps
-from .decoding import autorequest, autotune, costcheck, loop, suffix_index
+from .decoding import autorequest, autotune, costcheck, loop, standby, suffix_index
 from .decoding.candidates import views
 from .decoding.candidates.context import uses_lookup
 from .decoding import batch as batching
@@ -99,6 +99,7 @@ class Engine:
         self.memory: Memory | None = Memory() if memory == "default" else memory
         self._ledger = Ledger()  # the seed ledger when there is no memory to keep it (``ledger``)
         self.memory_warning: str | None = None  # why a memory file could not be read (one line)
+        self.standby: standby.DraftStandby | None = None  # closes a draft auto stopped calling (one slot)
         self.save_warning: str | None = None  # why ``close`` could not write it (one line)
 
     @classmethod
@@ -131,6 +132,8 @@ class Engine:
                      cache_ram_mib=params.cache_ram_mib, memory=memory, correct_costs=correct_costs)
         engine.memory_warning = warning
         engine.costs.note = note
+        if params.n_slots == 1 and engine.draft is not None:
+            engine.standby = standby.DraftStandby(lambda: loading.reopen_draft(params, d.path))
         try:
             engine.prepare(progress=progress)
         except BaseException:
@@ -223,7 +226,7 @@ class Engine:
 
     @property
     def has_draft(self) -> bool:
-        return self.draft is not None or self.text_draft is not None
+        return self.draft is not None or self.text_draft is not None or bool(self.standby and self.standby.released)
 
     @property
     def n_ctx(self) -> int:
@@ -246,8 +249,7 @@ class Engine:
         self._local.result = value
 
     def kv_bytes(self) -> int:
-        """Bytes of both models' KV caches (``LlamaModel.kv_bytes``; 0 for a backend that
-        does not say)."""
+        """Bytes of both models' KV caches (``LlamaModel.kv_bytes``; 0 where not said)."""
         return sum(int(getattr(m, "kv_bytes", lambda: 0)()) for m in (self.target, self.draft) if m is not None)
 
     def slots(self) -> tuple[int, int, int]:
@@ -264,7 +266,8 @@ class Engine:
         attention, RPC workers, the backend library's version and whether it can offload to a
         GPU."""
         draft = self.text_draft or self.draft
-        return {"target": self.target.describe(), "draft": draft.describe() if draft is not None else None}
+        closed = self.standby.described if self.standby is not None and self.standby.released else None
+        return {"target": self.target.describe(), "draft": draft.describe() if draft is not None else closed}
 
     def check_draft_params(self, dp: DraftParams) -> None:
         """``UserError`` when ``dp`` cannot run on these models (a method that needs a draft
@@ -277,6 +280,8 @@ class Engine:
         """The target's (or the draft's) logits after each of ``tokens``, ``[n, V]`` float32,
         decoded one sequence from an empty cache: the reference the tree decodes are
         checked against.  Leaves that model's cache holding ``tokens``."""
+        if draft and self.draft is None and self.standby is not None and self.standby.released:
+            self.draft = self.standby.open()
         model = self.draft if draft else self.target
         if model is None:
             raise UserError("no draft model is loaded")
@@ -390,6 +395,8 @@ class Engine:
         sp = sampling_params or SamplingParams()
         dp = draft_params or DraftParams()
         self.check_draft_params(dp)
+        if self.standby is not None and self.standby.wanted(dp, sp.seed is not None):  # a closed draft it needs
+            self.draft = self.standby.open()
         if getattr(self.target, "max_chain", None) == 0:  # recurrent memory that cannot undo a token
             dp = dp.replace(method="none")
         if sp.logit_bias and sp.logit_bias[-1][0] >= self.n_vocab:  # sorted by id
@@ -420,6 +427,12 @@ class Engine:
         if auto is not None:  # its steps' predicted and measured times, in the reply's stats (bench shows them)
             gen.stats.step_times = auto.tuner.timing
         return gen
+
+    def _finished(self, gen: Generation) -> None:
+        """A request of the one slot ended: the standby may close the draft (``decoding.standby``)."""
+        s = self.standby
+        if s is not None and s.finished(gen.stats.method, gen.stats.draft_calls, gen.sp.seed is not None):
+            self.draft = s.close(self.draft)
 
     def _text_codec(self):
         """The tokenizer sources that read the prompt's text use (the engine's own), None for a
@@ -539,6 +552,7 @@ class Engine:
                         yield piece
         finally:
             self.last_result = gen.result()
+            self._finished(gen)
 
     def stream_logprobs(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None,
                         logprobs: int = 0, *, constraint: Constraint | None = None, json_schema=None,
@@ -565,6 +579,7 @@ class Engine:
                     sent = n
         finally:
             self.last_result = gen.result()
+            self._finished(gen)
 
     def generate(self, prompt, sampling: SamplingParams | None = None, draft: DraftParams | None = None, *,
                  constraint: Constraint | None = None, json_schema=None, grammar: str | None = None,

@@ -80,6 +80,14 @@ def _open_models(open_model, target_path, draft_path, params, *, n_seq_max: int)
     return target, draft
 
 
+def reopen_draft(params: ModelParams, path: str):
+    """The draft at ``path`` opened again as ``open_pair`` opened it (``decoding.standby``:
+    a draft closed while ``auto`` did not call it); its vocabulary was checked then."""
+    from . import backend
+
+    return backend.LlamaModel(path, **_settings(params, "draft", seq_ids(params.n_slots, params.n_batch)))
+
+
 def as_route(draft, route: str):
     """``draft`` as the engine takes it on ``route`` (``vocab.route``): itself on one
     vocabulary, a ``decoding.textdraft.TextDraft`` around it on the text route."""
