@@ -132,6 +132,7 @@ class ContextSource(SourceDefaults):
         # the copy anchor over the prompt and the views (``anchored`` False: none, for comparisons)
         self.anchor = CopyAnchor([self.tokens[:], *sequences] if anchored else [], self.tokens)
         self._cursors: dict[tuple, tuple] = {}  # path -> (local cursor, memory cursor), this state
+        self._proposed: dict[tuple, list] = {}  # (path, run) -> candidates, this state (a step asks twice)
         self._versions = (-1, -1)
 
     @classmethod
@@ -153,6 +154,7 @@ class ContextSource(SourceDefaults):
         versions = (self.local.version, self.memory.index.version if self.memory is not None else -1)
         if versions != self._versions:
             self._cursors.clear()
+            self._proposed.clear()
             self._versions = versions
         got = self._cursors.get(path)
         if got is not None:
@@ -180,7 +182,10 @@ class ContextSource(SourceDefaults):
             return self._propose(path, run)
 
     def _propose(self, path: tuple, run: int) -> list[Candidate]:
-        loc, mem = self._cursor(path)
+        loc, mem = self._cursor(path)  # first: it forgets what was proposed if an index changed
+        done = self._proposed.get((path, run))
+        if done is not None:
+            return list(done)
         tokens, shares, length = top(self.local, loc, self.k, _MIN_LOCAL)
         out = [Candidate(t, leading_bin(length, run) if i == 0 else alternate_bin(share))
                for i, (t, share) in enumerate(zip(tokens, shares))]
@@ -191,4 +196,5 @@ class ContextSource(SourceDefaults):
             tokens, shares, length = top(self.memory.index, mem, self.k, _MIN_MEMORY)
             seen = {c.token for c in out}
             out += [Candidate(t, memory_bin(length, share)) for t, share in zip(tokens, shares) if t not in seen]
-        return out
+        self._proposed[(path, run)] = out
+        return list(out)
