@@ -21,22 +21,22 @@ FILE = [1, 2, 3, 4, 10, 11, NL, 5, 6, 7, NL, 8, 3, 4, NL]
 
 
 def test_a_prompt_that_ends_inside_a_text_it_holds_is_followed_from_the_start():
-    prompt = [7, 7] + FILE + [0, 1, 2, 3]  # e.g. a completion prompt: the file, then its start again
+    prompt = [7, 7] + FILE + [0, 1, 2, 3, 4]  # e.g. a completion prompt: the file, then its start again
     a = CopyAnchor([prompt], prompt)
-    assert a.next_token() == (4, 0)  # not the prompt's own end, which continues with nothing
+    assert a.next_token() == (10, 0)  # not the prompt's own end, which continues with nothing
     assert CopyAnchor([prompt], [8, 8, 8]).next_token() is None
 
 
 def test_the_anchor_is_found_after_enough_agreement_and_follows():
     a = CopyAnchor([FILE])
-    a.commit([1, 2])
-    assert a.next_token() is None  # two tokens: fewer than a sync needs
-    a.commit([3])
-    assert MIN_SYNC == 3 and a.next_token() == (4, 0)
-    a.commit([4, 10, 11, NL])
-    assert a.next_token() == (5, 4)
+    a.commit([1, 2, 3])
+    assert a.next_token() is None  # three tokens: fewer than a sync needs
+    a.commit([4])
+    assert MIN_SYNC == 4 and a.next_token() == (10, 0)
+    a.commit([10, 11, NL])
+    assert a.next_token() == (5, 3)
     # along a path it only follows: the anchor's tokens carry it on, any other leaves none
-    assert a.next_token((5, 6)) == (7, 6)
+    assert a.next_token((5, 6)) == (7, 5)
     assert a.next_token((5, 8)) is None and a.next_token((5, 8, 6)) is None
 
 
@@ -65,12 +65,12 @@ def test_a_word_inserted_into_a_line_resumes_where_the_copy_broke():
 def test_a_false_resync_does_not_carry_the_break_point_away():
     text = [1, 2, 3, 4, 5, 6, 7, 3, 8, 9, 10]
     a = CopyAnchor([text])
-    a.commit([1, 2, 3])  # found; next 4
-    a.commit([40])  # break at 4 (position 3)
+    a.commit([1, 2, 3, 4])  # found; next 5
+    a.commit([40])  # break at 5 (position 4)
     a.commit([3])  # a common token: the nearest 3 after the break is the one at 7
     assert a.next_token() == (8, 0)
-    a.commit([4])  # not 8: breaks again, and searches from the first break point again
-    assert a.next_token() == (5, 0)
+    a.commit([5])  # not 8: breaks again, and searches from the first break point again
+    assert a.next_token() == (6, 0)
 
 
 def test_the_text_the_reply_copies_wins_over_the_one_the_counts_prefer():
@@ -78,9 +78,9 @@ def test_the_text_the_reply_copies_wins_over_the_one_the_counts_prefer():
     # 77 (its escaped one); the reply copies the view, but spells its escape 40 as 41 (a
     # tokenization of its own), so the index matches no more than "12 13"
     prompt = [1, 21, 12, 13, 5, 2, 21, 12, 13, 5, 3]
-    view = [20, 21, 22, 40, 12, 13, 77, 30]
+    view = [19, 20, 21, 22, 40, 12, 13, 77, 30]
     src = ContextSource(prompt, None, sequences=[view])
-    src.commit([20, 21, 22, 41, 12, 13])
+    src.commit([19, 20, 21, 22, 41, 12, 13])
     got = src.propose()
     assert got[0][:2] == (77, anchor_bin(1))  # found again at 12 after the break, then followed 13
     assert got[1][:2] == (5, leading_bin(2, 0))  # the index's leader: "12 13" -> 5 twice, 77 once
@@ -89,14 +89,14 @@ def test_the_text_the_reply_copies_wins_over_the_one_the_counts_prefer():
 
 def test_another_sequence_needs_more_agreement_than_the_broken_one():
     a = CopyAnchor([[1, 2, 3, 4, 5, 6, 7, 8], [70, 71, 7, 8, 9]])
-    a.commit([1, 2, 3])
+    a.commit([1, 2, 3, 4])
     a.commit([7])  # a break; 7 in the same text after the break point: one token agrees
     assert a.next_token() == (8, 0)
-    b = CopyAnchor([[1, 2, 3, 4, 5, 6], [70, 71, 72, 73]])
-    b.commit([1, 2, 3, 70, 71])  # the other text agrees on two tokens only
+    b = CopyAnchor([[1, 2, 3, 4, 5, 6], [70, 71, 72, 73, 74]])
+    b.commit([1, 2, 3, 4, 70, 71, 72])  # the other text agrees on three tokens only
     assert b.next_token() is None
-    b.commit([72])
-    assert b.next_token() == (73, 0)
+    b.commit([73])
+    assert b.next_token() == (74, 0)
 
 
 def test_its_answers_depend_on_the_committed_tokens_not_on_how_they_came():
@@ -119,7 +119,7 @@ def test_the_replay_script_counts_fewer_calls_with_the_anchor_where_two_texts_sh
     # the raw text's "12 13" goes on with 5 eight times, the view's with 77 four times; the
     # reply copies the view, spelling the escape before each "12 13" its own way (41, 42, ..)
     prompt = [1, 12, 13, 5] * 8
-    view, reply = [20, 21], [20, 21]
+    view, reply = [18, 19, 20, 21], [18, 19, 20, 21]
     for k in range(4):
         view += [50 + k, 40, 12, 13, 77, 60 + k]
         reply += [50 + k, 41 + k, 12, 13, 77, 60 + k]

@@ -42,7 +42,8 @@ import numpy as np
 __all__ = ["Anchor", "BACK", "CopyAnchor", "MIN_SYNC", "SETTLED", "WINDOW"]
 
 BACK = 16  # committed tokens a search matches backwards at most
-MIN_SYNC = 3  # tokens of agreement a sync needs outside the broken sequence's window
+MIN_SYNC = 4  # tokens of agreement a sync needs outside the broken sequence's window (3: chat replies
+# met chance 3-token matches with their prompt; the agent edits' replays were the same at 3 and 4)
 WINDOW = 400  # how far after a break point the copy is looked for in its own sequence
 SETTLED = 3  # tokens followed before a break point moves with the anchor
 
