@@ -2,8 +2,8 @@
 with lookup, ``auto`` with and without a draft, constrained or not, with a filled memory or
 none, views on and off, two requests per pass) gives exactly the tokens recorded in
 ``data/seeded_outputs.json``, recorded before the candidate sources shared one interface and
-again when the copy anchor joined the context source and auto weighed copies under way (new candidates: the fixed methods' and
-the anchor-off grid's outputs were the old record's exactly).  A change that moves a uniform
+again when the copy anchor joined the context source and auto weighed copies under way (new
+candidates; with the anchor off the grid reproduced the old record exactly).  A change that moves a uniform
 (which draw, in which order) changes them; a refactoring must not."""
 
 from __future__ import annotations
