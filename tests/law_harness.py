@@ -39,7 +39,7 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from fake_models import MarkovModel, random_rows
+from fake_models import MarkovModel, PathConstraint, random_rows
 from resispec_gguf.kernels import sampling
 from resispec_gguf.decoding.autotune import AutoTuner, CostCurve
 from resispec_gguf.decoding.memory import Memory
@@ -422,3 +422,33 @@ def text_pair(seed=3, p_min=0.0, faithful=False):
     eog = texts.index(b"")
     draft = TextMarkov(rows, texts, order=2, n_ctx=256, n_seq_max=98, eog=(eog,), name="text-d")
     return target, TextDraft(draft, bos=None, target=TextCodec(TARGET_TEXTS), p_min=p_min)
+
+
+# the engine cases that read candidates from the context: a lookup chain, auto without and with
+# a draft (``lookup_source_law``)
+LOOKUP_SOURCE_CASES = {
+    "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),
+    "auto, no draft": ("none", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
+    "auto": ("draft", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
+}
+
+
+def lookup_source_law(case: str, temp: str, constrained: bool, label: str) -> None:
+    """``RUNS`` seeded requests of ``LOOKUP_SOURCE_CASES[case]`` on ``LOOKUP_PROMPT`` through an
+    engine on the Markov pair (no memory), at ``TEMPERATURES[temp]``, under ``PathConstraint``
+    when ``constrained``: their first ``N_TOKENS`` tokens against the target's exact law
+    (``check_law``).  What the candidate sources read (views, anchors) the caller patches first."""
+    kind, dp = LOOKUP_SOURCE_CASES[case]
+    target, draft = _pair()
+    engine = Engine(target, draft if kind == "draft" else None,
+                    cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
+    sp = TEMPERATURES[temp]
+    constraint = PathConstraint(V, EOG) if constrained else None
+    counts: dict[tuple, int] = {}
+    for seed in range(RUNS):
+        res = engine.generate(LOOKUP_PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
+        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
+        counts[seq] = counts.get(seq, 0) + 1
+    law = (constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, constraint) if constrained
+           else exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS))
+    check_law(counts, law, f"{label}/{case}/{temp}/{'constrained' if constrained else 'free'}")

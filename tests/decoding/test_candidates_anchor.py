@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from fake_models import PathConstraint
-from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
-                         constrained_law, exact_law)
+from law_harness import LOOKUP_PROMPT, LOOKUP_SOURCE_CASES, RUNS, lookup_source_law
 from resispec_gguf.config import DraftParams
 from resispec_gguf.decoding.candidates import anchor as anchor_mod
 from resispec_gguf.decoding.candidates import views
 from resispec_gguf.decoding.candidates.anchor import MIN_SYNC, CopyAnchor
 from resispec_gguf.decoding.candidates.context import ContextSource, anchor_bin, leading_bin
-from resispec_gguf.engine import Engine
 
 NL = 9  # a line break
 # three "lines" of a file: 1 2 3 4 10 11 NL / 5 6 7 NL / 8 3 4 NL
@@ -109,9 +106,6 @@ def test_its_answers_depend_on_the_committed_tokens_not_on_how_they_came():
     assert one.state == two.state and one.next_token() == two.next_token() == (4, 2)
 
 
-# a fixed sequence standing in for a tokenized view: it holds the prompt's last eight tokens
-# (``LOOKUP_PROMPT[3:]``), so every request starts anchored there, and a reply that follows it
-# stays anchored
 def test_the_replay_script_counts_fewer_calls_with_the_anchor_where_two_texts_share_a_suffix():
     from script_loader import load_script
 
@@ -127,24 +121,18 @@ def test_the_replay_script_counts_fewer_calls_with_the_anchor_where_two_texts_sh
     assert anchored[0] < plain[0] and anchored[1] < plain[1]
 
 
+# a fixed sequence standing in for a tokenized view: it holds the prompt's last eight tokens
+# (``LOOKUP_PROMPT[3:]``), so every request starts anchored there, and a reply that follows it
+# stays anchored
 VIEW = [0, 4, 3, 1, 3, 2, 1, 0, 4, 3, 1, 2, 4, 0, 3, 1, 2, 0]
-CASES = {
-    "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),
-    "auto, no draft": ("none", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
-    "auto": ("draft", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
-}
 
 
 @pytest.mark.parametrize("constrained", [False, True])
 @pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(LOOKUP_SOURCE_CASES))
 def test_the_anchor_keeps_the_law_exact(case, temp, constrained, monkeypatch):
     """Through the engine on the Markov pair, a view beside the prompt: the anchor leads nodes
     (counted) and the first tokens' law is the target's."""
-    kind, dp = CASES[case]
-    target, draft = _pair()
-    engine = Engine(target, draft if kind == "draft" else None,
-                    cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
     monkeypatch.setattr(views, "prompt_views", lambda text, tokens: [VIEW])
     led = []
     original = anchor_mod.CopyAnchor.next_token
@@ -155,15 +143,6 @@ def test_the_anchor_keeps_the_law_exact(case, temp, constrained, monkeypatch):
         return got
 
     monkeypatch.setattr(anchor_mod.CopyAnchor, "next_token", counted)
-    sp = TEMPERATURES[temp]
-    constraint = PathConstraint(V, EOG) if constrained else None
-    counts = {}
-    for seed in range(RUNS):
-        res = engine.generate(LOOKUP_PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
-        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-        counts[seq] = counts.get(seq, 0) + 1
+    lookup_source_law(case, temp, constrained, "anchor")
     assert VIEW[3:11] == LOOKUP_PROMPT[3:]
     assert sum(led) > RUNS, (sum(led), len(led))  # the anchor led nodes: at least once a run
-    law = (constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, constraint) if constrained
-           else exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS))
-    check_law(counts, law, f"anchor/{case}/{temp}/{'constrained' if constrained else 'free'}")

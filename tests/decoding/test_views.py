@@ -10,9 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from fake_models import PathConstraint
-from law_harness import (COST_REGIMES, EOG, LOOKUP_PROMPT, N_TOKENS, RUNS, TEMPERATURES, V, _pair, check_law,
-                         constrained_law, exact_law)
+from law_harness import COST_REGIMES, LOOKUP_PROMPT, LOOKUP_SOURCE_CASES, RUNS, _pair, lookup_source_law
 from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.decoding.candidates import views
 from resispec_gguf.decoding.candidates.context import ContextSource
@@ -51,34 +49,14 @@ def test_a_view_feeds_the_lookup_where_the_prompt_itself_has_no_match():
 
 
 VIEW = [4, 1, 3, 2, 0, 4, 1, 3, 2, 1, 4, 0]  # a fixed sequence standing in for a tokenized view
-CASES = {
-    "lookup": ("none", DraftParams(method="chain", lookup=True, use_draft=False, depth=3, budget=6, lookup_k=3)),
-    "auto, no draft": ("none", DraftParams(method="auto", depth=4, budget=8, lookup_k=3)),
-    "auto": ("draft", DraftParams(method="auto", draws=3, depth=4, budget=8, draft_support=4, lookup_k=3)),
-}
-
-
 @pytest.mark.parametrize("constrained", [False, True])
 @pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(LOOKUP_SOURCE_CASES))
 def test_views_keep_the_law_exact(case, temp, constrained, monkeypatch):
-    kind, dp = CASES[case]
-    target, draft = _pair()
-    engine = Engine(target, draft if kind == "draft" else None,
-                    cost_curves=COST_REGIMES["gpu" if kind == "draft" else "gpu no draft"], memory=None)
     calls = []
     monkeypatch.setattr(views, "prompt_views", lambda text, tokens: calls.append(1) or [VIEW, list(reversed(VIEW))])
-    sp = TEMPERATURES[temp]
-    constraint = PathConstraint(V, EOG) if constrained else None
-    counts = {}
-    for seed in range(RUNS):
-        res = engine.generate(LOOKUP_PROMPT, sp.replace(seed=seed, max_tokens=N_TOKENS), dp, constraint=constraint)
-        seq = tuple(res.tokens) + ((EOG,) if res.finish_reason == "eos" else ())
-        counts[seq] = counts.get(seq, 0) + 1
+    lookup_source_law(case, temp, constrained, "views")
     assert len(calls) == RUNS
-    law = (constrained_law(target, LOOKUP_PROMPT, sp, N_TOKENS, constraint) if constrained
-           else exact_law(target, LOOKUP_PROMPT, sp, N_TOKENS))
-    check_law(counts, law, f"views/{case}/{temp}/{'constrained' if constrained else 'free'}")
 
 
 def test_views_off_are_not_made(monkeypatch):
@@ -86,7 +64,7 @@ def test_views_off_are_not_made(monkeypatch):
     engine = Engine(target, None, cost_curves=COST_REGIMES["gpu no draft"], memory=None)
     monkeypatch.setattr(views, "prompt_views", lambda text, tokens: pytest.fail("views made with views off"))
     engine.generate(LOOKUP_PROMPT, SamplingParams(temperature=1.0, seed=1, max_tokens=4),
-                    CASES["auto, no draft"][1].replace(views=False))
+                    LOOKUP_SOURCE_CASES["auto, no draft"][1].replace(views=False))
 
 
 def test_greedy_with_views_is_plain_greedy_on_the_tiny_gguf(engine):
