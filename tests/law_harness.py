@@ -228,7 +228,7 @@ class _ScriptedTuner(AutoTuner):
         super().__init__(FLAT, FLAT, dp)
         self.left, self.dp = plain_steps, dp
 
-    def choose(self, pending=1, forced=0, remaining=0, stale=False):
+    def choose(self, pending=1, forced=0, remaining=0, stale=False, copy=()):
         if self.left > 0:
             self.left -= 1
             return None

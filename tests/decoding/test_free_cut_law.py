@@ -78,7 +78,7 @@ class _CutTuner(AutoTuner):
         super().__init__(FLAT, None, dp, has_draft=False)
         self.steps = 0
 
-    def choose(self, pending=1, forced=0, remaining=0, stale=False):
+    def choose(self, pending=1, forced=0, remaining=0, stale=False, copy=()):
         self.steps += 1
         params = self.limits.replace(method="chain", draws=1, policy="budget", depth=self.limits.max_depth,
                                      budget=self.limits.max_budget)
