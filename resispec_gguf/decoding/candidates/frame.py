@@ -37,6 +37,8 @@ class Sources:
         self.layout = layout()
         self._lookup = [(s, b) for s, b in built if s.arm == "lookup"]
         self._grammar = [(s, b) for s, b in built if s.arm == "grammar"]
+        # the lookup sources that copy (not a drafter asked per step, ``ask``): a copy under way
+        self._copying = [(s, b) for s, b in self._lookup if not hasattr(s, "ask")]
 
     @classmethod
     def build(cls, request: Request, counts: dict | None = None) -> "Sources":
@@ -77,14 +79,15 @@ class Sources:
 
     def leading_chain(self, run: int, mask_of: Callable | None, depth: int, chance: Callable,
                       sure: float) -> list[float]:
-        """The chances (``chance(global bin)``) of the lookup sources' leading candidates
-        along the chain that follows them from the root, at most ``depth`` of them; empty
-        unless the root's is at least ``sure``.  ``mask_of(path)``: the constraint's mask
+        """The chances (``chance(global bin)``) of the copying lookup sources' leading
+        candidates (not a drafter's: it is asked before it proposes) along the chain that
+        follows them from the root, at most ``depth`` of them; empty unless the root's is at
+        least ``sure``.  ``mask_of(path)``: the constraint's mask
         (None: unconstrained).  What ``auto`` weighs a copy step on (``AutoTuner.choose``)."""
         path: list[int] = []
         out: list[float] = []
         while len(out) < depth:
-            got = _merge(self._lookup, tuple(path), run + len(path), mask_of)
+            got = _merge(self._copying, tuple(path), run + len(path), mask_of)
             if not got:
                 break
             c = chance(got[0][1])
