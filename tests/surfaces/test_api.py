@@ -87,6 +87,14 @@ class ScriptedEngine:
         self.pieces, self.finish_reason = pieces, finish_reason
         self.last_result = None
         self.constraint = None
+        # what chat planning reads (``assist.chatmodel.ChatModel``): the engine's own parts
+        self.prompts = self.grammars = self.chat_formats = self
+
+    def compile(self, **kw):  # ``grammars``
+        return self.compile_constraint(**kw)
+
+    def check(self, json_schema):  # ``grammars``
+        return self.check_constraint(json_schema)
 
     def tool_format(self):
         return formats.HermesFormat()
