@@ -231,8 +231,10 @@ def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:
     code = _method_code(method)
     if code == _RRS:
         raise ValueError("rrs draws are not iid")
-    return _draw_chances(code, np.asarray(p_at_q, np.float64), np.asarray(qids, np.int64),
-                         np.asarray(qprobs, np.float64), np.asarray(draws, np.int64))
+    # fresh writable C arrays (a few entries each): one compiled signature, the warm-up's, whatever
+    # views or read-only rows the caller holds
+    return _draw_chances(code, np.array(p_at_q, np.float64), np.array(qids, np.int64),
+                         np.array(qprobs, np.float64), np.array(draws, np.int64))
 
 
 def optimal_acceptance(p, q, k: int) -> float:
