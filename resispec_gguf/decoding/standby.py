@@ -20,7 +20,8 @@ with the draft open, as on a fresh engine, opening it if it was closed, and is n
 Unseeded requests draw fresh entropy, independent of it all; the law of every request is the
 target's either way.
 
-Pure bookkeeping: no model calls here; the engine opens and closes.
+Bookkeeping, and the opening and closing themselves (``open`` calls the engine's opener,
+``close`` the model's ``close``); no decode here.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class DraftStandby:
         self.released, self.quiet, self.closed_for = False, 0, 0
         return model
 
-    def close(self, model) -> None:
+    def close(self, model) -> None:  # the engine assigns its None: ``self.draft = standby.close(...)``
         """Close ``model`` (the engine's draft, which ``finished`` said to close); None, the
         engine's draft from now on."""
         self.described = model.describe() if hasattr(model, "describe") else None
