@@ -306,7 +306,7 @@ class ModelParams(Settings):
     None: a preset target brings its own draft, any other target none; ``""``: no draft.
     ``n_ctx``/``n_batch``: each model's context and batch in tokens.  ``n_gpu_layers``:
     target layers offloaded to the GPU; ``draft_gpu_layers`` None: as many.  ``n_threads``
-    None: all cores.  ``flash_attn`` None: llama.cpp decides (on where supported).
+    None: all cores.  ``flash_attn`` None: off on the CPU alone, else llama.cpp decides.
     ``verbose``: let llama.cpp's own logging through.  ``rpc``: ``HOST:PORT[,HOST:PORT...]``
     of ggml RPC workers (``rpc-worker``) that hold the target's offloaded layers
     (``n_gpu_layers``) instead of local devices; the draft stays local.  ``tool_format``:
@@ -329,8 +329,9 @@ class ModelParams(Settings):
                                            help="draft layers offloaded to the GPU (default: as -ngl)", check=Range(0))
     n_threads: int | None = setting(None, "--threads", help="CPU threads (default: all cores)", check=Range(1))
     n_batch: int = setting(512, help="tokens per llama.cpp batch", check=Range(MIN_CTX, why=_CTX_WHY))
-    flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: llama.cpp decides, "
-                                                                 "on where supported)")
+    flash_attn: bool | None = setting(None, "--flash-attn", help="flash attention (default: off when the model runs "
+                                                                 "on the CPU alone, where it makes speculative steps "
+                                                                 "dearer; else llama.cpp decides)")
     verbose: bool = setting(False, "--verbose", help="show llama.cpp's own logging and auto's choices")
     tool_format: str | None = setting(None, "--tool-format", help="how the model writes tool calls: "
                                       + ", ".join(TOOL_FORMATS) + " (default: read from its chat template)",

@@ -193,12 +193,14 @@ SPEC_HELP = """-m,    --model FNAME                    model path to load
 --spec-draft-backend-sampling, --no-spec-draft-backend-sampling
 --draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max
 """
-SERVER_HELP = SPEC_HELP + """-kvu,  --kv-unified, -no-kvu, --no-kv-unified
+SERVER_HELP = SPEC_HELP + """-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
+-kvu,  --kv-unified, -no-kvu, --no-kv-unified
 -np,   --parallel N                     number of server slots (default: -1, -1 = auto)
 """
 BENCH_HELP = """usage: llama-bench [options]
   -m, --model <filename>                            (default: models/7B/ggml-model-q4_0.gguf)
   -d, --n-depth <n>                                 (default: 0)
+  -fa, --flash-attn <0|1>                           (default: 0)
 """
 OLD_BENCH_HELP = "  -m, --model <filename>\n  -n, --n-gen <n>\n"
 
@@ -334,6 +336,18 @@ def test_commands_use_the_flags_this_build_has(tmp_path):
     assert "-t" not in spec and "--draft-max" not in spec
     on = llama.server_cmd("t.gguf", draft="d.gguf", parallel=1, ctx=2048, threads=1, backend_sampling=True)
     assert "--no-spec-draft-backend-sampling" not in on and "--spec-draft-n-max" not in on
+
+
+def test_llama_cpp_runs_flash_attention_off_as_ours_on_the_cpu(tmp_path):
+    """Each binary gets ``-fa off`` in its own spelling, and none where its --help lacks it."""
+    llama = binaries.LlamaCpp(str(_fake_bins(tmp_path)))
+    server = llama.server_cmd("t.gguf", parallel=1, ctx=2048, threads=2)
+    assert server[server.index("-fa") + 1] == "off"
+    bench = llama.bench_cmd("t.gguf", n=48, threads=2, reps=1)
+    assert bench[bench.index("-fa") + 1] == "0"  # this llama-bench's <0|1>
+    spec = llama.spec_cmd("t.gguf", "d.gguf", "p", n=8, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, draft_max=4,
+                          threads=2, ctx=2048, seed=0)
+    assert "-fa" not in spec  # SPEC_HELP lists no flash-attention flag
 
 
 def test_a_bench_without_depth_runs_at_depth_0(tmp_path):

@@ -435,3 +435,19 @@ def test_the_package_re_exports_its_modules_names():
     assert [c.__name__ for c in LlamaModel.__mro__[1:-1]] == ["Tokens", "Batches", "KVCache", "RecurrentState"]
     assert LlamaModel.tokenize is tokens.Tokens.tokenize and LlamaModel.decode is batches.Batches.decode
     assert LlamaModel.commit is kv.KVCache.commit
+
+
+def test_flash_attention_defaults_off_on_the_cpu_alone(tiny_pair):
+    """Unasked, a model whose layers all run on the CPU gets flash attention off (there it
+    makes a speculative step's rows dearer); an asked setting, a GPU or RPC layer keep theirs."""
+    from resispec_gguf.llama.backend.model import cpu_flash_attn
+
+    assert cpu_flash_attn(None, ["CPU"], None) is False
+    assert cpu_flash_attn(True, ["CPU"], None) is True and cpu_flash_attn(False, ["CUDA0"], None) is False
+    assert cpu_flash_attn(None, ["CUDA0", "CPU"], None) is None  # llama.cpp decides
+    assert cpu_flash_attn(None, ["CPU"], "127.0.0.1:50052") is None
+    m = LlamaModel(tiny_pair[0], n_ctx=256, n_seq_max=4, n_threads=1)
+    try:
+        assert m.describe()["flash_attn"] is False
+    finally:
+        m.close()

@@ -155,7 +155,16 @@ class LlamaCpp:
         self.server_kv_unified = help_has(server_help, "--kv-unified")
         self.server_draft_max_default = help_default(server_help, self.server_draft_max_flag)
         # llama-bench's -d (KV depth before the timed run) came in mid-2025
-        self.bench_depth = help_has(self._help(self.bench), "--n-depth")
+        bench_help = self._help(self.bench)
+        self.bench_depth = help_has(bench_help, "--n-depth")
+        # flash attention as ours runs it (off on the CPU alone, ``backend.cpu_flash_attn``):
+        # llama.cpp's own default (auto: on) makes its speculative steps dearer on a CPU
+        self.fa = {exe: _fa_off(h) for exe, h in
+                   ((self.spec, help_text), (self.server, server_help), (self.bench, bench_help))}
+
+    def _fa_args(self, exe: Path) -> list[str]:
+        """``-fa off`` for a binary whose ``--help`` lists the flag; none else."""
+        return ["-fa", self.fa[exe]] if self.fa.get(exe) else []
 
     @staticmethod
     def _out(cmd) -> str:
@@ -180,7 +189,7 @@ class LlamaCpp:
         cmd += _draft_args(self.draft_max_flag, draft_max, self.spec_type, self.no_backend_sampling, backend_sampling)
         if threads:
             cmd += ["-t", str(threads)]
-        return cmd
+        return cmd + self._fa_args(self.spec)
 
     def bench_cmd(self, target, *, n, threads, reps, depths=(0,)) -> list[str]:
         """llama-bench's tg test of ``n`` tokens after ``depths`` tokens in the KV cache (one
@@ -191,7 +200,7 @@ class LlamaCpp:
             cmd += ["-d", ",".join(map(str, depths))]
         if threads:
             cmd += ["-t", str(threads)]
-        return cmd
+        return cmd + self._fa_args(self.bench)
 
     def server_cmd(self, target, *, draft=None, draft_max=None, parallel=1, ctx, threads,
                    backend_sampling=False, spec_types=None) -> list[str]:
@@ -209,7 +218,7 @@ class LlamaCpp:
             cmd += ["--spec-type", spec_types]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
-        return cmd
+        return cmd + self._fa_args(self.server)
 
     def run_spec(self, cmd, timeout) -> dict:
         proc = _run(cmd, timeout)
@@ -224,6 +233,15 @@ class LlamaCpp:
             return parse_llama_bench_json(proc.stdout)
         except ValueError as e:
             raise CompareError(f"{BENCH_BIN}: {e}") from None
+
+
+def _fa_off(help_text: str) -> str | None:
+    """How a binary's ``--help`` says flash attention off: ``off`` (``<on|off|auto>``), ``0``
+    (older builds' ``<0|1>``), or None where it has no such flag."""
+    line = next((ln for ln in help_text.splitlines() if help_has(ln, "--flash-attn")), None)
+    if line is None:
+        return None
+    return "0" if "0|1" in line else "off"
 
 
 def _draft_max_flag(help_text: str, name: str) -> str:
