@@ -163,8 +163,9 @@ class LlamaCpp:
                    ((self.spec, help_text), (self.server, server_help), (self.bench, bench_help))}
 
     def _fa_args(self, exe: Path) -> list[str]:
-        """``-fa off`` for a binary whose ``--help`` lists the flag; none else."""
-        return ["-fa", self.fa[exe]] if self.fa.get(exe) else []
+        """Flash attention off in ``exe``'s spelling (``_fa_off``); nothing where its
+        ``--help`` lists no such flag."""
+        return ["-fa", self.fa[exe]] if self.fa[exe] else []
 
     @staticmethod
     def _out(cmd) -> str:

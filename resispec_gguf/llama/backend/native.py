@@ -86,7 +86,8 @@ def _context_params(n_ctx: int, n_batch: int, n_seq_max: int, threads: int, flas
     cparams.n_rs_seq = int(n_rs_seq)
     # Flash attention: None lets llama.cpp decide (on where the backend supports it;
     # ``model.cpu_flash_attn`` turns it off first for a model on the CPU alone).  Exactness
-    # is defined against the target as evaluated in each batch, which it does not change; but on the CPU it rounds through F16 in a way that
+    # is defined against the target as evaluated in each batch, which it does not change;
+    # but on the CPU it rounds through F16 in a way that
     # depends on where cells sit, so a node's logits differ slightly (1e-3 on F32 models)
     # between a tree decode and a sequential one.  Tests that compare the two turn it off.
     cparams.flash_attn_type = {
