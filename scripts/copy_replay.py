@@ -24,9 +24,10 @@ from resispec_gguf.config import DraftParams, SamplingParams
 from resispec_gguf.decoding.candidates.context import ContextSource
 
 
-def replay(prompt, views, reply, depth: int, anchored: bool) -> tuple[int, int]:
-    """``(calls, calls whose first candidate missed)`` for ``reply`` after ``prompt``."""
-    src = ContextSource(prompt, None, 3, views, anchored=anchored)
+def replay(prompt, views, reply, depth: int, anchored: bool, codec=None) -> tuple[int, int]:
+    """``(calls, calls whose first candidate missed)`` for ``reply`` after ``prompt``;
+    ``codec``: the target's tokenizer (the anchor follows bytes; None: tokens)."""
+    src = ContextSource(prompt, None, 3, views, anchored=anchored, codec=codec)
     i = calls = missed = 0
     while i < len(reply):
         path: list[int] = []
@@ -42,11 +43,8 @@ def replay(prompt, views, reply, depth: int, anchored: bool) -> tuple[int, int]:
     return calls, missed
 
 
-def record(n_items: int) -> list[dict]:
-    """The first ``n_items`` agent items answered by the default target, plain, T 0."""
-    from resispec_gguf.engine import Engine
-
-    engine = Engine.load(draft="", progress=False)
+def record(engine, n_items: int) -> list[dict]:
+    """The first ``n_items`` agent items answered by ``engine``'s target, plain, T 0."""
     out = []
     for item in agent_items()[:n_items]:
         prompt = engine.chat_tokens(item["messages"])
@@ -54,7 +52,6 @@ def record(n_items: int) -> list[dict]:
         res = engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=item["max_tokens"]),
                               DraftParams(method="none"), json_schema=schema)
         out.append({"prompt": prompt, "views": engine.prompt_views(prompt), "reply": list(res.tokens)})
-    engine.close()
     return out
 
 
@@ -65,19 +62,26 @@ def main(argv=None) -> None:
     ap.add_argument("--save", help="write the recorded replies here")
     ap.add_argument("--load", help="replay replies recorded earlier instead of recording")
     args = ap.parse_args(argv)
+    from resispec_gguf.engine import Engine
+
+    engine = Engine.load(draft="", progress=False)  # the default target: its tokenizer, and the replies
     if args.load:
         with open(args.load, encoding="utf-8") as f:
             items = json.load(f)
     else:
-        items = record(args.n_items)
+        items = record(engine, args.n_items)
         if args.save:
             with open(args.save, "w", encoding="utf-8") as f:
                 json.dump(items, f)
-    print(f"{'item':>4} {'tokens':>6} | {'tau':>5} {'missed':>6} | {'tau, anchor':>11} {'missed':>6}")
+    print(f"{'item':>4} {'tokens':>6} | {'tau':>5} {'missed':>6} | {'tau, anchor':>11} {'missed':>6} | "
+          f"{'tau, by bytes':>13} {'missed':>6}")
     for k, it in enumerate(items):
-        row = [replay(it["prompt"], it["views"], it["reply"], args.depth, a) for a in (False, True)]
+        row = [replay(it["prompt"], it["views"], it["reply"], args.depth, a, c)
+               for a, c in ((False, None), (True, None), (True, engine))]
         n = len(it["reply"])
-        print(f"{k:>4} {n:>6} | {n / row[0][0]:>5.2f} {row[0][1]:>6} | {n / row[1][0]:>11.2f} {row[1][1]:>6}")
+        print(f"{k:>4} {n:>6} | {n / row[0][0]:>5.2f} {row[0][1]:>6} | {n / row[1][0]:>11.2f} {row[1][1]:>6} | "
+              f"{n / row[2][0]:>13.2f} {row[2][1]:>6}")
+    engine.close()
 
 
 if __name__ == "__main__":

@@ -561,3 +561,6 @@ class TextCodec:
 
     def tokenize(self, text, *, add_special=False, parse_special=True) -> list[int]:
         return longest_match(self.texts, text.encode() if isinstance(text, str) else bytes(text))
+
+    def token_piece(self, token) -> bytes:
+        return self.texts[int(token)]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from law_harness import LOOKUP_PROMPT, LOOKUP_SOURCE_CASES, RUNS, lookup_source_law
+from fake_models import TextCodec
+from law_harness import LOOKUP_PROMPT, LOOKUP_SOURCE_CASES, RUNS, TARGET_TEXTS, lookup_source_law
+from resispec_gguf.decoding.candidates.base import Request
 from resispec_gguf.config import DraftParams
 from resispec_gguf.decoding.candidates import anchor as anchor_mod
 from resispec_gguf.decoding.candidates import views
-from resispec_gguf.decoding.candidates.anchor import MIN_SYNC, CopyAnchor
+from resispec_gguf.decoding.candidates.anchor import MIN_SYNC, CopyAnchor, Pieces
 from resispec_gguf.decoding.candidates.context import ContextSource, anchor_bin, leading_bin
 
 NL = 9  # a line break
@@ -146,3 +148,88 @@ def test_the_anchor_keeps_the_law_exact(case, temp, constrained, monkeypatch):
     lookup_source_law(case, temp, constrained, "anchor")
     assert VIEW[3:11] == LOOKUP_PROMPT[3:]
     assert sum(led) > RUNS, (sum(led), len(led))  # the anchor led nodes: at least once a run
+
+
+# a tokenizer whose texts can be cut two ways, as a JSON string's escapes are (``\\n`` one token,
+# or ``\\`` then ``ndef``)
+BS, N, BSN, NDEF, DEF, F, X, COLON, CONTROL, G, RET = range(11)
+CODEC = TextCodec([b"\\", b"n", b"\\n", b"ndef", b"def", b" f", b"(x)", b":", b"", b" g", b"ret"])
+# "def f(x):\\ndef g(x):\\ndef f(x):\\nret", cut as a tokenizer might cut it
+TEXT = [DEF, F, X, COLON, BS, NDEF, G, X, COLON, BS, NDEF, F, X, COLON, BSN, RET]
+
+
+def test_a_reply_that_cuts_the_text_otherwise_is_followed_by_its_bytes():
+    a = CopyAnchor([TEXT], (), CODEC)
+    a.commit([DEF, F, X, COLON])
+    assert a.next_token() == (BS, 0)
+    a.commit([BSN])  # the reply writes the escape whole: inside the text's "ndef" now
+    assert a.next_token() == (DEF, 1)  # the rest ("def g(x)...") tokenized again: its first token
+    assert a.next_token((DEF,)) == (G, 2) and a.next_token((N,)) is None
+    a.commit([DEF, G, X, COLON])
+    # where the text has the escape cut again, the reply's own way of writing it comes first
+    assert a.next_token() == (BSN, 5)
+    assert a.next_token((BSN,)) == (DEF, 6)
+    a.commit([BS])  # and the text's way still follows, and the habit turns back
+    assert a.next_token() == (NDEF, 6)
+    a.commit([NDEF, F, X, COLON])
+    assert a.next_token() == (BSN, 10)  # the text's own token here, with no habit of its own
+
+
+def test_the_text_cut_whole_is_followed_where_the_reply_cuts_it_in_two():
+    a = CopyAnchor([TEXT], (), CODEC)
+    a.commit([NDEF, F, X, COLON])
+    assert a.next_token() == (BSN, 0)
+    a.commit([BS])
+    assert a.next_token() == (N, 1)  # "n" then "ret": no "nret" in this vocabulary
+    a.commit([N])
+    assert a.next_token() == (RET, 2)
+    a.commit([N])  # not the text's bytes: a break, and nothing agrees after it
+    assert a.next_token() is None
+
+
+def test_without_a_tokenizer_tokens_are_followed_as_they_are():
+    pieces = Pieces(None)
+    assert pieces(3) == b"\xff3;" and pieces(31) == b"\xff31;"  # no piece a prefix of another
+    a = CopyAnchor([FILE])
+    a.commit([1, 2, 3, 4])
+    assert a.next_token() == (10, 0) and a.next_token((10,)) == (11, 1)
+    # a control token has no text: a marker of its own, which no text token matches
+    assert Pieces(CODEC)(CONTROL) == b"\xff8;"
+    b = CopyAnchor([[DEF, F, CONTROL, X]], (), CODEC)
+    b.commit([DEF, F])
+    assert b.state is None  # two tokens: fewer than a sync needs
+
+
+def test_the_context_source_hands_the_anchor_the_request_tokenizer():
+    dp = DraftParams(method="auto")
+    src = ContextSource.build(Request(TEXT[:4], dp, text=CODEC))
+    assert src.anchor.pieces.codec is CODEC
+    assert ContextSource.build(Request(TEXT[:4], dp)).anchor.pieces.codec is None
+
+
+# the target's texts (``TARGET_TEXTS``: a, b, c, ab, ca) cut otherwise: the prompt's last eight
+# tokens as they are (the anchor is found there), then text the Markov target writes in other cuts
+SPLIT_VIEW = LOOKUP_PROMPT[3:] + [2, 0, 1, 4, 1, 0, 1, 2, 3, 4, 0, 2, 0, 1, 1, 4, 3, 0, 2, 1, 4, 0]
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("temp", ["T1", "T0.6-filters"])
+@pytest.mark.parametrize("case", list(LOOKUP_SOURCE_CASES))
+def test_the_anchor_following_bytes_keeps_the_law_exact(case, temp, constrained, monkeypatch):
+    """As above, with the target's tokenizer: the reply's tokens cut the view otherwise, the
+    anchor proposes from inside the view's tokens (counted) and the law is the target's."""
+    from resispec_gguf.engine import Engine
+
+    monkeypatch.setattr(views, "prompt_views", lambda text, tokens: [SPLIT_VIEW])
+    monkeypatch.setattr(Engine, "_text_codec", lambda self: TextCodec(TARGET_TEXTS))
+    inside = []
+    original = anchor_mod.Pieces.first_token
+
+    def counted(self, data):
+        got = original(self, data)
+        inside.append(got is not None)
+        return got
+
+    monkeypatch.setattr(anchor_mod.Pieces, "first_token", counted)
+    lookup_source_law(case, temp, constrained, "anchor, bytes")
+    assert sum(inside) > RUNS // 10, (sum(inside), len(inside))  # cached per request and place

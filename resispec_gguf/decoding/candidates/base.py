@@ -74,6 +74,8 @@ class TextCodec(Protocol):
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
 
+    def token_piece(self, token: int) -> bytes: ...
+
 
 @dataclass(frozen=True)
 class Request:

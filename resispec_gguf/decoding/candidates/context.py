@@ -107,7 +107,8 @@ class ContextSource(SourceDefaults):
     sequences of the indexed sources (``sequences``: the prompt's views) beside them in its
     own index, and the engine's ``memory`` (None: its own context only).  ``k``: candidates per
     node from each index, at most.  ``anchored``: the copy anchor leads (off only to measure
-    what it adds, ``scripts/copy_replay.py``)."""
+    what it adds, ``scripts/copy_replay.py``); ``codec``: the target's tokenizer, with which the
+    anchor follows a copy's bytes however the reply splits them (``anchor``)."""
 
     name = "context"
     # the anchor's: found again (0.5) to followed 16 tokens (0.9); measured on the default pair's
@@ -121,7 +122,7 @@ class ContextSource(SourceDefaults):
     ladders = ((0, 1, 2, 3, _LONG_RUN, _LONG_RUN + 1), tuple(range(_ANCHOR, _ANCHOR + 5)))
 
     def __init__(self, prompt: Sequence[int], memory: Memory | None = None, k: int = 3,
-                 sequences: Sequence[Sequence[int]] = (), anchored: bool = True):
+                 sequences: Sequence[Sequence[int]] = (), anchored: bool = True, codec=None):
         self.k = int(k)
         self.memory = memory
         self.local = SuffixIndex(DEFAULT_DEPTH)
@@ -130,7 +131,7 @@ class ContextSource(SourceDefaults):
         for i, seq in enumerate(sequences, 1):  # beside it, fixed: the indexed sources' (the views)
             self.local.add(i, list(seq))
         # the copy anchor over the prompt and the views (``anchored`` False: none, for comparisons)
-        self.anchor = CopyAnchor([self.tokens[:], *sequences] if anchored else [], self.tokens)
+        self.anchor = CopyAnchor([self.tokens[:], *sequences] if anchored else [], self.tokens, codec)
         self._cursors: dict[tuple, tuple] = {}  # path -> (local cursor, memory cursor), this state
         self._proposed: dict[tuple, list] = {}  # (path, run) -> candidates, this state (a step asks twice)
         self._versions = (-1, -1)
@@ -139,7 +140,8 @@ class ContextSource(SourceDefaults):
     def build(cls, request: Request) -> "ContextSource | None":
         if not uses_lookup(request.dp):
             return None
-        return cls(request.prompt, request.stores.get("memory"), request.dp.lookup_k, indexed_sequences(request))
+        return cls(request.prompt, request.stores.get("memory"), request.dp.lookup_k, indexed_sequences(request),
+                   codec=request.text)
 
     def commit(self, tokens: Sequence[int]) -> None:
         """The request committed ``tokens``."""
