@@ -2,12 +2,13 @@
 context candidates would take, with and without the copy anchor (a development tool).
 
 Each agent item of ``bench --workload agent`` is answered once by the target alone (plain
-decoding, T 0, under its schema); the reply's tokens are then replayed: at each step a chain
-of up to ``--depth`` candidates follows the context source's leading candidate (the
-request's own index over the prompt, its views and the output so far, as ``auto``'s lookup arm
-reads it) and keeps the part the reply agrees with, plus one token, as a verified chain at
-T 0 would.  Printed per item: the reply's tokens, and tokens per call (tau) and calls whose
-first candidate was wrong, without and with the anchor.  No timing: what a call costs is the
+decoding under its schema, T 0 unless ``--temperature``); the reply's tokens are then
+replayed: at each step a chain of up to ``--depth`` candidates follows the context source's
+leading candidate (the request's own index over the prompt, its views and the output so far,
+as ``auto``'s lookup arm reads it) and keeps the part the reply agrees with, plus one token,
+as a verified chain at T 0 would.  Printed per item: the reply's tokens, and tokens per call
+(tau) and calls whose first candidate was wrong, without the anchor, with it following
+tokens, and with it following bytes (the target's tokenizer).  No timing: what a call costs is the
 machine's (``bench`` prints that).
 
     python scripts/copy_replay.py --n-items 6 --save replies.json
@@ -43,14 +44,15 @@ def replay(prompt, views, reply, depth: int, anchored: bool, codec=None) -> tupl
     return calls, missed
 
 
-def record(engine, n_items: int) -> list[dict]:
-    """The first ``n_items`` agent items answered by ``engine``'s target, plain, T 0."""
+def record(engine, n_items: int, temperature: float = 0.0) -> list[dict]:
+    """The first ``n_items`` agent items answered by ``engine``'s target, plain, at
+    ``temperature`` (seed: the item's number)."""
     out = []
     for item in agent_items()[:n_items]:
         prompt = engine.chat_tokens(item["messages"])
         schema = item["response_format"]["json_schema"]["schema"]
-        res = engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=item["max_tokens"]),
-                              DraftParams(method="none"), json_schema=schema)
+        sp = SamplingParams(temperature=temperature, max_tokens=item["max_tokens"], seed=len(out))
+        res = engine.generate(prompt, sp, DraftParams(method="none"), json_schema=schema)
         out.append({"prompt": prompt, "views": engine.prompt_views(prompt), "reply": list(res.tokens)})
     return out
 
@@ -59,6 +61,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n-items", type=int, default=6)
     ap.add_argument("--depth", type=int, default=16)
+    ap.add_argument("--temperature", type=float, default=0.0, help="the recorded replies' (seeded)")
     ap.add_argument("--save", help="write the recorded replies here")
     ap.add_argument("--load", help="replay replies recorded earlier instead of recording")
     args = ap.parse_args(argv)
@@ -69,7 +72,7 @@ def main(argv=None) -> None:
         with open(args.load, encoding="utf-8") as f:
             items = json.load(f)
     else:
-        items = record(engine, args.n_items)
+        items = record(engine, args.n_items, args.temperature)
         if args.save:
             with open(args.save, "w", encoding="utf-8") as f:
                 json.dump(items, f)
