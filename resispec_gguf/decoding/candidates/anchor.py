@@ -18,8 +18,11 @@ every such spot is a break (on the default pair's JSON edits, about half of them
 therefore follows the *bytes*: a committed token follows when its bytes are the sequence's
 next bytes, however the two split them; where that leaves the anchor inside one of the
 sequence's tokens, its next token is the first token of the rest of the text there,
-tokenized on demand (a few tokens' worth, cached).  Without a tokenizer (the test fakes)
-every token is a marker piece of its own and the anchor follows tokens as they are.
+tokenized on demand (a few tokens' worth, cached).  And where the reply has written a token
+of its own in place of the text's (``\\n`` where the text cut ``\\``), that token is proposed
+the next time the text has the same token, if its bytes come next (a *habit*: a reply cuts
+its escapes one way throughout).  Without a tokenizer (the test fakes) every token is a
+marker piece of its own and the anchor follows tokens as they are.
 
 How it moves, at each committed token (``commit``):
 
