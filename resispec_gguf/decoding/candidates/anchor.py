@@ -82,7 +82,7 @@ class Pieces:
     without a codec: there bytes follow, break and agree exactly as tokens do."""
 
     def __init__(self, codec=None):
-        self.codec = codec if codec is not None and hasattr(codec, "token_piece") else None
+        self.codec = codec
         self._cache: dict[int, bytes] = {}
 
     def __call__(self, token: int) -> bytes:
@@ -101,10 +101,10 @@ class Pieces:
             return None
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError as e:  # a character cut at the window's end, or at its start
+        except UnicodeDecodeError as e:  # a character cut at the window's start or end, or a marker
             if e.start == 0:
                 return None
-            text = data[:e.start].decode("utf-8", "replace")
+            text = data[:e.start].decode("utf-8")  # the whole characters before it
         toks = self.codec.tokenize(text, add_special=False, parse_special=False) if text else []
         return int(toks[0]) if toks else None
 
@@ -240,6 +240,7 @@ class CopyAnchor:
             if best_key is None or key > best_key:
                 best, best_key = (s, int(hits[i]) + 1), key
         return None if best is None else (best[0], int(self.starts[best[0]][best[1]]))
+
 
 def _agreement(arr: np.ndarray, hits: np.ndarray, tail: np.ndarray) -> np.ndarray:
     """For each position ``h`` in ``hits`` (where ``arr[h] == tail[-1]``), how many tokens

@@ -212,4 +212,3 @@ def cpu_flash_attn(flash_attn: bool | None, layer_devices: list[str], rpc: str |
     if rpc or any(d != "CPU" for d in layer_devices):
         return None
     return False
-
