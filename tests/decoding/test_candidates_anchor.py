@@ -123,6 +123,24 @@ def test_the_replay_script_counts_fewer_calls_with_the_anchor_where_two_texts_sh
     assert anchored[0] < plain[0] and anchored[1] < plain[1]
 
 
+def test_the_replay_script_prices_its_chains_under_a_cost_curve():
+    from script_loader import load_script
+
+    script = load_script("copy_replay")
+    curve = script.parse_curve("16:4,1:1,4:2")  # pairs in any order
+    assert curve(1) == 1 and curve(16) == 4
+    # a 16-token reply copied whole, the anchor following from its start: by run, a chain of
+    # 4 candidates (5 rows: 2 + 2/12), then of 10 (11 rows: 2 + 14/12); knowing, 16 rows at once
+    by_run, knowing = script.speedups([15 - i for i in range(16)], list(range(16)), curve, 16)
+    assert by_run == pytest.approx(16 / (2 + 2 / 12 + 2 + 14 / 12)) and knowing == pytest.approx(4.0)
+    # nothing agrees and no anchor: both decode one row a token
+    assert script.speedups([0] * 5, [-1] * 5, curve, 16) == (1.0, 1.0)
+    with pytest.raises(SystemExit, match="rows:cost"):
+        script.parse_curve("16=4")
+    with pytest.raises(SystemExit, match="one row"):
+        script.parse_curve("4:2,16:4")
+
+
 # a fixed sequence standing in for a tokenized view: it holds the prompt's last eight tokens
 # (``LOOKUP_PROMPT[3:]``), so every request starts anchored there, and a reply that follows it
 # stays anchored
