@@ -25,6 +25,7 @@ n rows in units of one row): decode speed-ups over plain decoding, with no host 
     python scripts/copy_replay.py --n-items 6 --save replies.json
     python scripts/copy_replay.py --load replies.json --depth 32
     python scripts/copy_replay.py --load replies.json --curve 1:1,4:1.56,8:2.74,16:3.75,32:6.45
+    python scripts/copy_replay.py --n-items 4 --temperature 0.8 --seed 1000 --repeat 4
 """
 
 from __future__ import annotations
@@ -108,16 +109,17 @@ def parse_curve(text: str) -> CostCurve:
     return CostCurve(tuple(r for r, _ in pairs), tuple(c for _, c in pairs))
 
 
-def record(engine, n_items: int, temperature: float = 0.0) -> list[dict]:
+def record(engine, n_items: int, temperature: float = 0.0, seed: int = 0, repeat: int = 1) -> list[dict]:
     """The first ``n_items`` agent items answered by ``engine``'s target, plain, at
-    ``temperature`` (seed: the item's number)."""
+    ``temperature``, ``repeat`` times over (round r, item k: seed ``seed + 100 r + k``)."""
     out = []
-    for item in agent_items()[:n_items]:
-        prompt = engine.chat_tokens(item["messages"])
-        schema = item["response_format"]["json_schema"]["schema"]
-        sp = SamplingParams(temperature=temperature, max_tokens=item["max_tokens"], seed=len(out))
-        res = engine.generate(prompt, sp, DraftParams(method="none"), json_schema=schema)
-        out.append({"prompt": prompt, "views": engine.prompt_views(prompt), "reply": list(res.tokens)})
+    for r in range(repeat):
+        for k, item in enumerate(agent_items()[:n_items]):
+            prompt = engine.chat_tokens(item["messages"])
+            schema = item["response_format"]["json_schema"]["schema"]
+            sp = SamplingParams(temperature=temperature, max_tokens=item["max_tokens"], seed=seed + 100 * r + k)
+            res = engine.generate(prompt, sp, DraftParams(method="none"), json_schema=schema)
+            out.append({"prompt": prompt, "views": engine.prompt_views(prompt), "reply": list(res.tokens)})
     return out
 
 
@@ -126,6 +128,8 @@ def main(argv=None) -> None:
     ap.add_argument("--n-items", type=int, default=6)
     ap.add_argument("--depth", type=int, default=16)
     ap.add_argument("--temperature", type=float, default=0.0, help="the recorded replies' (seeded)")
+    ap.add_argument("--seed", type=int, default=0, help="the first item's seed (round r, item k: seed + 100 r + k)")
+    ap.add_argument("--repeat", type=int, default=1, help="answer the items this many times (other seeds)")
     ap.add_argument("--save", help="write the recorded replies here")
     ap.add_argument("--load", help="replay replies recorded earlier instead of recording")
     ap.add_argument("--curve", help="rows:cost pairs of another machine (default: this one's, as auto measured it)")
@@ -138,7 +142,7 @@ def main(argv=None) -> None:
         with open(args.load, encoding="utf-8") as f:
             items = json.load(f)
     else:
-        items = record(engine, args.n_items, args.temperature)
+        items = record(engine, args.n_items, args.temperature, args.seed, args.repeat)
         if args.save:
             with open(args.save, "w", encoding="utf-8") as f:
                 json.dump(items, f)
