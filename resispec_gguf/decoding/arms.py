@@ -27,6 +27,12 @@ from .calibration import FORCED_BIN, Calibration
 from .costs import CostCurve
 from .stepplan import Background, in_step_rate
 
+# how deep a copy's step may go: twice the copy run so far, at least COPY_FIRST (a copy that has
+# gone on for r tokens is trusted for about r more: a 16-row step on this CPU costs what 7-9
+# plain steps do, and the code workload's short copies lost them at full depth), or deeper at
+# no more cost (``ArmPrices.copy_depth``)
+COPY_FIRST = 4
+
 __all__ = ["TEXT_SYNC_ROWS", "Arm", "ArmPrices", "draws_of", "text_seconds"]
 
 # rows of the boundary window a draft of another vocabulary re-reads before its chain (the
@@ -189,11 +195,29 @@ class ArmPrices:
     def copy_case(self, chances) -> float:
         """Tokens/s of a lookup step along a chain whose nodes are accepted with ``chances``
         in turn (each given the ones above it: the leading candidates' learnt chances), at
-        its best depth."""
+        its best depth (``copy_best``)."""
+        return self.copy_best(chances)[0]
+
+    def copy_best(self, chances) -> tuple[float, int]:
+        """``(tokens/s, depth)``: ``copy_case`` and the depth that reaches it (the shortest
+        of equals)."""
         value = np.cumsum(np.cumprod(np.asarray(chances, np.float64)))
         depth = np.arange(1, value.shape[0] + 1)
         t = self.target_s[np.minimum(depth + 1, len(self.target_s) - 1)] + self.overhead_s + (depth + 1) * self.row_s
-        return float(np.max((1.0 + value) / t))
+        rates = (1.0 + value) / t
+        best = int(np.argmax(rates))
+        return float(rates[best]), best + 1
+
+    def copy_depth(self, run: int) -> int:
+        """How deep a copy's chain is asked (``Sources.leading_chain``) after a copy run of
+        ``run`` tokens: twice the run (at least ``COPY_FIRST``, at most ``max_depth``), or
+        deeper where a deeper chain costs no more: llama.cpp's batched CPU kernels make some
+        row counts cheaper than smaller ones (16 rows cost less than 12 on the 2-core AMD)."""
+        top = int(self.limits.max_depth)
+        base = min(top, max(COPY_FIRST, 2 * int(run)))
+        last = len(self.target_s) - 1
+        price = self.target_s[min(base + 1, last)]
+        return max(d for d in range(base, top + 1) if self.target_s[min(d + 1, last)] <= price)
 
     def forced_case(self, forced: int) -> float:
         """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the

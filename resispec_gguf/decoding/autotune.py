@@ -91,10 +91,6 @@ CATCH_UP_HORIZON = 256
 # the learnt chance from which a leading lookup candidate at a step's root is a copy under way,
 # whose chain ``choose`` weighs node by node (``_copy_step``)
 COPY_SURE = 0.9
-# how deep such a step may go: twice the copy run so far, at least COPY_FIRST (a copy that has
-# gone on for r tokens is trusted for about r more: a 16-row step on this CPU costs what 7-9
-# plain steps do, and the code workload's short copies lost them at full depth)
-COPY_FIRST = 4
 
 
 class AutoTuner(ArmPrices):
@@ -227,15 +223,16 @@ class AutoTuner(ArmPrices):
         otherwise, and before the first probe of a draft arm.  The lookup arm's average
         acceptance (``expected_case``) would wait for a long stretch of plain steps to lift
         it: this weighs the chain the step would grow, node by node, and the step grows no
-        deeper than ``copy`` (the generation bounds it by the copy run so far)."""
+        deeper than the depth that weighing found best (``copy_best``; the generation asks the
+        chain as deep as ``copy_depth`` allows)."""
         drafted = [a for n, a in arms.items() if n not in ("lookup", "text")]
         if drafted and not any(a.steps for a in drafted):
             return None
         rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
-        promise = self.copy_case(copy)
+        promise, depth = self.copy_best(copy)
         if promise > rival:
             return self._plan("lookup", pending, f"a copy under way: {promise:.2f} tokens/s > {rival:.2f}",
-                              depth=len(copy))
+                              depth=depth)
         return None
 
     def _grammar_step(self, arms: dict, pending: int, forced: int) -> StepPlan | None:

@@ -41,7 +41,7 @@ from ..errors import ConstraintFault, ContextFullError
 from ..kernels import sampling
 from ..kernels.verify import verify, verify_greedy
 from .autorequest import Auto
-from .autotune import COPY_FIRST, COPY_SURE, DRAFT_CATCH_UP
+from .autotune import COPY_SURE, DRAFT_CATCH_UP
 from .candidates import FixedScores, Request, Sources
 from .candidates.base import TextCodec
 from .candidates.forced import only_token
@@ -172,7 +172,7 @@ class Generation(DraftPhase):
         self.sources.new_step()
         if self.auto is not None:
             forced = self.sources.ahead()
-            depth = min(self.auto.tuner.limits.max_depth, max(COPY_FIRST, 2 * self.copy_run))
+            depth = self.auto.tuner.copy_depth(self.copy_run)
             copy = self.sources.leading_chain(self.copy_run, self._mask if self.constraint is not None else None,
                                               depth, self.auto.tuner.calibration.lookup, COPY_SURE)
             self.plan_ = self.auto.choose(len(self.draft_pending), forced, self.sp.max_tokens - len(self.out),

@@ -83,3 +83,31 @@ def test_the_tuner_prices_with_the_same_methods():
     p = _pricer(arms=tuner.arms, calibration=tuner.calibration)
     for kind in tuner.arms:
         assert p.expected_case(kind) == tuner.expected_case(kind)
+
+
+# the 2-core AMD's measured curve of the default target (seconds), where 16 rows cost less
+# than 12 and a step of 8 rows much more than one of 7
+AMD = costs.CostCurve((1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32),
+                      (0.0338, 0.0599, 0.0780, 0.0949, 0.1153, 0.1353, 0.1565, 0.2165, 0.2645, 0.2502, 0.3807, 0.4169))
+
+
+def test_a_copy_is_asked_twice_its_run_or_deeper_where_that_costs_no_more():
+    deep = DraftParams(method="auto", depth=16)
+    linear = _pricer(limits=deep)  # rows cost more one by one: twice the run, at least 4, at most 16
+    assert [linear.copy_depth(r) for r in (0, 1, 2, 3, 5, 8, 40)] == [4, 4, 4, 6, 10, 16, 16]
+    amd = _pricer(limits=deep, target=AMD, target_s=costs.cost_table(AMD, TABLE_ROWS))
+    # 4 candidates: 5 rows; 6: 7 rows; 8: 9 rows, below the 16 rows' price; from 10 (11 rows,
+    # dearer than 16 rows) the chain may go to 15 candidates, not 16 (17 rows cost more)
+    assert [amd.copy_depth(r) for r in (0, 3, 4, 5, 6, 7, 8)] == [4, 6, 8, 15, 15, 15, 16]
+    assert _pricer(limits=DraftParams(method="auto", depth=3)).copy_depth(9) == 3
+
+
+def test_a_copy_step_goes_as_deep_as_its_best_rate():
+    amd = _pricer(limits=DraftParams(method="auto", depth=16), target=AMD,
+                  target_s=costs.cost_table(AMD, TABLE_ROWS))
+    sure = [0.99] * 16
+    rate, depth = amd.copy_best(sure)
+    assert depth == 15 and rate == amd.copy_case(sure)  # 16 rows, not the dearer 17
+    assert amd.copy_best(sure[:6]) == (amd.copy_case(sure[:6]), 6)
+    shaky = [0.99, 0.3] + [0.99] * 14  # the second node rarely holds: the chain stops at one
+    assert amd.copy_best(shaky)[1] == 1
