@@ -195,18 +195,11 @@ class ArmPrices:
     def copy_case(self, chances) -> float:
         """Tokens/s of a lookup step along a chain whose nodes are accepted with ``chances``
         in turn (each given the ones above it: the leading candidates' learnt chances), at
-        its best depth (``copy_best``)."""
-        return self.copy_best(chances)[0]
-
-    def copy_best(self, chances) -> tuple[float, int]:
-        """``(tokens/s, depth)``: ``copy_case`` and the depth that reaches it (the shortest
-        of equals)."""
+        its best depth."""
         value = np.cumsum(np.cumprod(np.asarray(chances, np.float64)))
         depth = np.arange(1, value.shape[0] + 1)
         t = self.target_s[np.minimum(depth + 1, len(self.target_s) - 1)] + self.overhead_s + (depth + 1) * self.row_s
-        rates = (1.0 + value) / t
-        best = int(np.argmax(rates))
-        return float(rates[best]), best + 1
+        return float(np.max((1.0 + value) / t))
 
     def copy_depth(self, run: int) -> int:
         """How deep a copy's chain is asked (``Sources.leading_chain``) after a copy run of

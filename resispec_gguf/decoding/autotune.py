@@ -223,16 +223,16 @@ class AutoTuner(ArmPrices):
         otherwise, and before the first probe of a draft arm.  The lookup arm's average
         acceptance (``expected_case``) would wait for a long stretch of plain steps to lift
         it: this weighs the chain the step would grow, node by node, and the step grows no
-        deeper than the depth that weighing found best (``copy_best``; the generation asks the
-        chain as deep as ``copy_depth`` allows)."""
+        deeper than ``copy`` (the generation asks it as deep as ``copy_depth`` allows: twice
+        the copy run so far, or deeper at no more cost)."""
         drafted = [a for n, a in arms.items() if n not in ("lookup", "text")]
         if drafted and not any(a.steps for a in drafted):
             return None
         rival = max([self.plain_rate * self.margin] + [a.rate for a in drafted if a.steps])
-        promise, depth = self.copy_best(copy)
+        promise = self.copy_case(copy)
         if promise > rival:
             return self._plan("lookup", pending, f"a copy under way: {promise:.2f} tokens/s > {rival:.2f}",
-                              depth=depth)
+                              depth=len(copy))
         return None
 
     def _grammar_step(self, arms: dict, pending: int, forced: int) -> StepPlan | None:

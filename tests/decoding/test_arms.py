@@ -101,13 +101,3 @@ def test_a_copy_is_asked_twice_its_run_or_deeper_where_that_costs_no_more():
     assert [amd.copy_depth(r) for r in (0, 3, 4, 5, 6, 7, 8)] == [4, 6, 8, 15, 15, 15, 16]
     assert _pricer(limits=DraftParams(method="auto", depth=3)).copy_depth(9) == 3
 
-
-def test_a_copy_step_goes_as_deep_as_its_best_rate():
-    amd = _pricer(limits=DraftParams(method="auto", depth=16), target=AMD,
-                  target_s=costs.cost_table(AMD, TABLE_ROWS))
-    sure = [0.99] * 16
-    rate, depth = amd.copy_best(sure)
-    assert depth == 15 and rate == amd.copy_case(sure)  # 16 rows, not the dearer 17
-    assert amd.copy_best(sure[:6]) == (amd.copy_case(sure[:6]), 6)
-    shaky = [0.99, 0.3] + [0.99] * 14  # the second node rarely holds: the chain stops at one
-    assert amd.copy_best(shaky)[1] == 1
