@@ -15,9 +15,10 @@ Then what those chains could be worth on a machine, under a cost curve (this mac
 ``auto`` measured it for the target, or ``--curve`` with another machine's figures, one decode of
 n rows in units of one row): decode speed-ups over plain decoding, with no host time, of
 
-* ``by run``: a chain of ``max(4, 2 x the anchor's run)`` candidates, at most ``--depth`` rows,
-  where the anchor holds, one row where it does not (about the depth ``auto`` grows a chain of
-  copies to; it also weighs what each row costs, so this is a guide, not its figure);
+* ``by run``: where the anchor holds, a chain of as many candidates as ``auto`` asks of a copy
+  (``arms.copy_depth``: twice the anchor's run, at least 4, at most ``--depth``, or more where
+  that costs no more), one row where it does not (``auto`` also weighs the chain's learnt
+  chances, so this is a guide, not its figure);
 * ``knowing``: each step's chain exactly as long as the reply agrees with it, at most 32 rows
   (the least time any choice of depths over these candidates takes: what is left between it
   and ``by run`` is not knowing where a copy breaks).
@@ -35,6 +36,7 @@ import json
 
 from resispec_gguf.bench.workloads.agent import agent_items
 from resispec_gguf.config import DraftParams, SamplingParams
+from resispec_gguf.decoding.arms import copy_depth
 from resispec_gguf.decoding.candidates.context import ContextSource
 from resispec_gguf.decoding.costs import CostCurve
 
@@ -82,13 +84,13 @@ def agreements(prompt, views, reply, codec=None, depth: int = KNOWING_ROWS) -> t
 def speedups(agree: list[int], runs: list[int], curve: CostCurve, depth: int) -> tuple[float, float]:
     """``(by run, knowing)`` (module docstring): plain decoding's time for the reply over each
     policy's, a decode of n rows costing ``curve(n)``; a step of d candidates (d + 1 rows)
-    takes the agreed ones and one token more."""
+    takes the agreed ones and one token more; ``depth``: the most candidates by run."""
     n = len(agree)
     if n == 0:
         return 1.0, 1.0
     by_run, i = 0.0, 0
     while i < n:
-        d = min(depth - 1, max(4, 2 * runs[i])) if runs[i] >= 0 else 0
+        d = copy_depth(curve, runs[i], depth) if runs[i] >= 0 else 0
         by_run += curve(d + 1)
         i += min(agree[i], d) + 1
     least = [0.0] * (n + 1)  # the least time from each position to the end

@@ -33,11 +33,21 @@ from .stepplan import Background, in_step_rate
 # no more cost (``ArmPrices.copy_depth``)
 COPY_FIRST = 4
 
-__all__ = ["TEXT_SYNC_ROWS", "Arm", "ArmPrices", "draws_of", "text_seconds"]
+__all__ = ["COPY_FIRST", "TEXT_SYNC_ROWS", "Arm", "ArmPrices", "copy_depth", "draws_of", "text_seconds"]
 
 # rows of the boundary window a draft of another vocabulary re-reads before its chain (the
 # token kept back and the new text's: ``textdraft.resync``), priced as one call of its own
 TEXT_SYNC_ROWS = 2
+
+
+def copy_depth(cost, run: int, top: int) -> int:
+    """Candidates a copy's chain may hold after a copy run of ``run`` tokens: twice the run (at
+    least ``COPY_FIRST``, at most ``top``), or more where a deeper step costs no more
+    (``cost(rows)``: seconds of a decode of that many rows; llama.cpp's batched CPU kernels make
+    some row counts cheaper than smaller ones: 16 rows cost less than 12 on the 2-core AMD)."""
+    base = min(top, max(COPY_FIRST, 2 * int(run)))
+    price = cost(base + 1)
+    return max(d for d in range(base, top + 1) if cost(d + 1) <= price)
 
 
 @dataclass
@@ -203,14 +213,9 @@ class ArmPrices:
 
     def copy_depth(self, run: int) -> int:
         """How deep a copy's chain is asked (``Sources.leading_chain``) after a copy run of
-        ``run`` tokens: twice the run (at least ``COPY_FIRST``, at most ``max_depth``), or
-        deeper where a deeper chain costs no more: llama.cpp's batched CPU kernels make some
-        row counts cheaper than smaller ones (16 rows cost less than 12 on the 2-core AMD)."""
-        top = int(self.limits.max_depth)
-        base = min(top, max(COPY_FIRST, 2 * int(run)))
+        ``run`` tokens: ``copy_depth`` on the target's cost table, at most ``max_depth``."""
         last = len(self.target_s) - 1
-        price = self.target_s[min(base + 1, last)]
-        return max(d for d in range(base, top + 1) if self.target_s[min(d + 1, last)] <= price)
+        return copy_depth(lambda n: self.target_s[min(n, last)], run, int(self.limits.max_depth))
 
     def forced_case(self, forced: int) -> float:
         """Tokens/s of a grammar step along ``forced`` forced tokens, each accepted with the
