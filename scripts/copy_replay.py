@@ -43,20 +43,27 @@ from resispec_gguf.decoding.costs import CostCurve
 KNOWING_ROWS = 32  # the longest decode the knowing policy may choose (the curves' range)
 
 
+def agreed(src: ContextSource, reply, i: int, most: int) -> int:
+    """How many of ``src``'s leading candidates, chained from position ``i`` of ``reply``
+    (the tokens before it committed), the reply agrees with, at most ``most``."""
+    path: list[int] = []
+    while len(path) < most and i + len(path) < len(reply):
+        got = src.propose(tuple(path), 0)
+        if not got or got[0].token != reply[i + len(path)]:
+            break
+        path.append(got[0].token)
+    return len(path)
+
+
 def replay(prompt, views, reply, depth: int, anchored: bool, codec=None) -> tuple[int, int]:
     """``(calls, calls whose first candidate missed)`` for ``reply`` after ``prompt``;
     ``codec``: the target's tokenizer (the anchor follows bytes; None: tokens)."""
     src = ContextSource(prompt, None, 3, views, anchored=anchored, codec=codec)
     i = calls = missed = 0
     while i < len(reply):
-        path: list[int] = []
-        while len(path) < depth and i + len(path) < len(reply):
-            got = src.propose(tuple(path), 0)
-            if not got or got[0].token != reply[i + len(path)]:
-                break
-            path.append(got[0].token)
-        missed += not path
-        n = min(len(path) + 1, len(reply) - i)
+        took = agreed(src, reply, i, depth)
+        missed += not took
+        n = min(took + 1, len(reply) - i)
         src.commit(reply[i:i + n])
         i, calls = i + n, calls + 1
     return calls, missed
@@ -70,13 +77,7 @@ def agreements(prompt, views, reply, codec=None, depth: int = KNOWING_ROWS) -> t
     for i in range(len(reply)):
         got = src.anchor.next_token(())
         runs.append(-1 if got is None else got[1])
-        path: list[int] = []
-        while len(path) < depth - 1 and i + len(path) < len(reply):
-            cands = src.propose(tuple(path), 0)
-            if not cands or cands[0].token != reply[i + len(path)]:
-                break
-            path.append(cands[0].token)
-        agree.append(len(path))
+        agree.append(agreed(src, reply, i, depth - 1))
         src.commit(reply[i:i + 1])
     return agree, runs
 
