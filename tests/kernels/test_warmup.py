@@ -71,7 +71,9 @@ _CHILD = textwrap.dedent("""
                         draws.sample_iid(qids, qp, rng.random(k))
                         for p in (dense, sparse):
                             pv = acceptance.values_at(p, qids)
+                            acceptance.values_at(p, qids.copy())  # q's ids built by a candidate source
                             acceptance.overlap(p, qids, qp)
+                            acceptance.overlap(p, qids.copy(), qp)
                             acceptance.acceptance_profile(pv, qp, np.arange(1, k + 1, dtype=np.int64))
                             acceptance.draw_chances("resispec", pv, qids, qp, iid)
                             acceptance.draw_chances("chain", pv, qids, qp, iid[:1])
