@@ -135,11 +135,22 @@ def _optimal(rs, qc, pc, k):
 # --------------------------------------------------------------------------- wrappers
 
 
+def _fixed(a, dtype) -> np.ndarray:
+    """``a`` as a read-only C array of ``dtype`` (a view, no copy, where it is one already
+    but writable): one compiled signature per kernel, whichever arrays the caller holds (a
+    cache's read-only ones, a candidate source's new ones)."""
+    a = np.ascontiguousarray(a, dtype)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 def values_at(p, qids) -> np.ndarray:
     """p(x) for each x in ``qids``, float64 in that order.  ``p``: dense ``[V]`` or sparse
     ``(ids, probs)``."""
     if isinstance(p, tuple):
-        return _values_at(p[0], p[1], qids)
+        return _values_at(_fixed(p[0], np.int64), _fixed(p[1], np.float64), _fixed(qids, np.int64))
     return np.asarray(p[qids], np.float64)
 
 
@@ -149,7 +160,8 @@ def overlap(p, qids, qprobs) -> float:
     if isinstance(p, tuple):
         # min(p, q) at the common ids in ascending id order (as np.intersect1d gives them),
         # summed by NumPy: the same terms in the same order, so the same float
-        return float(_common_mins(p[0], p[1], qids, qprobs).sum())
+        return float(_common_mins(_fixed(p[0], np.int64), _fixed(p[1], np.float64), _fixed(qids, np.int64),
+                                  _fixed(qprobs, np.float64)).sum())
     return float(np.minimum(p[qids], qprobs).sum())
 
 
@@ -220,8 +232,7 @@ def acceptance_profile(p_at_q, qprobs, ks) -> tuple[np.ndarray, np.ndarray]:
     distinct tokens among the K draws (the node's children).  ``p_at_q``: p at q's ids, in
     q's order; ``qprobs``: q on its support.  Depends on p and q only, not on any draw, so
     ``auto`` learns every K's acceptance at each drafted node, whatever K the step drew."""
-    return _acceptance_profile(np.asarray(p_at_q, np.float64), np.asarray(qprobs, np.float64),
-                               np.asarray(ks, np.int64))
+    return _acceptance_profile(_fixed(p_at_q, np.float64), _fixed(qprobs, np.float64), _fixed(ks, np.int64))
 
 
 def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:

@@ -49,13 +49,8 @@ def warm_ups() -> list:
         acceptance_profile(values_at((ids, probs), ids), probs, np.array([1, 2], np.int64))  # auto: every arm's
         acceptance_profile(values_at(probs_dense(row, 1.0), ids), probs, np.array([1], np.int64))
         draw_chances("resispec", values_at((ids, probs), ids), ids, probs, np.array([0, 0], np.int64))
-        # p's ids and q's, each read-only (``probs_sparse`` and the caches give them so) or
-        # writable (built by a candidate source): auto learns a chain's acceptance on a sparse p
-        assert not ids.flags.writeable
-        for p_ids in (ids, ids.copy()):
-            for q_ids in (ids, ids.copy()):
-                values_at((p_ids, probs), q_ids)
-                overlap((p_ids, probs), q_ids, probs)
+        values_at((ids, probs), ids)
+        overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
         sample_without_replacement(ids, probs, np.full(2, 0.5))
         # q without a node's candidates (``decoding.candidates.without``): new, writable arrays,
         # with ids read-only or not as the caller's were

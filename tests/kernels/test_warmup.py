@@ -49,6 +49,11 @@ _CHILD = textwrap.dedent("""
     # what a generation passes (spec.generation, spec.autotune, spec.costs), with other values:
     # read-only float32 rows of other sizes, every filter combination, masks, logprobs, dense and
     # sparse targets, every method with and without a lookup candidate, lookup-only nodes
+    def _read_only(a):
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+
     rng = np.random.default_rng(0)
     for V in (7, 300, 5000):
         row = rng.normal(0, 2, V).astype(np.float32)
@@ -71,12 +76,14 @@ _CHILD = textwrap.dedent("""
                         draws.sample_iid(qids, qp, rng.random(k))
                         for p in (dense, sparse):
                             pv = acceptance.values_at(p, qids)
-                            acceptance.values_at(p, qids.copy())  # q's ids built by a candidate source
-                            acceptance.overlap(p, qids, qp)
-                            acceptance.overlap(p, qids.copy(), qp)
-                            acceptance.acceptance_profile(pv, qp, np.arange(1, k + 1, dtype=np.int64))
-                            acceptance.draw_chances("resispec", pv, qids, qp, iid)
-                            acceptance.draw_chances("chain", pv, qids, qp, iid[:1])
+                            # q's ids and probabilities read-only or writable (a candidate source
+                            # builds new ones; a cache keeps them read-only)
+                            for q_ids, q_p in ((qids, qp), (qids.copy(), qp.copy()), (qids, _read_only(qp))):
+                                acceptance.values_at(p, q_ids)
+                                acceptance.overlap(p, q_ids, q_p)
+                                acceptance.acceptance_profile(pv, q_p, np.arange(1, k + 1, dtype=np.int64))
+                                acceptance.draw_chances("resispec", pv, q_ids, q_p, iid)
+                                acceptance.draw_chances("chain", pv, q_ids, q_p, iid[:1])
                             for method in ("chain", "specinfer", "rrs", "resispec"):
                                 d = wor if method == "rrs" else iid[:1] if method == "chain" else iid
                                 verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 1))
