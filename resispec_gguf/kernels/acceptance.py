@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .arrays import frozen
 from .stages import (
     _CHAIN,
     _RESISPEC,
@@ -135,22 +136,11 @@ def _optimal(rs, qc, pc, k):
 # --------------------------------------------------------------------------- wrappers
 
 
-def _fixed(a, dtype) -> np.ndarray:
-    """``a`` as a read-only C array of ``dtype`` (a view, no copy, where it is one already
-    but writable): one compiled signature per kernel, whichever arrays the caller holds (a
-    cache's read-only ones, a candidate source's new ones)."""
-    a = np.ascontiguousarray(a, dtype)
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
-
-
 def values_at(p, qids) -> np.ndarray:
     """p(x) for each x in ``qids``, float64 in that order.  ``p``: dense ``[V]`` or sparse
     ``(ids, probs)``."""
     if isinstance(p, tuple):
-        return _values_at(_fixed(p[0], np.int64), _fixed(p[1], np.float64), _fixed(qids, np.int64))
+        return _values_at(frozen(p[0], np.int64), frozen(p[1], np.float64), frozen(qids, np.int64))
     return np.asarray(p[qids], np.float64)
 
 
@@ -160,8 +150,8 @@ def overlap(p, qids, qprobs) -> float:
     if isinstance(p, tuple):
         # min(p, q) at the common ids in ascending id order (as np.intersect1d gives them),
         # summed by NumPy: the same terms in the same order, so the same float
-        return float(_common_mins(_fixed(p[0], np.int64), _fixed(p[1], np.float64), _fixed(qids, np.int64),
-                                  _fixed(qprobs, np.float64)).sum())
+        return float(_common_mins(frozen(p[0], np.int64), frozen(p[1], np.float64), frozen(qids, np.int64),
+                                  frozen(qprobs, np.float64)).sum())
     return float(np.minimum(p[qids], qprobs).sum())
 
 
@@ -232,7 +222,7 @@ def acceptance_profile(p_at_q, qprobs, ks) -> tuple[np.ndarray, np.ndarray]:
     distinct tokens among the K draws (the node's children).  ``p_at_q``: p at q's ids, in
     q's order; ``qprobs``: q on its support.  Depends on p and q only, not on any draw, so
     ``auto`` learns every K's acceptance at each drafted node, whatever K the step drew."""
-    return _acceptance_profile(_fixed(p_at_q, np.float64), _fixed(qprobs, np.float64), _fixed(ks, np.int64))
+    return _acceptance_profile(frozen(p_at_q, np.float64), frozen(qprobs, np.float64), frozen(ks, np.int64))
 
 
 def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:
@@ -242,10 +232,8 @@ def draw_chances(method: str, p_at_q, qids, qprobs, draws) -> np.ndarray:
     code = _method_code(method)
     if code == _RRS:
         raise ValueError("rrs draws are not iid")
-    # fresh writable C arrays (a few entries each): one compiled signature, the warm-up's, whatever
-    # views or read-only rows the caller holds
-    return _draw_chances(code, np.array(p_at_q, np.float64), np.array(qids, np.int64),
-                         np.array(qprobs, np.float64), np.array(draws, np.int64))
+    return _draw_chances(code, frozen(p_at_q, np.float64), frozen(qids, np.int64), frozen(qprobs, np.float64),
+                         frozen(draws, np.int64))
 
 
 def optimal_acceptance(p, q, k: int) -> float:

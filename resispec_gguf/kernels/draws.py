@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .arrays import frozen
+
 __all__ = ["sample_iid", "sample_iid_q", "sample_without_replacement", "sample_dense", "sample_sparse"]
 
 
@@ -118,30 +120,26 @@ def _sample_by_id(ids, probs, u):
 
 def sample_iid(ids, probs, u) -> np.ndarray:
     """``len(u)`` iid inverse-CDF draws from the sparse distribution ``(ids, probs)``."""
-    return _sample_iid(np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64))
+    return _sample_iid(frozen(ids, np.int64), frozen(probs, np.float64), frozen(u, np.float64))
 
 
 def sample_iid_q(ids: np.ndarray, probs: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``sample_iid``'s draws (the same tokens from the same uniforms) and the probability
-    of each under ``(ids, probs)``: ``(draws [K] int64, q [K] float64)``.  No conversion:
-    ``ids`` int64, ``probs`` and ``u`` float64 arrays, as ``probs_sparse`` and a
-    ``numpy.random.Generator`` give them."""
-    return _sample_iid_q(ids, probs, u)
+    of each under ``(ids, probs)``: ``(draws [K] int64, q [K] float64)``."""
+    return _sample_iid_q(frozen(ids, np.int64), frozen(probs, np.float64), frozen(u, np.float64))
 
 
 def sample_without_replacement(ids, probs, u) -> np.ndarray:
     """Sequential draws without replacement (at most the support size), one uniform each."""
-    return _sample_without_replacement(
-        np.asarray(ids, np.int64), np.asarray(probs, np.float64), np.asarray(u, np.float64)
-    )
+    return _sample_without_replacement(frozen(ids, np.int64), frozen(probs, np.float64), frozen(u, np.float64))
 
 
 def sample_sparse(ids, probs, u: float) -> int:
     """One draw from the sparse distribution ``(ids, probs)``: the token ``sample_dense``
     draws with the same ``u`` from the same distribution held densely (ascending id order)."""
-    return int(_sample_by_id(np.asarray(ids, np.int64), np.asarray(probs, np.float64), float(u)))
+    return int(_sample_by_id(frozen(ids, np.int64), frozen(probs, np.float64), float(u)))
 
 
 def sample_dense(p, u: float) -> int:
     """One inverse-CDF draw from a dense distribution ``p`` ``[V]``."""
-    return int(_sample_dense(np.asarray(p, np.float64), float(u)))
+    return int(_sample_dense(frozen(p, np.float64), float(u)))

@@ -84,6 +84,7 @@ from .acceptance import (  # noqa: F401  (re-exported: callers import them from 
     optimal_acceptance,
     schedule,
 )
+from .arrays import frozen
 from .stages import (  # noqa: F401  (_RESISPEC, _SPECINFER: read as verify._* by scripts/bench_kernels.py)
     _CHAIN,
     _CODE,
@@ -461,10 +462,13 @@ def verify(method: str, p, q, draws, u, x0=-1) -> tuple[int, int]:
     """
     code = _CODE[method]
     qids, qprobs = (_NO_IDS, _NO_PROBS) if q is None or q[0] is None else q
-    xs = _fixed(x0)
+    qids, qprobs, draws, u = frozen(qids, np.int64), frozen(qprobs, np.float64), frozen(draws, np.int64), frozen(u, np.float64)
+    xs = frozen(_fixed(x0), np.int64)
     if isinstance(p, tuple):
-        tok, idx = _verify_sparse(code, p[0], p[1], xs, qids, qprobs, draws, u)
-    elif xs.shape[0]:
+        tok, idx = _verify_sparse(code, frozen(p[0], np.int64), frozen(p[1], np.float64), xs, qids, qprobs, draws, u)
+        return int(tok), int(idx)
+    p = frozen(p, np.float64)
+    if xs.shape[0]:
         tok, idx = _verify_with_candidates(code, p, xs, qids, qprobs, draws, u)
     else:
         tok, idx = _verify(code, p, qids, qprobs, draws, u)

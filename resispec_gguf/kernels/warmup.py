@@ -2,9 +2,9 @@
 
 Numba compiles (or loads from its cache) one version of a kernel per argument types, at the
 first call with them; a type first seen in a reply costs seconds there.  The public wrappers
-fix every type (logits: float32 read-only, as the backend's rows; ids and draws: int64;
-probabilities and uniforms: float64; scalars: Python int/float), so calling each entry once
-covers every reply.  The tests check it: after ``Engine.prepare`` no kernel gains a
+fix every type (logits: float32 read-only, as the backend's rows; every other array read-only
+C-contiguous through ``arrays.frozen``, ids and draws int64, probabilities and uniforms
+float64; scalars: Python int/float), so calling each entry once covers every reply.  The tests check it: after ``Engine.prepare`` no kernel gains a
 signature during a generation of any method.
 """
 
@@ -52,11 +52,7 @@ def warm_ups() -> list:
         values_at((ids, probs), ids)
         overlap((ids, probs), ids, probs)  # auto learns a chain's acceptance on a sparse p
         sample_without_replacement(ids, probs, np.full(2, 0.5))
-        # q without a node's candidates (``decoding.candidates.without``): new, writable arrays,
-        # with ids read-only or not as the caller's were
-        for q_ids in (ids[1:].copy(), ids[1:]):
-            sample_iid_q(q_ids, probs[1:] / probs[1:].sum(), np.full(2, 0.5))
-            sample_without_replacement(q_ids, probs[1:] / probs[1:].sum(), np.full(2, 0.5))
+        sample_iid_q(ids[1:], probs[1:] / probs[1:].sum(), np.full(2, 0.5))  # q less a node's candidates
 
     def verification():
         p = probs_dense(row, 1.0, 3)

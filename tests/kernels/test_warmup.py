@@ -69,28 +69,27 @@ _CHILD = textwrap.dedent("""
                 draws.sample_dense(dense, rng.random())
                 draws.sample_sparse(sparse[0], sparse[1], rng.random())
                 for cap in (1, 3, 64):
-                    qids, qp = sampling.probs_sparse(logits, T, top_k, top_p, min_p, cap)
-                    for k in (1, 2, 4):
-                        wor = draws.sample_without_replacement(qids, qp, rng.random(k))
-                        iid, _ = draws.sample_iid_q(qids, qp, rng.random(k))
-                        draws.sample_iid(qids, qp, rng.random(k))
-                        for p in (dense, sparse):
-                            pv = acceptance.values_at(p, qids)
-                            # q's ids and probabilities read-only or writable (a candidate source
-                            # builds new ones; a cache keeps them read-only)
-                            for q_ids, q_p in ((qids, qp), (qids.copy(), qp.copy()), (qids, _read_only(qp))):
-                                acceptance.values_at(p, q_ids)
-                                acceptance.overlap(p, q_ids, q_p)
-                                acceptance.acceptance_profile(pv, q_p, np.arange(1, k + 1, dtype=np.int64))
-                                acceptance.draw_chances("resispec", pv, q_ids, q_p, iid)
-                                acceptance.draw_chances("chain", pv, q_ids, q_p, iid[:1])
-                            for method in ("chain", "specinfer", "rrs", "resispec"):
-                                d = wor if method == "rrs" else iid[:1] if method == "chain" else iid
-                                verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 1))
-                                verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 2), int(qids[-1]))
-                                verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 2), V - 1)
-                                verify.verify(method, p, None, d[:0], rng.random(2), int(rng.integers(V)))
-                        verify.verify_greedy(int(np.argmax(dense)), iid)
+                    given = sampling.probs_sparse(logits, T, top_k, top_p, min_p, cap)
+                    # q's ids and probabilities as ``probs_sparse`` gives them, writable (a
+                    # candidate source builds new ones) or read-only (a cache keeps them so)
+                    for qids, qp in (given, (given[0].copy(), given[1].copy()), (given[0], _read_only(given[1]))):
+                        for k in (1, 2, 4):
+                            wor = draws.sample_without_replacement(qids, qp, rng.random(k))
+                            iid, _ = draws.sample_iid_q(qids, qp, rng.random(k))
+                            draws.sample_iid(qids, qp, rng.random(k))
+                            for p in (dense, sparse):
+                                pv = acceptance.values_at(p, qids)
+                                acceptance.overlap(p, qids, qp)
+                                acceptance.acceptance_profile(pv, qp, np.arange(1, k + 1, dtype=np.int64))
+                                acceptance.draw_chances("resispec", pv, qids, qp, iid)
+                                acceptance.draw_chances("chain", pv, qids, qp, iid[:1])
+                                for method in ("chain", "specinfer", "rrs", "resispec"):
+                                    d = wor if method == "rrs" else iid[:1] if method == "chain" else iid
+                                    verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 1))
+                                    verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 2), int(qids[-1]))
+                                    verify.verify(method, p, (qids, qp), d, rng.random(len(d) + 2), V - 1)
+                                    verify.verify(method, p, None, d[:0], rng.random(2), int(rng.integers(V)))
+                            verify.verify_greedy(int(np.argmax(dense)), iid)
             for n_top in (0, 1, 5, 20):
                 sampling.token_logprob(logits, int(rng.integers(V)), n_top)
     report["used"] = signatures()
