@@ -82,6 +82,33 @@ def summarise(runs: list, baseline: dict, e2e_baseline: dict | None = None) -> d
     }
 
 
+def pooled_vs(runs: list, base_runs: list) -> dict:
+    """Speed over all the runs pooled (total tokens over total seconds) against the baseline's
+    on the same prompt runs, decode only and end to end.  Beside the median of per-request
+    ratios: sampled replies differ in length between methods, and a user waits for the total."""
+    base = dict(base_runs)
+    mine = [(s, base[key]) for key, s in runs if key in base]
+
+    def ratio(seconds) -> float | None:
+        ours, theirs = sum(seconds(s) for s, _ in mine), sum(seconds(b) for _, b in mine)
+        if ours <= 0 or theirs <= 0 or not any(b.tokens for _, b in mine):
+            return None
+        return (sum(s.tokens for s, _ in mine) / ours) / (sum(b.tokens for _, b in mine) / theirs)
+
+    return {"pooled_vs_none": ratio(lambda s: s.total_time),
+            "end_to_end_pooled_vs_none": ratio(lambda s: s.end_to_end_time)}
+
+
+def request_record(key, s: Stats, base_tps: float | None, base_e2e: float | None) -> dict:
+    """One request of a bench block: which prompt run (``repeat``, ``prompt``), its tokens, τ
+    and speeds, and its speed against the baseline's on the same prompt and seed."""
+    return {"repeat": key[0], "prompt": key[1], "tokens": s.tokens, "tau": s.tau,
+            "tokens_per_s": s.tokens_per_s, "end_to_end_tokens_per_s": s.end_to_end_tokens_per_s,
+            "vs_none": s.tokens_per_s / base_tps if base_tps else None,
+            "end_to_end_vs_none": s.end_to_end_tokens_per_s / base_e2e if base_e2e else None,
+            "steps_by_kind": dict(s.steps_by_kind)}
+
+
 def run_bench(engine, workloads: dict, methods, temperatures, sp: SamplingParams, dp: DraftParams, repeat=1, progress=True,
               constraint=None, reasoning: ReasoningParams | None = None):
     """Interleaved runs per workload; returns ``[{"workload", "temperature", "methods": {name:
@@ -151,6 +178,10 @@ def run_variants(engine, workloads: dict, variants, temperatures, sp: SamplingPa
             baseline = {key: s.tokens_per_s for key, s in runs[base]}
             e2e = {key: s.end_to_end_tokens_per_s for key, s in runs[base]}
             summary = {name: summarise(runs[name], baseline, e2e) for name, _, _ in variants}
+            for name, _, _ in variants:
+                summary[name].update(pooled_vs(runs[name], runs[base]))
+                summary[name]["requests"] = [request_record(key, s, baseline.get(key), e2e.get(key))
+                                             for key, s in runs[name]]
             for name, errors in failed.items():
                 summary[name]["errors"] = len(errors)
                 summary[name]["first_error"] = errors[0] if errors else None

@@ -46,6 +46,7 @@ def format_table(results, outlook: str | None = None) -> str:
             order = ", each method's sequence in turn" if block.get("sequential") else ""
             lines += [f"workload: {workload}{order}", head, "-" * len(head)]
         lines += [_row(block["temperature"], name, m, width) for name, m in block["methods"].items()]
+        lines += _pooled_lines(block)
         for name, m in block["methods"].items():
             if m.get("errors"):  # its speeds are not the method's: some replies stopped early
                 lines.append(f"     {name}: {m['errors']} of {m['runs']} replies ended in an error, the first: "
@@ -57,6 +58,18 @@ def format_table(results, outlook: str | None = None) -> str:
     if lines:
         lines += ["", LEGEND]
     return "\n".join(lines)
+
+
+def _pooled_lines(block: dict) -> list[str]:
+    """Under a sampled block's rows: each method's speed over all its replies pooled (total
+    tokens over total time), where reply lengths differ between methods and the median of
+    per-prompt ratios weighs a short reply as much as a long one."""
+    if not block["temperature"]:
+        return []
+    compared = list(block["methods"].items())[1:]  # the first is the baseline itself
+    parts = [f"{name} {m['pooled_vs_none']:.3f}x decode, {_x(m.get('end_to_end_pooled_vs_none'), '.3f')}x end to end"
+             for name, m in compared if m.get("pooled_vs_none") is not None and m.get("runs", 0) > 1]
+    return [f"     pooled (total tokens over total time): {'; '.join(parts)}"] if parts else []
 
 
 def _row(temperature, name: str, m: dict, width: int) -> str:

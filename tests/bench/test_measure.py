@@ -281,3 +281,30 @@ def test_the_copy_ceiling_line_reads_the_engines_target_curve():
     line = bench.copy_ceiling_line(engine)
     assert line.startswith("perfect-copy ceiling on this machine: 4.27x") and "16-row decode costs 3.75x" in line
     assert bench.copy_ceiling_line(SimpleNamespace()) == ""
+
+
+def test_pooled_speeds_weigh_each_reply_by_its_length():
+    """Two prompts: the method is 2x on a 10-token reply and 1x on a 90-token one.  The median
+    of per-prompt ratios says 1.5x; pooled, the 100 tokens take 50 s against 55 s: 1.1x."""
+    base = [((0, 0), Stats(tokens=10, total_time=10.0, prompt_time=1.0)),
+            ((0, 1), Stats(tokens=90, total_time=45.0, prompt_time=1.0))]
+    mine = [((0, 0), Stats(tokens=10, total_time=5.0, prompt_time=1.0)),
+            ((0, 1), Stats(tokens=90, total_time=45.0, prompt_time=1.0))]
+    pooled = bench.pooled_vs(mine, base)
+    assert pooled["pooled_vs_none"] == pytest.approx((100 / 50.0) / (100 / 55.0))
+    assert pooled["end_to_end_pooled_vs_none"] == pytest.approx((100 / 52.0) / (100 / 57.0))
+    assert bench.pooled_vs(mine, []) == {"pooled_vs_none": None, "end_to_end_pooled_vs_none": None}
+    rec = bench.request_record((0, 1), mine[1][1], 2.0, None)
+    assert (rec["repeat"], rec["prompt"], rec["tokens"]) == (0, 1, 90)
+    assert rec["vs_none"] == pytest.approx(1.0) and rec["end_to_end_vs_none"] is None
+
+
+def test_a_sampled_block_prints_its_pooled_speeds(engine, capsys):
+    results = bench.run_bench(engine, {"code": bench.WORKLOADS["code"][:2]}, ["none", "chain"], [0.0, 0.8],
+                              SamplingParams(max_tokens=6, seed=0), DraftParams(), progress=False)
+    greedy, sampled = results
+    chain = sampled["methods"]["chain"]
+    assert [(r["repeat"], r["prompt"]) for r in chain["requests"]] == [(0, 0), (0, 1)]
+    assert chain["pooled_vs_none"] > 0 and sum(r["tokens"] for r in chain["requests"]) == chain["tokens"]
+    text = bench.format_table(results)
+    assert text.count("pooled (total tokens over total time): chain ") == 1  # the sampled block only
