@@ -46,14 +46,14 @@ def format_table(results, outlook: str | None = None) -> str:
             order = ", each method's sequence in turn" if block.get("sequential") else ""
             lines += [f"workload: {workload}{order}", head, "-" * len(head)]
         lines += [_row(block["temperature"], name, m, width) for name, m in block["methods"].items()]
-        lines += _pooled_lines(block)
         for name, m in block["methods"].items():
             if m.get("errors"):  # its speeds are not the method's: some replies stopped early
                 lines.append(f"     {name}: {m['errors']} of {m['runs']} replies ended in an error, the first: "
                              f"{m['first_error']}")
         if n + 1 == len(results) or results[n + 1].get("workload") != workload:
             blocks = [b for b in results if b.get("workload") == workload]
-            lines += _auto_lines(blocks, outlook)
+            below = [line for b in blocks for line in _pooled_lines(b)] + _auto_lines(blocks, outlook)
+            lines += [""] + below if below else []
             lines += format_phases(blocks, width)
     if lines:
         lines += ["", LEGEND]
@@ -61,15 +61,15 @@ def format_table(results, outlook: str | None = None) -> str:
 
 
 def _pooled_lines(block: dict) -> list[str]:
-    """Under a sampled block's rows: each method's speed over all its replies pooled (total
-    tokens over total time), where reply lengths differ between methods and the median of
-    per-prompt ratios weighs a short reply as much as a long one."""
+    """After a workload's rows, for a sampled block: each method's speed over all its replies
+    pooled (total tokens over total time), where reply lengths differ between methods and the
+    median of per-prompt ratios weighs a short reply as much as a long one."""
     if not block["temperature"]:
         return []
     compared = list(block["methods"].items())[1:]  # the first is the baseline itself
     parts = [f"{name} {m['pooled_vs_none']:.3f}x decode, {_x(m.get('end_to_end_pooled_vs_none'), '.3f')}x end to end"
              for name, m in compared if m.get("pooled_vs_none") is not None and m.get("runs", 0) > 1]
-    return [f"     pooled (total tokens over total time): {'; '.join(parts)}"] if parts else []
+    return [f"T={block['temperature']} pooled (total tokens over total time): {'; '.join(parts)}"] if parts else []
 
 
 def _row(temperature, name: str, m: dict, width: int) -> str:
@@ -86,8 +86,8 @@ def _row(temperature, name: str, m: dict, width: int) -> str:
 
 
 def _auto_lines(blocks, outlook: str | None) -> list[str]:
-    """After a workload's rows (set off by a blank line): each ``auto`` row's step times and
-    the sentence that explains it."""
+    """After a workload's rows (``format_table`` sets them off by a blank line): each
+    ``auto`` row's step times and the sentence that explains it."""
     out = []
     for block in blocks:
         for name, m in block["methods"].items():
@@ -98,7 +98,7 @@ def _auto_lines(blocks, outlook: str | None) -> list[str]:
             label = f"{name} T={block['temperature']}"
             out += [f"{label}: step time predicted/measured: {times}"] if times else []
             out += [f"{label}: {sentence}"] if sentence else []
-    return [""] + out if out else []
+    return out
 
 
 def step_times_line(times: dict) -> str:

@@ -308,3 +308,4 @@ def test_a_sampled_block_prints_its_pooled_speeds(engine, capsys):
     assert chain["pooled_vs_none"] > 0 and sum(r["tokens"] for r in chain["requests"]) == chain["tokens"]
     text = bench.format_table(results)
     assert text.count("pooled (total tokens over total time): chain ") == 1  # the sampled block only
+    assert "T=0.8 pooled" in text.split("\n\n")[1]  # below the table, not among its rows
