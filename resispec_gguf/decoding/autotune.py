@@ -478,7 +478,7 @@ def _words(arm: str) -> str:
 
 
 def warm_up() -> None:
-    """Compile (or load from Numba's cache) ``StepPlan.width``'s search, on read-only cost
-    tables as the tuner holds them."""
+    """Compile (or load from Numba's cache) ``StepPlan.width``'s search: one signature,
+    its arrays read-only (``kernels.arrays.frozen``) alone or beside other requests."""
     table = cost_table(CostCurve((1, 2), (1.0, 1.5)), 4)
     StepPlan("chain", DraftParams(depth=4, budget=8), table, table, accept=0.5, overhead_s=0.0).width(0, [0.5, 0.2])

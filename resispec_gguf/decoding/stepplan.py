@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from ..config import DraftParams
+from ..kernels.arrays import frozen
 
 __all__ = ["TABLE_ROWS", "Background", "StepPlan", "in_step_rate", "in_step_seconds"]
 
@@ -196,20 +197,22 @@ class StepPlan:
             return 0
         if self.chain:  # one node a level (``tree.growing`` asks about no more)
             scores = scores[:1]
-        s = np.cumsum(np.asarray(scores, np.float64))  # value of the best w children
+        s = frozen(np.cumsum(np.asarray(scores, np.float64)), np.float64)  # value of the best w children
         n_m = max(1, int(self.params.depth) - level - 1)
         a = min(1.0, scores[0] / self.best_score) if self.best_score > 0 else 0.0
         bg = self.background
         if bg is None:
             k, d_draft = _width(s, float(self.value), float(self.cost), int(self.n_nodes), float(self.accept), a,
-                                float(self.children), n_m, int(self.params.budget), self.target_s, self.draft_s,
-                                float(self.row_s), self.kind == "draft", self.draft_s, 0)
+                                float(self.children), n_m, int(self.params.budget), frozen(self.target_s, np.float64),
+                                frozen(self.draft_s, np.float64), float(self.row_s), self.kind == "draft",
+                                frozen(self.draft_s, np.float64), 0)
         else:  # priced within the step (``Background``); this plan's own figures follow below
             # the draft calls this width and the levels below it make: call level + 1 onwards
             shared = max(0, bg.draft_levels - level - 1)
             k, d_in = _width(s, float(self.value + bg.value), float(self._cost_in), int(self.n_nodes),
-                             float(self.accept), a, float(self.children), n_m, int(self.params.budget), self._t_in,
-                             self.draft_s, float(self.row_s), self.kind == "draft", self._d_in, shared)
+                             float(self.accept), a, float(self.children), n_m, int(self.params.budget),
+                             frozen(self._t_in, np.float64), frozen(self.draft_s, np.float64), float(self.row_s),
+                             self.kind == "draft", frozen(self._d_in, np.float64), shared)
             if k:
                 n = 1 + self.n_nodes
                 self._cost_in += float(d_in + self._t_in[min(n + k, len(self._t_in) - 1)]

@@ -136,3 +136,19 @@ def test_a_free_step_grows_while_some_number_of_nodes_below_could_pay():
     # the cut agrees: 15 nodes and the root fill the cheap 16-row decode; a 17th row costs too much
     long = [0.97 ** (i + 1) for i in range(20)]
     assert _free_plan(CPU).leaves([], long) == 15
+
+
+def test_the_search_has_one_compiled_type_alone_beside_others_and_on_any_tables():
+    """A batched step's plan slices its tables (writable or read-only as the caller's were):
+    the search must not compile again inside a server's first shared step."""
+    from resispec_gguf.decoding import stepplan
+
+    writable = costs.cost_table(GPU, TABLE_ROWS).copy()
+    read_only = writable.copy()
+    read_only.flags.writeable = False
+    for table in (writable, read_only):
+        for bg in (None, Background(draft_levels=2, **BUSY)):
+            plan = StepPlan("chain", PARAMS, table, table, accept=0.9, overhead_s=0.0, background=bg)
+            plan.width(0, [0.9, 0.5])
+            plan.width(1, [0.8])
+    assert len(stepplan._width.signatures) == 1, stepplan._width.signatures
