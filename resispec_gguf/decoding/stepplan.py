@@ -159,6 +159,9 @@ class StepPlan:
         return "lookup" if self.arm in ("lookup", "grammar", "text") else "draft"
 
     def __post_init__(self):
+        # the tables as the width search takes them (one compiled signature, ``frozen``);
+        # the slices below stay read-only
+        self.target_s, self.draft_s = frozen(self.target_s, np.float64), frozen(self.draft_s, np.float64)
         if self.chain:  # one child of each expanded node is kept: the next one of the chain
             self.children = 1.0
         self.draft_cost = (self._draft(self.pending) + self.row_s if self.kind == "draft" else 0.0) + self.text_s
@@ -169,7 +172,7 @@ class StepPlan:
             # rows, a draft level's past the others' rows in the calls they make anyway
             self._t_in = self.target_s[min(bg.rows, len(self.target_s) - 2):]
             d0 = min(bg.draft_rows, len(self.draft_s) - 2) if bg.draft_levels else 0
-            self._d_in = self.draft_s[d0:] - self.draft_s[d0] if d0 else self.draft_s
+            self._d_in = frozen(self.draft_s[d0:] - self.draft_s[d0], np.float64) if d0 else self.draft_s
             self._bg_cost = bg.draft_levels * self.draft_s[d0] if d0 else 0.0
             d = self._d_in[min(self.pending, len(self._d_in) - 1)] + self.row_s if self.kind == "draft" else 0.0
             self._draft_in = d + self.text_s  # the text draft's chain is this request's own call
@@ -203,16 +206,14 @@ class StepPlan:
         bg = self.background
         if bg is None:
             k, d_draft = _width(s, float(self.value), float(self.cost), int(self.n_nodes), float(self.accept), a,
-                                float(self.children), n_m, int(self.params.budget), frozen(self.target_s, np.float64),
-                                frozen(self.draft_s, np.float64), float(self.row_s), self.kind == "draft",
-                                frozen(self.draft_s, np.float64), 0)
+                                float(self.children), n_m, int(self.params.budget), self.target_s, self.draft_s,
+                                float(self.row_s), self.kind == "draft", self.draft_s, 0)
         else:  # priced within the step (``Background``); this plan's own figures follow below
             # the draft calls this width and the levels below it make: call level + 1 onwards
             shared = max(0, bg.draft_levels - level - 1)
             k, d_in = _width(s, float(self.value + bg.value), float(self._cost_in), int(self.n_nodes),
-                             float(self.accept), a, float(self.children), n_m, int(self.params.budget),
-                             frozen(self._t_in, np.float64), frozen(self.draft_s, np.float64), float(self.row_s),
-                             self.kind == "draft", frozen(self._d_in, np.float64), shared)
+                             float(self.accept), a, float(self.children), n_m, int(self.params.budget), self._t_in,
+                             self.draft_s, float(self.row_s), self.kind == "draft", self._d_in, shared)
             if k:
                 n = 1 + self.n_nodes
                 self._cost_in += float(d_in + self._t_in[min(n + k, len(self._t_in) - 1)]

@@ -111,8 +111,8 @@ __all__ = [
     "expected_distinct",
 ]
 
-_NO_IDS = np.empty(0, np.int64)  # the q of a node without draws
-_NO_PROBS = np.empty(0, np.float64)
+_NO_IDS = frozen(np.empty(0, np.int64), np.int64)  # the q of a node without draws
+_NO_PROBS = frozen(np.empty(0, np.float64), np.float64)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -432,11 +432,11 @@ def _check_draws(code: int, in_support, draws, u, n_fixed: int = 0):
 
 
 def _fixed(x0) -> np.ndarray:
-    """The engine's deterministic candidates as the kernels take them: an int (-1: none) or
-    a sequence of token ids, in checking order."""
+    """The engine's deterministic candidates as the kernels take them (``frozen``): an int
+    (-1: none) or a sequence of token ids, in checking order."""
     if isinstance(x0, (int, np.integer)):
-        return _NO_IDS if x0 < 0 else np.array([x0], np.int64)
-    return np.ascontiguousarray(x0, dtype=np.int64)
+        return _NO_IDS if x0 < 0 else frozen([x0], np.int64)
+    return frozen(x0, np.int64)
 
 
 def verify(method: str, p, q, draws, u, x0=-1) -> tuple[int, int]:
@@ -462,8 +462,8 @@ def verify(method: str, p, q, draws, u, x0=-1) -> tuple[int, int]:
     """
     code = _CODE[method]
     qids, qprobs = (_NO_IDS, _NO_PROBS) if q is None or q[0] is None else q
-    qids, qprobs, draws, u = frozen(qids, np.int64), frozen(qprobs, np.float64), frozen(draws, np.int64), frozen(u, np.float64)
-    xs = frozen(_fixed(x0), np.int64)
+    qids, qprobs = frozen(qids, np.int64), frozen(qprobs, np.float64)
+    draws, u, xs = frozen(draws, np.int64), frozen(u, np.float64), _fixed(x0)
     if isinstance(p, tuple):
         tok, idx = _verify_sparse(code, frozen(p[0], np.int64), frozen(p[1], np.float64), xs, qids, qprobs, draws, u)
         return int(tok), int(idx)

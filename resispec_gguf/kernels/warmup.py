@@ -4,8 +4,9 @@ Numba compiles (or loads from its cache) one version of a kernel per argument ty
 first call with them; a type first seen in a reply costs seconds there.  The public wrappers
 fix every type (logits: float32 read-only, as the backend's rows; every other array read-only
 C-contiguous through ``arrays.frozen``, ids and draws int64, probabilities and uniforms
-float64; scalars: Python int/float), so calling each entry once covers every reply.  The tests check it: after ``Engine.prepare`` no kernel gains a
-signature during a generation of any method.
+float64; scalars: Python int/float), so calling each entry once covers every reply.  The
+tests check it: after ``Engine.prepare`` no kernel gains a signature during a generation of
+any method.
 """
 
 from __future__ import annotations
